@@ -1,0 +1,111 @@
+//! Window durations as users write them: `60` (seconds), `250ms`, `10s`, `5m`, `1h`, `1d`.
+
+/// Milliseconds in one second.
+pub const SECOND_MS: i64 = 1_000;
+/// Milliseconds in one day.
+pub const DAY_MS: i64 = 86_400 * SECOND_MS;
+/// The longest window accepted: 366 days, so that "per year" fits, leap years included.
+pub const MAX_WINDOW_MS: i64 = 366 * DAY_MS;
+
+/// Why a duration was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurationError {
+    /// Not digits followed by an optional unit (empty, a sign, a fraction, spaces...).
+    Malformed,
+    /// Digits followed by something that is not `ms`, `s`, `m`, `h` or `d`.
+    UnknownUnit,
+    /// Zero.
+    TooShort,
+    /// Above [`MAX_WINDOW_MS`], including numbers too big for an `i64`.
+    TooLong,
+}
+
+/// Parses a duration into milliseconds, within `1..=MAX_WINDOW_MS`.
+pub fn parse_duration_ms(text: &[u8]) -> Result<i64, DurationError> {
+    let digits_end = text
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(text.len());
+    if digits_end == 0 {
+        return Err(DurationError::Malformed);
+    }
+    let (digits, unit) = text.split_at(digits_end);
+    let unit_ms = unit_in_ms(unit)?;
+    let amount = parse_digits(digits).ok_or(DurationError::TooLong)?;
+    let total = amount.checked_mul(unit_ms).ok_or(DurationError::TooLong)?;
+    match total {
+        0 => Err(DurationError::TooShort),
+        ms if ms > MAX_WINDOW_MS => Err(DurationError::TooLong),
+        ms => Ok(ms),
+    }
+}
+
+fn unit_in_ms(unit: &[u8]) -> Result<i64, DurationError> {
+    if !unit.iter().all(u8::is_ascii_alphabetic) {
+        return Err(DurationError::Malformed);
+    }
+    match unit.to_ascii_lowercase().as_slice() {
+        b"" | b"s" => Ok(SECOND_MS),
+        b"ms" => Ok(1),
+        b"m" => Ok(60 * SECOND_MS),
+        b"h" => Ok(3_600 * SECOND_MS),
+        b"d" => Ok(DAY_MS),
+        _ => Err(DurationError::UnknownUnit),
+    }
+}
+
+/// Parses ASCII digits (already checked) into an `i64`; `None` on overflow.
+pub(crate) fn parse_digits(digits: &[u8]) -> Option<i64> {
+    digits.iter().try_fold(0i64, |acc, &d| {
+        acc.checked_mul(10)?.checked_add(i64::from(d - b'0'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_every_unit_and_bare_seconds() {
+        let cases: &[(&[u8], i64)] = &[
+            (b"60", 60_000),
+            (b"250ms", 250),
+            (b"1ms", 1),
+            (b"10s", 10_000),
+            (b"5m", 300_000),
+            (b"1h", 3_600_000),
+            (b"1d", 86_400_000),
+            (b"366d", MAX_WINDOW_MS),
+            (b"2H", 7_200_000),
+            (b"3MS", 3),
+        ];
+        for (text, ms) in cases {
+            assert_eq!(parse_duration_ms(text), Ok(*ms), "{:?}", text);
+        }
+    }
+
+    #[test]
+    fn refuses_bad_durations_with_the_reason() {
+        use DurationError::*;
+        let cases: &[(&[u8], DurationError)] = &[
+            (b"", Malformed),
+            (b"-5", Malformed),
+            (b"+5", Malformed),
+            (b"1.5s", Malformed),
+            (b" 5s", Malformed),
+            (b"5 s", Malformed),
+            (b"s", Malformed),
+            (b"5w", UnknownUnit),
+            (b"5sec", UnknownUnit),
+            (b"0", TooShort),
+            (b"0ms", TooShort),
+            (b"367d", TooLong),
+            (b"9223372036854775807", TooLong),
+            (b"9223372036854775808ms", TooLong),
+            (b"99999999999999999999999d", TooLong),
+        ];
+        for (text, err) in cases {
+            assert_eq!(parse_duration_ms(text), Err(*err), "{:?}", text);
+        }
+    }
+}
