@@ -50,6 +50,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_ReplyWithError,
         RedisModule_WrongArity,
         RedisModule_SetModuleOptions,
+        RedisModule_CreateCommand,
     );
     missing
 }

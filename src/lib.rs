@@ -18,7 +18,7 @@ use redis_module::alloc::RedisAlloc as ModuleAlloc;
 #[cfg(test)]
 use std::alloc::System as ModuleAlloc;
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let missing = ffi::missing_apis();
     if !missing.is_empty() {
         ctx.log_warning(&format!(
@@ -32,6 +32,13 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // so that a denied hit does not abort another client's WATCH.
     ctx.set_module_options(ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED);
     install_panic_hook();
+    let testing = args.iter().any(|arg| {
+        arg.as_slice()
+            .eq_ignore_ascii_case(b"enable-testing-commands")
+    });
+    if testing {
+        return command::testing::register(ctx);
+    }
     Status::Ok
 }
 

