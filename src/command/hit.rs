@@ -1,8 +1,9 @@
 //! `RL.HIT key limit window [COST n]`: check and, when allowed, count, in one step.
 
 use super::{arg_bytes, CommandError, CommandResult};
+use crate::core::algorithm::Algorithm;
 use crate::core::args::parse_hit;
-use crate::core::fixed_window;
+use crate::core::fixed_window::Fixed;
 use crate::{clock, reply, store};
 use redis_module::{Context, RedisResult, RedisString};
 
@@ -21,10 +22,11 @@ fn run(ctx: &Context, args: &[RedisString]) -> CommandResult {
     let key = store::WindowKey::open(ctx, key_name);
     let stored = key.read()?;
     let now_ms = clock::now_ms();
-    let hit = fixed_window::hit(stored, now_ms, request.quota, request.cost).map_err(|_| {
-        CommandError::Message("ERR the server clock is out of the supported range".into())
-    })?;
-    if let Some(new_state) = hit.new_state {
+    let hit =
+        Fixed::check(stored.as_ref(), now_ms, &request.quota, request.cost).map_err(|_| {
+            CommandError::Message("ERR the server clock is out of the supported range".into())
+        })?;
+    if let Some(new_state) = hit.charged {
         key.write(stored, new_state);
     }
     reply::decision(ctx, &hit.decision);

@@ -2,8 +2,8 @@
 //!
 //! `RL.HIT key limit window [COST n]`: the parser sees the arguments after the key.
 
+use super::algorithm::Quota;
 use super::duration::{parse_duration_ms, DurationError, DAY_MS, MAX_WINDOW_MS};
-use super::fixed_window::Quota;
 use std::borrow::Cow;
 
 /// The parsed arguments of RL.HIT.
@@ -80,7 +80,7 @@ pub fn parse_hit(args: &[&[u8]]) -> Result<HitArgs, ArgError> {
         }
     }
     Ok(HitArgs {
-        quota: Quota { limit, window_ms },
+        quota: Quota::new(limit, window_ms),
         cost: cost.unwrap_or(1),
     })
 }
@@ -119,10 +119,7 @@ mod tests {
 
     #[test]
     fn parses_limit_window_and_cost() {
-        let quota = Quota {
-            limit: 5,
-            window_ms: 60_000,
-        };
+        let quota = Quota::new(5, 60_000);
         assert_eq!(parse(&["5", "1m"]), Ok(HitArgs { quota, cost: 1 }));
         assert_eq!(
             parse(&["5", "60", "cost", "3"]),

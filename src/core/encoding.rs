@@ -72,7 +72,8 @@ mod tests {
         fn round_trips_every_positive_count(count in 1..=i64::MAX) {
             let mut buf = [0u8; 20];
             let bytes = encode_count(count, &mut buf);
-            prop_assert_eq!(bytes, count.to_string().as_bytes());
+            let expected = count.to_string();
+            prop_assert_eq!(bytes, expected.as_bytes());
             prop_assert_eq!(decode_count(bytes), Some(count));
         }
     }

@@ -6,7 +6,9 @@
 //! every decision unit- and property-testable with a clock the test controls.
 #![deny(missing_docs)]
 
+pub mod algorithm;
 pub mod args;
+pub mod codec;
 pub mod decision;
 pub mod duration;
 pub mod encoding;

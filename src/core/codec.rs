@@ -1,0 +1,119 @@
+//! Byte-level building blocks of stored values: LEB128 varints for counts and
+//! parameters, fixed 8-byte little-endian integers for absolute times.
+//!
+//! Reading never panics: malformed or truncated input gives `None`.
+
+/// Appends `value` (>= 0) as an unsigned LEB128 varint (1 to 10 bytes).
+pub fn put_varint(out: &mut Vec<u8>, value: i64) {
+    let mut rest = value.max(0) as u64;
+    loop {
+        // The mask keeps 7 bits, so the cast cannot truncate.
+        let byte = (rest & 0x7f) as u8;
+        rest >>= 7;
+        if rest == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// Appends `value` as 8 little-endian bytes.
+pub fn put_i64(out: &mut Vec<u8>, value: i64) {
+    out.extend_from_slice(&value.to_le_bytes());
+}
+
+/// A cursor over a stored value.
+#[derive(Debug, Clone)]
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// Starts reading `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes }
+    }
+
+    /// One byte.
+    pub fn byte(&mut self) -> Option<u8> {
+        let (&first, rest) = self.bytes.split_first()?;
+        self.bytes = rest;
+        Some(first)
+    }
+
+    /// A varint written by [`put_varint`], within `0..=i64::MAX`.
+    pub fn varint(&mut self) -> Option<i64> {
+        let mut value: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let byte = self.byte()?;
+            let bits = u64::from(byte & 0x7f);
+            if shift == 63 && bits > 1 {
+                return None;
+            }
+            value |= bits << shift;
+            if byte & 0x80 == 0 {
+                return i64::try_from(value).ok();
+            }
+        }
+        None
+    }
+
+    /// A varint that must be >= 1.
+    pub fn positive(&mut self) -> Option<i64> {
+        self.varint().filter(|&v| v >= 1)
+    }
+
+    /// 8 little-endian bytes written by [`put_i64`].
+    pub fn i64(&mut self) -> Option<i64> {
+        let (head, rest) = self.bytes.split_first_chunk::<8>()?;
+        self.bytes = rest;
+        Some(i64::from_le_bytes(*head))
+    }
+
+    /// Whether everything was read.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn refuses_truncated_and_oversized_input() {
+        assert_eq!(Reader::new(&[0x80]).varint(), None);
+        assert_eq!(Reader::new(&[0xff; 11]).varint(), None);
+        assert_eq!(Reader::new(&[1, 2, 3]).i64(), None);
+        let mut over = vec![0xff; 9];
+        over.push(0x01);
+        assert_eq!(Reader::new(&over).varint(), None, "u64 above i64::MAX");
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(values in proptest::collection::vec((0..=i64::MAX, any::<i64>()), 0..20)) {
+            let mut out = Vec::new();
+            for (v, t) in &values {
+                put_varint(&mut out, *v);
+                put_i64(&mut out, *t);
+            }
+            let mut reader = Reader::new(&out);
+            for (v, t) in &values {
+                prop_assert_eq!(reader.varint(), Some(*v));
+                prop_assert_eq!(reader.i64(), Some(*t));
+            }
+            prop_assert!(reader.is_empty());
+        }
+
+        #[test]
+        fn never_panics_on_junk(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let mut reader = Reader::new(&bytes);
+            while reader.varint().is_some() {}
+            let mut reader = Reader::new(&bytes);
+            while reader.i64().is_some() {}
+        }
+    }
+}
