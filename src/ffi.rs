@@ -51,6 +51,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_WrongArity,
         RedisModule_SetModuleOptions,
         RedisModule_CreateCommand,
+        RedisModule_DeleteKey,
     );
     missing
 }

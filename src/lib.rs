@@ -59,6 +59,9 @@ redis_module! {
     data_types: [],
     init: init,
     commands: [
-        ["RL.HIT", command::hit::rl_hit, "write deny-oom fast", 1, 1, 1, ""],
+        ["RL.HIT", command::limit::rl_hit, "write deny-oom fast", 1, 1, 1, ""],
+        ["RL.PEEK", command::limit::rl_peek, "readonly fast", 1, 1, 1, ""],
+        ["RL.REFUND", command::limit::rl_refund, "write deny-oom fast", 1, 1, 1, ""],
+        ["RL.RESET", command::reset::rl_reset, "write fast", 1, 1, 1, ""],
     ],
 }

@@ -8,7 +8,10 @@ use support::*;
 fn the_python_example_allows_five_logins_then_denies() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = root.join(".venv/bin/python3");
-    assert!(python.exists(), "run `make setup` first: it installs redis-py into .venv");
+    assert!(
+        python.exists(),
+        "run `make setup` first: it installs redis-py into .venv"
+    );
     for flavor in FLAVORS {
         let server = ServerConfig::new(flavor).start();
         let output = Command::new(&python)

@@ -4,7 +4,8 @@
 //! Redis would kill the server) and writes every reply itself, so no reply path of the
 //! crate that could panic on odd bytes is ever used.
 
-pub mod hit;
+pub mod limit;
+pub mod reset;
 pub mod testing;
 
 use crate::core::args::ArgError;

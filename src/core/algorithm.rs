@@ -112,6 +112,19 @@ pub trait Algorithm {
     /// key's expiry.
     fn expires_at_ms(state: &Self::State, quota: &Quota) -> i64;
 
+    /// The state a plain decimal count with the key's expiry stands for (see `encoding`).
+    /// Only the fixed window writes that form; for the others it is another algorithm's
+    /// state, whose usage `limiter` carries over.
+    fn from_plain_count(_count: i64, _expires_at_ms: i64) -> Option<Self::State> {
+        None
+    }
+
+    /// The plain decimal count that stands for `state` when it is a key's only tier (see
+    /// `encoding`), or `None` if this algorithm does not use that form.
+    fn to_plain_count(_state: &Self::State) -> Option<i64> {
+        None
+    }
+
     /// Appends the state's bytes (see `codec`).
     fn encode(state: &Self::State, out: &mut Vec<u8>);
 

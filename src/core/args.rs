@@ -1,17 +1,20 @@
 //! The argument grammar of the RL commands, parsed once into typed values.
 //!
-//! `RL.HIT key limit window [COST n]`: the parser sees the arguments after the key.
+//! `RL.HIT | RL.PEEK | RL.REFUND key limit window [limit window ...] [ALGO name]
+//! [BURST b] [COST n]`: the parser sees the arguments after the key.
 
 use super::algorithm::Quota;
 use super::duration::{parse_duration_ms, DurationError, DAY_MS, MAX_WINDOW_MS};
+use super::encoding::MAX_TIERS;
+use super::limiter::{AlgorithmKind, Limits};
 use std::borrow::Cow;
 
-/// The parsed arguments of RL.HIT.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HitArgs {
-    /// The limit and its window.
-    pub quota: Quota,
-    /// Units this call counts, >= 1.
+/// The parsed arguments of RL.HIT, RL.PEEK and RL.REFUND.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitArgs {
+    /// The algorithm and its tiers.
+    pub limits: Limits,
+    /// `COST`: units to count (or, for RL.REFUND, to give back), >= 1.
     pub cost: i64,
 }
 
@@ -24,9 +27,21 @@ pub enum ArgError {
     Limit,
     /// `window` is not a valid duration.
     Window(DurationError),
+    /// A `limit` without its `window`.
+    MissingWindow,
+    /// More tiers than [`MAX_TIERS`].
+    TooManyTiers,
     /// `COST` is not followed by an integer >= 1.
     Cost,
-    /// `COST` appears twice.
+    /// `BURST` is not followed by an integer >= 1.
+    Burst,
+    /// `BURST` with an algorithm that has no burst, or with several tiers.
+    BurstNotApplicable,
+    /// `ALGO` is not followed by a known algorithm name.
+    Algo,
+    /// A limit above what the algorithm supports (the sliding log's size cap).
+    LimitTooLarge(AlgorithmKind, i64),
+    /// An option appears twice.
     RepeatedOption(&'static str),
     /// An argument that is no known option; holds a printable excerpt of it.
     UnknownOption(String),
@@ -50,39 +65,99 @@ impl ArgError {
             ArgError::Window(DurationError::TooLong) => {
                 format!("ERR window must be at most {}d", MAX_WINDOW_MS / DAY_MS).into()
             }
+            ArgError::MissingWindow => {
+                "ERR each limit needs a window: limit window [limit window ...]".into()
+            }
+            ArgError::TooManyTiers => format!("ERR at most {MAX_TIERS} tiers per key").into(),
             ArgError::Cost => "ERR COST must be a positive integer".into(),
+            ArgError::Burst => "ERR BURST must be a positive integer".into(),
+            ArgError::BurstNotApplicable => {
+                "ERR BURST applies to ALGO token or gcra with a single tier".into()
+            }
+            ArgError::Algo => format!("ERR ALGO must be one of {}", algorithm_names()).into(),
+            ArgError::LimitTooLarge(kind, max) => {
+                format!("ERR ALGO {} allows a limit of at most {max}", kind.name()).into()
+            }
             ArgError::RepeatedOption(name) => format!("ERR {name} is given more than once").into(),
             ArgError::UnknownOption(arg) => {
-                format!("ERR unknown option '{arg}' (expected COST)").into()
+                format!("ERR unknown option '{arg}' (expected ALGO, BURST or COST)").into()
             }
         }
     }
 }
 
-/// Parses `limit window [COST n]`, the arguments of RL.HIT after the key.
-pub fn parse_hit(args: &[&[u8]]) -> Result<HitArgs, ArgError> {
-    let [limit, window, options @ ..] = args else {
+fn algorithm_names() -> String {
+    let names: Vec<&str> = AlgorithmKind::ALL.iter().map(|(_, name)| *name).collect();
+    names.join(", ")
+}
+
+const OPTIONS: [&str; 3] = ["ALGO", "BURST", "COST"];
+
+fn is_option(arg: &[u8]) -> bool {
+    OPTIONS
+        .iter()
+        .any(|o| arg.eq_ignore_ascii_case(o.as_bytes()))
+}
+
+/// Parses `limit window [limit window ...] [ALGO name] [BURST b] [COST n]`.
+pub fn parse_limits(args: &[&[u8]]) -> Result<LimitArgs, ArgError> {
+    if args.len() < 2 {
         return Err(ArgError::WrongArity);
-    };
-    let limit = parse_positive(limit).ok_or(ArgError::Limit)?;
-    let window_ms = parse_duration_ms(window).map_err(ArgError::Window)?;
-    let mut cost = None;
-    let mut rest = options.iter();
+    }
+    let mut rest = args.iter().copied().peekable();
+    let mut tiers = Vec::new();
+    while let Some(limit) = rest.next_if(|arg| !is_option(arg)) {
+        let limit = parse_positive(limit).ok_or(ArgError::Limit)?;
+        let window = rest
+            .next_if(|arg| !is_option(arg))
+            .ok_or(ArgError::MissingWindow)?;
+        let window_ms = parse_duration_ms(window).map_err(ArgError::Window)?;
+        if tiers.len() == MAX_TIERS {
+            return Err(ArgError::TooManyTiers);
+        }
+        tiers.push(Quota::new(limit, window_ms));
+    }
+    if tiers.is_empty() {
+        return Err(ArgError::Limit);
+    }
+    let (mut algorithm, mut burst, mut cost) = (None, None, None);
     while let Some(option) = rest.next() {
-        if option.eq_ignore_ascii_case(b"COST") {
-            if cost.is_some() {
-                return Err(ArgError::RepeatedOption("COST"));
-            }
-            let value = rest.next().ok_or(ArgError::Cost)?;
-            cost = Some(parse_positive(value).ok_or(ArgError::Cost)?);
+        if option.eq_ignore_ascii_case(b"ALGO") {
+            let kind = rest.next().and_then(AlgorithmKind::from_name);
+            set_once(&mut algorithm, kind.ok_or(ArgError::Algo)?, "ALGO")?;
+        } else if option.eq_ignore_ascii_case(b"BURST") {
+            let value = rest.next().and_then(parse_positive);
+            set_once(&mut burst, value.ok_or(ArgError::Burst)?, "BURST")?;
+        } else if option.eq_ignore_ascii_case(b"COST") {
+            let value = rest.next().and_then(parse_positive);
+            set_once(&mut cost, value.ok_or(ArgError::Cost)?, "COST")?;
         } else {
             return Err(ArgError::UnknownOption(printable_excerpt(option)));
         }
     }
-    Ok(HitArgs {
-        quota: Quota::new(limit, window_ms),
+    let algorithm = algorithm.unwrap_or(AlgorithmKind::Fixed);
+    if let Some(burst) = burst {
+        if !algorithm.has_burst() || tiers.len() != 1 {
+            return Err(ArgError::BurstNotApplicable);
+        }
+        tiers[0].burst = burst;
+    }
+    if let Some(max) = algorithm.max_limit() {
+        if tiers.iter().any(|q| q.limit > max) {
+            return Err(ArgError::LimitTooLarge(algorithm, max));
+        }
+    }
+    Ok(LimitArgs {
+        limits: Limits { algorithm, tiers },
         cost: cost.unwrap_or(1),
     })
+}
+
+fn set_once<T>(slot: &mut Option<T>, value: T, name: &'static str) -> Result<(), ArgError> {
+    if slot.replace(value).is_some() {
+        return Err(ArgError::RepeatedOption(name));
+    }
+    Ok(())
 }
 
 /// An integer >= 1 written in plain decimal digits.
@@ -112,33 +187,52 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn parse(args: &[&str]) -> Result<HitArgs, ArgError> {
+    fn parse(args: &[&str]) -> Result<LimitArgs, ArgError> {
         let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        parse_hit(&bytes)
+        parse_limits(&bytes)
+    }
+
+    fn single(limit: i64, window_ms: i64, cost: i64) -> LimitArgs {
+        LimitArgs {
+            limits: Limits {
+                algorithm: AlgorithmKind::Fixed,
+                tiers: vec![Quota::new(limit, window_ms)],
+            },
+            cost,
+        }
     }
 
     #[test]
     fn parses_limit_window_and_cost() {
-        let quota = Quota::new(5, 60_000);
-        assert_eq!(parse(&["5", "1m"]), Ok(HitArgs { quota, cost: 1 }));
+        assert_eq!(parse(&["5", "1m"]), Ok(single(5, 60_000, 1)));
+        assert_eq!(parse(&["5", "60", "cost", "3"]), Ok(single(5, 60_000, 3)));
+        assert_eq!(parse(&["5", "60s", "CoSt", "5"]), Ok(single(5, 60_000, 5)));
         assert_eq!(
-            parse(&["5", "60", "cost", "3"]),
-            Ok(HitArgs { quota, cost: 3 })
-        );
-        assert_eq!(
-            parse(&["5", "60s", "CoSt", "5"]),
-            Ok(HitArgs { quota, cost: 5 })
+            parse(&["5", "60s", "ALGO", "Fixed"]),
+            Ok(single(5, 60_000, 1))
         );
         let max = parse(&["9223372036854775807", "1s", "COST", "9223372036854775807"]);
+        assert_eq!(max, Ok(single(i64::MAX, 1_000, i64::MAX)));
+    }
+
+    #[test]
+    fn parses_tiers_in_order() {
+        let args = parse(&["10", "1s", "1000", "1h", "COST", "2"]).expect("valid");
         assert_eq!(
-            max.map(|a| (a.quota.limit, a.cost)),
-            Ok((i64::MAX, i64::MAX))
+            args.limits.tiers,
+            vec![Quota::new(10, 1_000), Quota::new(1_000, 3_600_000)]
         );
+        assert_eq!(args.cost, 2);
+        let eight: Vec<&str> = ["1", "1s"].repeat(8);
+        assert_eq!(parse(&eight).map(|a| a.limits.tiers.len()), Ok(8));
+        let nine: Vec<&str> = ["1", "1s"].repeat(9);
+        assert_eq!(parse(&nine), Err(ArgError::TooManyTiers));
     }
 
     #[test]
     fn refuses_each_malformed_argument_by_name() {
         use ArgError::*;
+        #[rustfmt::skip]
         let cases: &[(&[&str], ArgError)] = &[
             (&[], WrongArity),
             (&["5"], WrongArity),
@@ -147,26 +241,24 @@ mod tests {
             (&["1.5", "1m"], Limit),
             (&["five", "1m"], Limit),
             (&["9223372036854775808", "1m"], Limit),
+            (&["COST", "1"], Limit),
             (&["5", "0"], Window(DurationError::TooShort)),
             (&["5", "-1"], Window(DurationError::Malformed)),
             (&["5", "1y"], Window(DurationError::UnknownUnit)),
-            (
-                &["5", "9223372036854775807"],
-                Window(DurationError::TooLong),
-            ),
+            (&["5", "9223372036854775807"], Window(DurationError::TooLong)),
+            (&["5", "1m", "10"], MissingWindow),
+            (&["5", "1m", "10", "COST", "1"], MissingWindow),
             (&["5", "1m", "COST"], Cost),
             (&["5", "1m", "COST", "0"], Cost),
             (&["5", "1m", "COST", "-2"], Cost),
             (&["5", "1m", "COST", "x"], Cost),
-            (
-                &["5", "1m", "COST", "1", "COST", "1"],
-                RepeatedOption("COST"),
-            ),
-            (&["5", "1m", "BURST", "1"], UnknownOption("BURST".into())),
-            (
-                &["5", "1m", "COST", "1", "extra"],
-                UnknownOption("extra".into()),
-            ),
+            (&["5", "1m", "COST", "1", "COST", "1"], RepeatedOption("COST")),
+            (&["5", "1m", "ALGO"], Algo),
+            (&["5", "1m", "ALGO", "leaky"], Algo),
+            (&["5", "1m", "ALGO", "fixed", "ALGO", "fixed"], RepeatedOption("ALGO")),
+            (&["5", "1m", "BURST", "0"], Burst),
+            (&["5", "1m", "BURST", "2"], BurstNotApplicable),
+            (&["5", "1m", "COST", "1", "extra"], UnknownOption("extra".into())),
         ];
         for (args, err) in cases {
             assert_eq!(parse(args).as_ref(), Err(err), "{:?}", args);
@@ -177,10 +269,13 @@ mod tests {
     #[test]
     fn quotes_unknown_options_safely() {
         let nul_and_newline: &[u8] = b"x\0\r\ny";
-        let err = parse_hit(&[b"5", b"1m", nul_and_newline]).unwrap_err();
-        assert_eq!(err.message(), "ERR unknown option 'x???y' (expected COST)");
+        let err = parse_limits(&[b"5", b"1m", b"COST", b"1", nul_and_newline]).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "ERR unknown option 'x???y' (expected ALGO, BURST or COST)"
+        );
         let long = [b'a'; 100];
-        let err = parse_hit(&[b"5", b"1m", &long]).unwrap_err();
+        let err = parse_limits(&[b"5", b"1m", b"COST", b"1", &long]).unwrap_err();
         assert!(err.message().contains(&format!("'{}...'", "a".repeat(32))));
     }
 
@@ -190,7 +285,7 @@ mod tests {
             args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..24), 0..6)
         ) {
             let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-            if let Err(err) = parse_hit(&refs) {
+            if let Err(err) = parse_limits(&refs) {
                 let msg = err.message();
                 prop_assert!(msg.starts_with("ERR "));
                 prop_assert!(msg.bytes().all(|b| b.is_ascii_graphic() || b == b' '));

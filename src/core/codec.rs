@@ -24,7 +24,7 @@ pub fn put_i64(out: &mut Vec<u8>, value: i64) {
 }
 
 /// A cursor over a stored value.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reader<'a> {
     bytes: &'a [u8],
 }

@@ -1,9 +1,93 @@
-//! How state is written into a Redis string value.
+//! How state is written into a Redis string value. Two forms:
 //!
-//! The fixed window stores only its count, as a plain decimal integer: the window's end is
-//! the key's absolute expiry, so it need not be stored twice. A plain integer is what
-//! `INCR` would have written, which keeps the value small, readable with `GET`, and lets a
-//! replica or an AOF replayed without the module store it as an integer.
+//! - **Plain count** (single-tier fixed window, the common case): the count as a plain
+//!   decimal integer; the window's end is the key's absolute expiry, so it is not stored
+//!   twice. It is what `INCR` would have written: small, readable with `GET`, and a replica
+//!   or an AOF replayed without the module stores it as an integer.
+//! - **Tiers** (every other algorithm, and multi-tier limits): byte [`FORMAT_V1`], the
+//!   algorithm's id, the number of tiers, then per tier its parameters (varints `limit`,
+//!   `window_ms`, `burst`) and the algorithm's state. A plain count starts with a digit, so
+//!   the first byte tells the forms apart. Storing the parameters lets a key whose limit,
+//!   window or algorithm changed be carried over instead of misread.
+
+use super::algorithm::{Algorithm, Quota};
+use super::codec::{put_varint, Reader};
+
+/// First byte of the tiers form, version 1. Never an ASCII digit.
+pub const FORMAT_V1: u8 = 0x01;
+
+/// The most tiers one key holds.
+pub const MAX_TIERS: usize = 8;
+
+/// A stored value, told apart by its first byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredForm<'a> {
+    /// A plain decimal count.
+    PlainCount(i64),
+    /// The tiers form: the algorithm id, the number of tiers, and a reader at the first
+    /// tier.
+    Tiers {
+        /// [`Algorithm::ID`] of the algorithm that wrote the value.
+        algorithm: u8,
+        /// Number of tiers, 1..=[`MAX_TIERS`].
+        count: usize,
+        /// The tiers' bytes.
+        body: Reader<'a>,
+    },
+}
+
+/// Tells what form `bytes` are in; `None` for a value this module did not write.
+pub fn classify(bytes: &[u8]) -> Option<StoredForm<'_>> {
+    match bytes.first()? {
+        b'1'..=b'9' => decode_count(bytes).map(StoredForm::PlainCount),
+        &FORMAT_V1 => {
+            let mut body = Reader::new(&bytes[1..]);
+            let algorithm = body.byte()?;
+            let count = usize::from(body.byte()?);
+            (1..=MAX_TIERS)
+                .contains(&count)
+                .then_some(StoredForm::Tiers {
+                    algorithm,
+                    count,
+                    body,
+                })
+        }
+        _ => None,
+    }
+}
+
+/// Reads `count` tiers of algorithm `A` from `body`, which must hold exactly that.
+pub fn decode_tiers<A: Algorithm>(
+    mut body: Reader<'_>,
+    count: usize,
+) -> Option<Vec<(Quota, A::State)>> {
+    let mut tiers = Vec::with_capacity(count);
+    for _ in 0..count {
+        let quota = Quota {
+            limit: body.positive()?,
+            window_ms: body.positive()?,
+            burst: body.positive()?,
+        };
+        tiers.push((quota, A::decode(&mut body)?));
+    }
+    body.is_empty().then_some(tiers)
+}
+
+/// Writes tiers of algorithm `A` in the tiers form.
+pub fn encode_tiers<A: Algorithm>(tiers: &[(Quota, A::State)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(3 + tiers.len() * 24);
+    out.push(FORMAT_V1);
+    out.push(A::ID);
+    // The parser caps tiers at MAX_TIERS (8), so the count fits a byte.
+    out.push(tiers.len().min(MAX_TIERS) as u8);
+    for (quota, state) in tiers.iter().take(MAX_TIERS) {
+        put_varint(&mut out, quota.limit);
+        put_varint(&mut out, quota.window_ms);
+        put_varint(&mut out, quota.burst);
+        A::encode(state, &mut out);
+    }
+    out
+}
 
 /// Longest decimal form of a positive `i64`.
 pub const MAX_COUNT_LEN: usize = 19;
@@ -40,7 +124,61 @@ pub fn encode_count(count: i64, buf: &mut [u8; 20]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::fixed_window::{Fixed, WindowState};
     use proptest::prelude::*;
+
+    #[test]
+    fn tells_the_forms_apart_and_refuses_foreign_values() {
+        assert_eq!(classify(b"42"), Some(StoredForm::PlainCount(42)));
+        for foreign in [
+            &b""[..],
+            b"hello",
+            b"0",
+            b"\x01",
+            b"\x01\x01",
+            b"\x01\x01\x00",
+            b"\x01\x01\x09",
+        ] {
+            assert_eq!(classify(foreign), None, "{:?}", foreign);
+        }
+    }
+
+    #[test]
+    fn tiers_round_trip_and_trailing_bytes_are_refused() {
+        let tiers = vec![
+            (
+                Quota::new(10, 1_000),
+                WindowState {
+                    count: 3,
+                    ends_at_ms: 5_000,
+                },
+            ),
+            (
+                Quota::new(1_000, 3_600_000),
+                WindowState {
+                    count: 70,
+                    ends_at_ms: 3_600_000,
+                },
+            ),
+        ];
+        let bytes = encode_tiers::<Fixed>(&tiers);
+        let Some(StoredForm::Tiers {
+            algorithm,
+            count,
+            body,
+        }) = classify(&bytes)
+        else {
+            panic!("not the tiers form: {bytes:?}");
+        };
+        assert_eq!((algorithm, count), (1, 2));
+        assert_eq!(decode_tiers::<Fixed>(body, count), Some(tiers));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        let Some(StoredForm::Tiers { body, count, .. }) = classify(&longer) else {
+            panic!("header still readable");
+        };
+        assert_eq!(decode_tiers::<Fixed>(body, count), None);
+    }
 
     #[test]
     fn refuses_what_the_module_never_writes() {

@@ -136,6 +136,17 @@ impl Algorithm for Fixed {
         state.ends_at_ms
     }
 
+    fn from_plain_count(count: i64, expires_at_ms: i64) -> Option<WindowState> {
+        Some(WindowState {
+            count,
+            ends_at_ms: expires_at_ms,
+        })
+    }
+
+    fn to_plain_count(state: &WindowState) -> Option<i64> {
+        (state.count >= 1).then_some(state.count)
+    }
+
     fn encode(state: &WindowState, out: &mut Vec<u8>) {
         put_varint(out, state.count);
         put_i64(out, state.ends_at_ms);

@@ -13,3 +13,4 @@ pub mod decision;
 pub mod duration;
 pub mod encoding;
 pub mod fixed_window;
+pub mod limiter;

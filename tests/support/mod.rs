@@ -338,12 +338,14 @@ pub fn primary_with_replica_configs(
     (primary, replica)
 }
 
-/// Waits until every write the primary made reached `replicas` replicas.
-pub fn wait_for_replicas(primary: &Server, replicas: i64) {
+/// Waits until every write made on `con` (a connection to the primary) reached
+/// `replicas` replicas. `WAIT` only covers the writes of the connection it is sent on, so
+/// it must be the connection that wrote.
+pub fn wait_for_replicas(con: &mut Connection, replicas: i64) {
     let acked: i64 = redis::cmd("WAIT")
         .arg(replicas)
         .arg(10_000)
-        .query(&mut primary.conn())
+        .query(con)
         .expect("WAIT");
     assert_eq!(acked, replicas, "replicas acknowledged the writes");
 }

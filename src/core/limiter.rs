@@ -1,0 +1,484 @@
+//! Multi-tier, all-or-nothing checks over any algorithm, and what a key's stored value
+//! means for the request at hand.
+//!
+//! A request names an algorithm and one or more tiers (`limit` per `window`). Every tier is
+//! checked; the units are counted in all of them or in none. The reply is the binding tier:
+//! the smallest `remaining`, the longest `retry_after_ms`, the latest reset.
+//!
+//! **Changed parameters.** A key keeps the parameters it was written with. When a request
+//! names other ones (another algorithm, window, limit or burst, or another number of
+//! tiers), or when a stored state lasts longer than the algorithm's span from now (the
+//! clock went back by more than a window), the key starts afresh from its usage: the units
+//! the old state still counts (the largest over its tiers, at most each new tier's
+//! capacity) are counted again under the new parameters, at `now`. So a change never grants
+//! more than the new limit allows on top of what was already used, and never makes a client
+//! wait longer than one new window. That renewal is written even when the hit is denied, so
+//! the announced `retry_after_ms` holds. A limit change on a single-tier fixed window needs
+//! no renewal: the count simply meets the new limit.
+
+use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck};
+use super::decision::{Decision, NEVER};
+use super::encoding::{classify, decode_tiers, encode_count, encode_tiers, StoredForm};
+use super::fixed_window::{Fixed, WindowState};
+
+/// The algorithms a request can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlgorithmKind {
+    /// Fixed window (`fixed`).
+    Fixed,
+}
+
+impl AlgorithmKind {
+    /// Every algorithm with its name in commands.
+    pub const ALL: [(AlgorithmKind, &'static str); 1] = [(AlgorithmKind::Fixed, "fixed")];
+
+    /// The algorithm named `name` (case-insensitive).
+    pub fn from_name(name: &[u8]) -> Option<AlgorithmKind> {
+        Self::ALL
+            .iter()
+            .find(|(_, known)| name.eq_ignore_ascii_case(known.as_bytes()))
+            .map(|(kind, _)| *kind)
+    }
+
+    /// The algorithm whose [`Algorithm::ID`] is `id`.
+    pub fn from_id(id: u8) -> Option<AlgorithmKind> {
+        Self::ALL
+            .iter()
+            .map(|(kind, _)| *kind)
+            .find(|kind| kind.id() == id)
+    }
+
+    /// The algorithm's name in commands.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(kind, _)| *kind == self)
+            .map_or("?", |(_, name)| name)
+    }
+
+    /// Whether the algorithm takes a `BURST` (a bucket capacity apart from the limit).
+    pub fn has_burst(self) -> bool {
+        false
+    }
+
+    /// The largest `limit` the algorithm accepts, if it has a cap.
+    pub fn max_limit(self) -> Option<i64> {
+        None
+    }
+
+    fn id(self) -> u8 {
+        with_algorithm!(self, id_of())
+    }
+}
+
+/// Calls the generic function `f::<A>(args)` with `A` the algorithm `kind` names.
+macro_rules! with_algorithm {
+    ($kind:expr, $f:ident ( $($arg:expr),* )) => {
+        match $kind {
+            AlgorithmKind::Fixed => $f::<Fixed>($($arg),*),
+        }
+    };
+}
+use with_algorithm;
+
+fn id_of<A: Algorithm>() -> u8 {
+    A::ID
+}
+
+/// What a request asks for: an algorithm and its tiers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// The algorithm.
+    pub algorithm: AlgorithmKind,
+    /// One or more tiers, all checked.
+    pub tiers: Vec<Quota>,
+}
+
+/// What to do with the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Check and, when every tier allows, count `cost` units (RL.HIT).
+    Hit {
+        /// Units to count, >= 1.
+        cost: i64,
+    },
+    /// Answer what [`Action::Hit`] would, writing nothing (RL.PEEK).
+    Peek {
+        /// Units to check, >= 1.
+        cost: i64,
+    },
+    /// Give back up to `amount` units counted earlier (RL.REFUND).
+    Refund {
+        /// Units to give back, >= 1.
+        amount: i64,
+    },
+}
+
+/// What the key must become.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Nothing changes: nothing is written or propagated.
+    Nothing,
+    /// Store `value`, expiring at the absolute `expires_at_ms`.
+    Set {
+        /// The encoded state.
+        value: Vec<u8>,
+        /// Absolute expiry in ms: when the state is the same as no state.
+        expires_at_ms: i64,
+    },
+    /// Remove the key: its state is now the same as no state.
+    Delete,
+}
+
+/// The answer to a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The binding tier's answer (see the module docs).
+    pub decision: Decision,
+    /// Each tier's own answer, in request order.
+    pub tiers: Vec<Decision>,
+    /// The change to store.
+    pub write: Write,
+}
+
+/// Why a request could not be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimiterError {
+    /// The key holds a value this module did not write.
+    NotOurs,
+    /// The clock or a parameter is beyond what the arithmetic supports.
+    OutOfRange,
+}
+
+impl From<OutOfRange> for LimiterError {
+    fn from(_: OutOfRange) -> Self {
+        LimiterError::OutOfRange
+    }
+}
+
+/// Answers `action` for `limits` on a key holding `stored` (`None`: no key) at `now_ms`.
+/// `expiry` gives the key's absolute expiry; it is asked only for a plain count, whose
+/// window end it is.
+pub fn run(
+    limits: &Limits,
+    action: Action,
+    stored: Option<&[u8]>,
+    expiry: impl FnOnce() -> Option<i64>,
+    now_ms: i64,
+) -> Result<Outcome, LimiterError> {
+    with_algorithm!(
+        limits.algorithm,
+        run_with(&limits.tiers, action, stored, expiry, now_ms)
+    )
+}
+
+fn run_with<A: Algorithm>(
+    tiers: &[Quota],
+    action: Action,
+    stored: Option<&[u8]>,
+    expiry: impl FnOnce() -> Option<i64>,
+    now_ms: i64,
+) -> Result<Outcome, LimiterError> {
+    let prior = read_prior::<A>(stored, expiry, now_ms)?;
+    let start = starting_states::<A>(prior, tiers, now_ms)?;
+    Ok(match action {
+        Action::Hit { cost } => check::<A>(start, tiers, now_ms, cost, true)?,
+        Action::Peek { cost } => check::<A>(start, tiers, now_ms, cost, false)?,
+        Action::Refund { amount } => refund::<A>(start, tiers, now_ms, amount)?,
+    })
+}
+
+/// What a key's value means to algorithm `A`.
+enum Prior<S> {
+    /// No key.
+    Empty,
+    /// States of `A`, with the parameters they were written with (unknown for a plain
+    /// count).
+    Same(Vec<(Option<Quota>, S)>),
+    /// Another algorithm's state, reduced to the units it still counts.
+    Usage(i64),
+}
+
+fn read_prior<A: Algorithm>(
+    stored: Option<&[u8]>,
+    expiry: impl FnOnce() -> Option<i64>,
+    now_ms: i64,
+) -> Result<Prior<A::State>, LimiterError> {
+    let Some(bytes) = stored else {
+        return Ok(Prior::Empty);
+    };
+    Ok(match classify(bytes).ok_or(LimiterError::NotOurs)? {
+        StoredForm::PlainCount(count) => {
+            // A plain count without an expiry was not written by this module.
+            let ends_at_ms = expiry().ok_or(LimiterError::NotOurs)?;
+            match A::from_plain_count(count, ends_at_ms) {
+                Some(state) => Prior::Same(vec![(None, state)]),
+                None => {
+                    let window = WindowState { count, ends_at_ms };
+                    Prior::Usage(Fixed::used(&window, now_ms, &Quota::new(1, 1)))
+                }
+            }
+        }
+        StoredForm::Tiers {
+            algorithm,
+            count,
+            body,
+        } if algorithm == A::ID => {
+            let tiers = decode_tiers::<A>(body, count).ok_or(LimiterError::NotOurs)?;
+            Prior::Same(tiers.into_iter().map(|(q, s)| (Some(q), s)).collect())
+        }
+        StoredForm::Tiers {
+            algorithm,
+            count,
+            body,
+        } => {
+            let kind = AlgorithmKind::from_id(algorithm).ok_or(LimiterError::NotOurs)?;
+            let used = with_algorithm!(kind, largest_usage(body, count, now_ms));
+            Prior::Usage(used.ok_or(LimiterError::NotOurs)?)
+        }
+    })
+}
+
+/// The largest number of units any stored tier of algorithm `B` still counts.
+fn largest_usage<B: Algorithm>(
+    body: super::codec::Reader<'_>,
+    count: usize,
+    now_ms: i64,
+) -> Option<i64> {
+    let tiers = decode_tiers::<B>(body, count)?;
+    Some(
+        tiers
+            .iter()
+            .map(|(q, s)| B::used(s, now_ms, q))
+            .max()
+            .unwrap_or(0),
+    )
+}
+
+/// The states the request starts from, one per tier (`None`: empty).
+struct Start<S> {
+    states: Vec<Option<S>>,
+    /// The key was renewed from its usage (see the module docs): worth writing even when
+    /// nothing is counted.
+    renewed: bool,
+}
+
+fn starting_states<A: Algorithm>(
+    prior: Prior<A::State>,
+    tiers: &[Quota],
+    now_ms: i64,
+) -> Result<Start<A::State>, OutOfRange> {
+    let empty = || Start {
+        states: vec![None; tiers.len()],
+        renewed: false,
+    };
+    let used = match prior {
+        Prior::Empty => return Ok(empty()),
+        Prior::Same(stored) => {
+            let reusable = stored.len() == tiers.len()
+                && stored
+                    .iter()
+                    .zip(tiers)
+                    .all(|((written_with, state), quota)| {
+                        written_with.is_none_or(|q| q == *quota)
+                            && A::expires_at_ms(state, quota).saturating_sub(now_ms)
+                                <= A::span_ms(quota)
+                    });
+            if reusable {
+                return Ok(Start {
+                    states: stored.into_iter().map(|(_, s)| Some(s)).collect(),
+                    renewed: false,
+                });
+            }
+            stored
+                .iter()
+                .zip(tiers.iter().cycle())
+                .map(|((written_with, state), quota)| {
+                    A::used(state, now_ms, written_with.as_ref().unwrap_or(quota))
+                })
+                .max()
+                .unwrap_or(0)
+        }
+        Prior::Usage(used) => used,
+    };
+    if used <= 0 {
+        return Ok(empty());
+    }
+    let states = tiers
+        .iter()
+        .map(|quota| A::seeded(used.min(A::capacity(quota)), now_ms, quota).map(Some))
+        .collect::<Result<_, _>>()?;
+    Ok(Start {
+        states,
+        renewed: true,
+    })
+}
+
+fn check<A: Algorithm>(
+    start: Start<A::State>,
+    tiers: &[Quota],
+    now_ms: i64,
+    cost: i64,
+    writes: bool,
+) -> Result<Outcome, OutOfRange> {
+    let checks = tiers
+        .iter()
+        .zip(&start.states)
+        .map(|(quota, state)| A::check(state.as_ref(), now_ms, quota, cost))
+        .collect::<Result<Vec<TierCheck<A::State>>, _>>()?;
+    let allowed = checks.iter().all(|c| c.decision.allowed);
+    let mut decisions = Vec::with_capacity(checks.len());
+    for ((check, quota), state) in checks.iter().zip(tiers).zip(&start.states) {
+        decisions.push(if allowed || !check.decision.allowed {
+            check.decision
+        } else {
+            // This tier would allow, but another denies, so nothing is counted here either.
+            let now = A::view(state.as_ref(), now_ms, quota)?;
+            Decision {
+                remaining: now.remaining,
+                reset_after_ms: now.reset_after_ms,
+                ..check.decision
+            }
+        });
+    }
+    let write = if !writes {
+        Write::Nothing
+    } else if allowed {
+        let charged: Option<Vec<A::State>> = checks.into_iter().map(|c| c.charged).collect();
+        charged.map_or(Write::Nothing, |states| store::<A>(tiers, &states, now_ms))
+    } else if start.renewed {
+        renewal::<A>(tiers, start.states, now_ms)
+    } else {
+        Write::Nothing
+    };
+    Ok(Outcome {
+        decision: combine(&decisions, allowed),
+        tiers: decisions,
+        write,
+    })
+}
+
+fn refund<A: Algorithm>(
+    start: Start<A::State>,
+    tiers: &[Quota],
+    now_ms: i64,
+    amount: i64,
+) -> Result<Outcome, OutOfRange> {
+    // Units counted under other parameters were not charged by this request's rules:
+    // there is nothing of them to give back.
+    let refunded: Vec<Option<A::State>> = if start.renewed {
+        vec![None; tiers.len()]
+    } else {
+        tiers
+            .iter()
+            .zip(&start.states)
+            .map(|(quota, state)| A::refund(state.as_ref(), now_ms, quota, amount))
+            .collect()
+    };
+    let changed = refunded.iter().any(Option::is_some);
+    let states: Vec<Option<A::State>> = refunded
+        .into_iter()
+        .zip(start.states)
+        .map(|(new, old)| new.or(old))
+        .collect();
+    let mut decisions = Vec::with_capacity(tiers.len());
+    for (quota, state) in tiers.iter().zip(&states) {
+        let now = A::view(state.as_ref(), now_ms, quota)?;
+        decisions.push(Decision {
+            allowed: changed,
+            limit: A::capacity(quota),
+            remaining: now.remaining,
+            reset_after_ms: now.reset_after_ms,
+            retry_after_ms: 0,
+        });
+    }
+    let write = if !changed {
+        Write::Nothing
+    } else {
+        let states: Option<Vec<A::State>> = states.into_iter().collect();
+        match states {
+            Some(states)
+                if states
+                    .iter()
+                    .zip(tiers)
+                    .any(|(state, quota)| A::used(state, now_ms, quota) > 0) =>
+            {
+                store::<A>(tiers, &states, now_ms)
+            }
+            _ => Write::Delete,
+        }
+    };
+    let mut decision = combine(&decisions, true);
+    decision.allowed = changed;
+    Ok(Outcome {
+        decision,
+        tiers: decisions,
+        write,
+    })
+}
+
+fn renewal<A: Algorithm>(tiers: &[Quota], states: Vec<Option<A::State>>, now_ms: i64) -> Write {
+    let states: Option<Vec<A::State>> = states.into_iter().collect();
+    states.map_or(Write::Nothing, |states| store::<A>(tiers, &states, now_ms))
+}
+
+/// The write that stores `states`: a plain count where the algorithm uses one, else the
+/// tiers form; the key expires when the last tier's state is the same as no state.
+fn store<A: Algorithm>(tiers: &[Quota], states: &[A::State], now_ms: i64) -> Write {
+    let expires_at_ms = states
+        .iter()
+        .zip(tiers)
+        .map(|(state, quota)| A::expires_at_ms(state, quota))
+        .max()
+        .unwrap_or(now_ms);
+    if expires_at_ms <= now_ms {
+        return Write::Delete;
+    }
+    let plain = match states {
+        [only] => A::to_plain_count(only),
+        _ => None,
+    };
+    let value = match plain {
+        Some(count) => encode_count(count, &mut [0u8; 20]).to_vec(),
+        None => {
+            let pairs: Vec<(Quota, A::State)> =
+                tiers.iter().copied().zip(states.iter().cloned()).collect();
+            encode_tiers::<A>(&pairs)
+        }
+    };
+    Write::Set {
+        value,
+        expires_at_ms,
+    }
+}
+
+/// The binding answer over all tiers: when allowed, the tier with the least remaining;
+/// when denied, the denied tier with the longest wait. `remaining` is the smallest and
+/// `reset_after_ms` the longest over all tiers.
+fn combine(tiers: &[Decision], allowed: bool) -> Decision {
+    let wait = |d: &Decision| match d.retry_after_ms {
+        NEVER => i64::MAX,
+        ms => ms,
+    };
+    let binding = if allowed {
+        tiers.iter().min_by_key(|d| d.remaining)
+    } else {
+        tiers.iter().filter(|d| !d.allowed).max_by_key(|d| wait(d))
+    };
+    let Some(binding) = binding.or(tiers.first()) else {
+        return Decision {
+            allowed,
+            limit: 0,
+            remaining: 0,
+            reset_after_ms: 0,
+            retry_after_ms: 0,
+        };
+    };
+    Decision {
+        allowed,
+        limit: binding.limit,
+        remaining: tiers.iter().map(|d| d.remaining).min().unwrap_or(0),
+        reset_after_ms: tiers.iter().map(|d| d.reset_after_ms).max().unwrap_or(0),
+        retry_after_ms: if allowed { 0 } else { binding.retry_after_ms },
+    }
+}
