@@ -482,3 +482,159 @@ fn combine(tiers: &[Decision], allowed: bool) -> Decision {
         retry_after_ms: if allowed { 0 } else { binding.retry_after_ms },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::encoding::FORMAT_V1;
+
+    const T0: i64 = 1_796_083_200_000;
+    const HOUR: i64 = 3_600_000;
+
+    fn fixed(tiers: &[(i64, i64)]) -> Limits {
+        Limits {
+            algorithm: AlgorithmKind::Fixed,
+            tiers: tiers.iter().map(|&(l, w)| Quota::new(l, w)).collect(),
+        }
+    }
+
+    /// A key as the store would hold it: value and absolute expiry.
+    #[derive(Debug, Default, Clone)]
+    struct Key(Option<(Vec<u8>, i64)>);
+
+    impl Key {
+        fn run(&mut self, limits: &Limits, action: Action, now: i64) -> Outcome {
+            let stored = self.0.clone();
+            let outcome = run(
+                limits,
+                action,
+                stored.as_ref().map(|(v, _)| v.as_slice()),
+                || stored.as_ref().map(|(_, e)| *e),
+                now,
+            )
+            .expect("answers");
+            match &outcome.write {
+                Write::Nothing => {}
+                Write::Set {
+                    value,
+                    expires_at_ms,
+                } => self.0 = Some((value.clone(), *expires_at_ms)),
+                Write::Delete => self.0 = None,
+            }
+            outcome
+        }
+    }
+
+    #[test]
+    fn every_tier_counts_or_none_does() {
+        let limits = fixed(&[(2, 1_000), (3, HOUR)]);
+        let mut key = Key::default();
+        let hit = Action::Hit { cost: 1 };
+        assert!(key.run(&limits, hit, T0).decision.allowed);
+        assert!(key.run(&limits, hit, T0 + 1).decision.allowed);
+        // The one-second tier is full: denied, and the hour tier counts nothing either.
+        let denied = key.run(&limits, hit, T0 + 2);
+        assert!(!denied.decision.allowed);
+        assert_eq!(denied.write, Write::Nothing);
+        assert_eq!(denied.decision.retry_after_ms, 998);
+        assert_eq!(denied.tiers[1].remaining, 1, "the hour tier still has room");
+        assert!(denied.tiers[1].allowed);
+        // Next second: the hour tier allows one more, then binds for the rest of the hour.
+        let third = key.run(&limits, hit, T0 + 1_000);
+        assert!(third.decision.allowed);
+        assert_eq!((third.decision.limit, third.decision.remaining), (3, 0));
+        assert_eq!(third.decision.reset_after_ms, HOUR - 1_000);
+        let fourth = key.run(&limits, hit, T0 + 2_000);
+        assert!(!fourth.decision.allowed);
+        assert_eq!(fourth.decision.limit, 3, "the binding tier is the hour");
+        assert_eq!(fourth.decision.retry_after_ms, HOUR - 2_000);
+    }
+
+    #[test]
+    fn a_single_fixed_tier_is_stored_as_a_plain_count() {
+        let mut key = Key::default();
+        key.run(&fixed(&[(5, HOUR)]), Action::Hit { cost: 2 }, T0 + 5);
+        assert_eq!(key.0, Some((b"2".to_vec(), T0 + HOUR)));
+        key.run(
+            &fixed(&[(5, HOUR), (9, 2 * HOUR)]),
+            Action::Hit { cost: 1 },
+            T0 + 6,
+        );
+        let (value, expiry) = key.0.clone().expect("stored");
+        assert_eq!(value[0], FORMAT_V1);
+        assert_eq!(expiry, T0 + 2 * HOUR);
+    }
+
+    #[test]
+    fn peek_answers_like_hit_and_writes_nothing() {
+        let limits = fixed(&[(3, HOUR)]);
+        let mut key = Key::default();
+        key.run(&limits, Action::Hit { cost: 1 }, T0);
+        let peek = key.run(&limits, Action::Peek { cost: 2 }, T0 + 1);
+        assert_eq!(peek.write, Write::Nothing);
+        let hit = key.run(&limits, Action::Hit { cost: 2 }, T0 + 1);
+        assert_eq!(peek.decision, hit.decision);
+    }
+
+    #[test]
+    fn refund_gives_back_within_the_window_and_deletes_an_emptied_key() {
+        let limits = fixed(&[(3, HOUR)]);
+        let mut key = Key::default();
+        let nothing = key.run(&limits, Action::Refund { amount: 1 }, T0);
+        assert!(!nothing.decision.allowed);
+        assert_eq!(nothing.write, Write::Nothing);
+        key.run(&limits, Action::Hit { cost: 3 }, T0);
+        let back = key.run(&limits, Action::Refund { amount: 2 }, T0 + 1);
+        assert!(back.decision.allowed);
+        assert_eq!(back.decision.remaining, 2);
+        assert_eq!(key.0, Some((b"1".to_vec(), T0 + HOUR)));
+        let more = key.run(&limits, Action::Refund { amount: 5 }, T0 + 2);
+        assert_eq!(more.decision.remaining, 3, "never above the limit");
+        assert_eq!(more.write, Write::Delete);
+    }
+
+    #[test]
+    fn a_shorter_window_carries_the_count_and_never_waits_longer_than_it() {
+        let mut key = Key::default();
+        key.run(&fixed(&[(5, HOUR)]), Action::Hit { cost: 5 }, T0 + 10);
+        // Same key, now 5 per minute: the 5 units still count, for at most a minute.
+        let denied = key.run(&fixed(&[(5, 60_000)]), Action::Hit { cost: 1 }, T0 + 20);
+        assert!(!denied.decision.allowed);
+        assert_eq!(denied.decision.retry_after_ms, 60_000 - 20);
+        assert_eq!(
+            key.0,
+            Some((b"5".to_vec(), T0 + 60_000)),
+            "renewal is written"
+        );
+        let later = key.run(&fixed(&[(5, 60_000)]), Action::Hit { cost: 1 }, T0 + 60_000);
+        assert!(later.decision.allowed);
+    }
+
+    #[test]
+    fn a_clock_back_by_more_than_a_window_costs_at_most_one_window() {
+        let limits = fixed(&[(2, 1_000)]);
+        let mut key = Key::default();
+        key.run(&limits, Action::Hit { cost: 2 }, T0 + 10_500);
+        let back = key.run(&limits, Action::Hit { cost: 1 }, T0 + 500);
+        assert!(!back.decision.allowed, "no second burst");
+        assert_eq!(back.decision.retry_after_ms, 500);
+        assert!(
+            key.run(&limits, Action::Hit { cost: 1 }, T0 + 1_000)
+                .decision
+                .allowed
+        );
+    }
+
+    #[test]
+    fn foreign_values_are_refused() {
+        let limits = fixed(&[(2, 1_000)]);
+        for (value, expiry) in [
+            (&b"hello"[..], Some(T0 + 5)),
+            (b"3", None),
+            (b"\x01\x09\x01", Some(T0)),
+        ] {
+            let err = run(&limits, Action::Hit { cost: 1 }, Some(value), || expiry, T0);
+            assert_eq!(err, Err(LimiterError::NotOurs), "{value:?}");
+        }
+    }
+}
