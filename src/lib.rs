@@ -63,5 +63,6 @@ redis_module! {
         ["RL.PEEK", command::limit::rl_peek, "readonly fast", 1, 1, 1, ""],
         ["RL.REFUND", command::limit::rl_refund, "write deny-oom fast", 1, 1, 1, ""],
         ["RL.RESET", command::reset::rl_reset, "write fast", 1, 1, 1, ""],
+        ["CL.THROTTLE", command::throttle::cl_throttle, "write deny-oom fast", 1, 1, 1, ""],
     ],
 }

@@ -7,6 +7,7 @@
 pub mod limit;
 pub mod reset;
 pub mod testing;
+pub mod throttle;
 
 use crate::core::args::ArgError;
 use crate::ffi::api;

@@ -26,7 +26,9 @@ pub struct WindowState {
 
 /// The end of the epoch-aligned window of `window_ms` that `now_ms` falls in.
 pub fn aligned_end(now_ms: i64, window_ms: i64) -> Result<i64, OutOfRange> {
-    let start = now_ms - now_ms.rem_euclid(window_ms);
+    let start = now_ms
+        .checked_sub(now_ms.rem_euclid(window_ms))
+        .ok_or(OutOfRange)?;
     start.checked_add(window_ms).ok_or(OutOfRange)
 }
 

@@ -20,17 +20,35 @@ use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck};
 use super::decision::{Decision, NEVER};
 use super::encoding::{classify, decode_tiers, encode_count, encode_tiers, StoredForm};
 use super::fixed_window::{Fixed, WindowState};
+use super::gcra::Gcra;
+use super::sliding_log::{Log, MAX_LOG_LIMIT};
+use super::sliding_window::Sliding;
+use super::token_bucket::Token;
 
 /// The algorithms a request can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlgorithmKind {
     /// Fixed window (`fixed`).
     Fixed,
+    /// Sliding window counter (`sliding`).
+    Sliding,
+    /// Exact sliding log (`log`).
+    Log,
+    /// Token bucket (`token`).
+    Token,
+    /// Generic cell rate algorithm (`gcra`).
+    Gcra,
 }
 
 impl AlgorithmKind {
     /// Every algorithm with its name in commands.
-    pub const ALL: [(AlgorithmKind, &'static str); 1] = [(AlgorithmKind::Fixed, "fixed")];
+    pub const ALL: [(AlgorithmKind, &'static str); 5] = [
+        (AlgorithmKind::Fixed, "fixed"),
+        (AlgorithmKind::Sliding, "sliding"),
+        (AlgorithmKind::Log, "log"),
+        (AlgorithmKind::Token, "token"),
+        (AlgorithmKind::Gcra, "gcra"),
+    ];
 
     /// The algorithm named `name` (case-insensitive).
     pub fn from_name(name: &[u8]) -> Option<AlgorithmKind> {
@@ -58,12 +76,15 @@ impl AlgorithmKind {
 
     /// Whether the algorithm takes a `BURST` (a bucket capacity apart from the limit).
     pub fn has_burst(self) -> bool {
-        false
+        matches!(self, AlgorithmKind::Token | AlgorithmKind::Gcra)
     }
 
     /// The largest `limit` the algorithm accepts, if it has a cap.
     pub fn max_limit(self) -> Option<i64> {
-        None
+        match self {
+            AlgorithmKind::Log => Some(MAX_LOG_LIMIT),
+            _ => None,
+        }
     }
 
     fn id(self) -> u8 {
@@ -76,6 +97,10 @@ macro_rules! with_algorithm {
     ($kind:expr, $f:ident ( $($arg:expr),* )) => {
         match $kind {
             AlgorithmKind::Fixed => $f::<Fixed>($($arg),*),
+            AlgorithmKind::Sliding => $f::<Sliding>($($arg),*),
+            AlgorithmKind::Log => $f::<Log>($($arg),*),
+            AlgorithmKind::Token => $f::<Token>($($arg),*),
+            AlgorithmKind::Gcra => $f::<Gcra>($($arg),*),
         }
     };
 }
@@ -104,7 +129,7 @@ pub enum Action {
     },
     /// Answer what [`Action::Hit`] would, writing nothing (RL.PEEK).
     Peek {
-        /// Units to check, >= 1.
+        /// Units to check, >= 1; 0 only for GCRA (CL.THROTTLE's quantity 0).
         cost: i64,
     },
     /// Give back up to `amount` units counted earlier (RL.REFUND).

@@ -8,9 +8,18 @@
 
 pub mod algorithm;
 pub mod args;
+pub mod bucket;
+pub mod cell;
 pub mod codec;
 pub mod decision;
 pub mod duration;
 pub mod encoding;
 pub mod fixed_window;
+pub mod gcra;
 pub mod limiter;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+#[cfg(test)]
+mod accuracy;
