@@ -9,8 +9,11 @@ mod core;
 mod ffi;
 mod reply;
 mod store;
+mod strings;
 
-use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
+use command::{limit, reset, testing, throttle};
+use redis_module::{raw, redis_module, Context, ModuleOptions, RedisString, Status};
+use std::ffi::CStr;
 
 // The Redis allocator is only there inside a server; unit tests use the system one.
 #[cfg(not(test))]
@@ -32,18 +35,53 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // so that a denied hit does not abort another client's WATCH.
     ctx.set_module_options(ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED);
     install_panic_hook();
+    strings::init();
     let testing = args.iter().any(|arg| {
         arg.as_slice()
             .eq_ignore_ascii_case(b"enable-testing-commands")
     });
-    if testing {
-        return command::testing::register(ctx);
+    let testing_commands: &[Command] = if testing { TESTING_COMMANDS } else { &[] };
+    for (name, callback, flags) in COMMANDS.iter().chain(testing_commands) {
+        // Every command names one key, at position 1.
+        if let Err(err) = command::register(ctx, name, Some(*callback), flags, (1, 1, 1)) {
+            ctx.log_warning(&format!("ratelimit: {err}"));
+            return Status::Err;
+        }
     }
     Status::Ok
 }
 
+/// A command's name, callback and flags.
+type Command = (
+    &'static CStr,
+    unsafe extern "C" fn(
+        *mut raw::RedisModuleCtx,
+        *mut *mut raw::RedisModuleString,
+        std::os::raw::c_int,
+    ) -> std::os::raw::c_int,
+    &'static CStr,
+);
+
+/// The commands, registered in `init` with plain C callbacks (see `command`). No
+/// `#[command]` macro and no ACL categories: both need Redis 7.2 APIs, and the module must
+/// load on 7.0.
+const COMMANDS: &[Command] = &[
+    (c"RL.HIT", limit::rl_hit, c"write deny-oom fast"),
+    (c"RL.PEEK", limit::rl_peek, c"readonly fast"),
+    (c"RL.REFUND", limit::rl_refund, c"write deny-oom fast"),
+    (c"RL.RESET", reset::rl_reset, c"write fast"),
+    (
+        c"CL.THROTTLE",
+        throttle::cl_throttle,
+        c"write deny-oom fast",
+    ),
+];
+
+/// Registered only with the module argument `enable-testing-commands`.
+const TESTING_COMMANDS: &[Command] = &[(c"RL.TESTING.PANIC", testing::rl_testing_panic, c"fast")];
+
 /// Sends panic messages to the server log: a daemonized server has no stderr to read.
-/// Handlers catch the unwind itself (see `command::guarded`).
+/// Handlers catch the unwind itself (see `command::run_guarded`).
 fn install_panic_hook() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -58,11 +96,5 @@ redis_module! {
     allocator: (ModuleAlloc, ModuleAlloc),
     data_types: [],
     init: init,
-    commands: [
-        ["RL.HIT", command::limit::rl_hit, "write deny-oom fast", 1, 1, 1, ""],
-        ["RL.PEEK", command::limit::rl_peek, "readonly fast", 1, 1, 1, ""],
-        ["RL.REFUND", command::limit::rl_refund, "write deny-oom fast", 1, 1, 1, ""],
-        ["RL.RESET", command::reset::rl_reset, "write fast", 1, 1, 1, ""],
-        ["CL.THROTTLE", command::throttle::cl_throttle, "write deny-oom fast", 1, 1, 1, ""],
-    ],
+    commands: [],
 }

@@ -7,11 +7,14 @@
 //! without reading any clock, and can do so without the module loaded.
 
 use crate::command::CommandError;
-use crate::core::encoding::encode_count;
+use crate::core::encoding::{decode_count, encode_count};
 use crate::core::limiter::Write;
 use crate::ffi::api;
-use redis_module::{raw, Context, RedisString};
-use std::os::raw::{c_char, c_int};
+use crate::strings;
+use redis_module::raw::{self, RedisModuleString};
+use redis_module::Context;
+use std::cell::Cell;
+use std::os::raw::c_int;
 
 /// The error for a string value that this module did not write.
 pub const NOT_OURS: &str = "ERR key holds a string that is not a ratelimit state";
@@ -28,35 +31,40 @@ pub enum Access {
 /// A key opened for the duration of one command.
 pub struct StoredKey<'a> {
     ctx: &'a Context,
-    name: &'a RedisString,
+    name: *mut RedisModuleString,
     key: *mut raw::RedisModuleKey,
+    /// The key's absolute expiry once read (`Some(None)`: it has none).
+    expiry: Cell<Option<Option<i64>>>,
 }
 
 impl<'a> StoredKey<'a> {
-    /// Opens `name`. A logically expired key reads as empty on a primary; on a replica it
-    /// may still be there, and the core reads its absolute times as ended.
-    pub fn open(ctx: &'a Context, name: &'a RedisString, access: Access) -> Self {
+    /// Opens the key `name` (an argument of the running command). A logically expired key
+    /// reads as empty on a primary; on a replica it may still be there, and the core reads
+    /// its absolute times as ended.
+    pub fn open(ctx: &'a Context, name: *mut RedisModuleString, access: Access) -> Self {
         let mode = match access {
             Access::Read => raw::REDISMODULE_READ,
             Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
         };
         // SAFETY: ctx and name are live for the current command.
-        let key = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.inner, mode as c_int) };
-        StoredKey { ctx, name, key }
+        let key = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name, mode as c_int) };
+        StoredKey {
+            ctx,
+            name,
+            key,
+            expiry: Cell::new(None),
+        }
     }
 
-    fn is_empty(&self) -> bool {
+    fn key_type(&self) -> isize {
         // SAFETY: self.key is open until drop.
-        let key_type = unsafe { api!(RedisModule_KeyType)(self.key) };
-        key_type as isize == raw::REDISMODULE_KEYTYPE_EMPTY
+        unsafe { api!(RedisModule_KeyType)(self.key) as isize }
     }
 
     /// The key's string value; `None` for no key; `WRONGTYPE` for another type. The bytes
     /// are valid until the key is written, which `apply` taking `&mut self` enforces.
     pub fn value(&self) -> Result<Option<&[u8]>, CommandError> {
-        // SAFETY: self.key is open until drop.
-        let key_type = unsafe { api!(RedisModule_KeyType)(self.key) };
-        match key_type as isize {
+        match self.key_type() {
             raw::REDISMODULE_KEYTYPE_EMPTY => return Ok(None),
             raw::REDISMODULE_KEYTYPE_STRING => {}
             _ => return Err(CommandError::WrongType),
@@ -74,11 +82,17 @@ impl<'a> StoredKey<'a> {
         }
     }
 
-    /// The key's absolute expiry in ms, `None` when it has none (or no key).
+    /// The key's absolute expiry in ms, `None` when it has none (or there is no key). Read
+    /// from the server once per command.
     pub fn expiry(&self) -> Option<i64> {
+        if let Some(known) = self.expiry.get() {
+            return known;
+        }
         // SAFETY: self.key is open until drop.
         let expiry = unsafe { api!(RedisModule_GetAbsExpire)(self.key) };
-        (expiry != raw::REDISMODULE_NO_EXPIRE as i64).then_some(expiry)
+        let expiry = (expiry != raw::REDISMODULE_NO_EXPIRE as i64).then_some(expiry);
+        self.expiry.set(Some(expiry));
+        expiry
     }
 
     /// Makes the change the limiter decided, and propagates it. `Nothing` writes and
@@ -90,13 +104,15 @@ impl<'a> StoredKey<'a> {
                 value,
                 expires_at_ms,
             } => {
-                if !self.is_empty() && self.expiry() == Some(*expires_at_ms) {
-                    // Same expiry: rewrite the value in place (no reallocation of the key).
+                let existed = self.key_type() != raw::REDISMODULE_KEYTYPE_EMPTY;
+                let propagated = if existed && self.expiry() == Some(*expires_at_ms) {
+                    // Same expiry: rewrite the value in place (no new object, TTL kept).
                     self.overwrite_value(value);
+                    None
                 } else {
-                    self.replace_value(value, *expires_at_ms);
-                }
-                self.propagate_set(value, *expires_at_ms);
+                    Some(self.replace_value(value, *expires_at_ms))
+                };
+                self.propagate_set(value, *expires_at_ms, propagated);
             }
             Write::Delete => {
                 // SAFETY: self.key is open for writing.
@@ -105,7 +121,7 @@ impl<'a> StoredKey<'a> {
             }
         }
         // SAFETY: ctx and name are live for the current command.
-        unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, self.name.inner) };
+        unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, self.name) };
     }
 
     /// Rewrites the value of an existing string key without touching its expiry.
@@ -126,49 +142,64 @@ impl<'a> StoredKey<'a> {
         }
     }
 
-    /// Sets the value of a new (or replaced) key and its absolute expiry.
-    fn replace_value(&self, value: &[u8], expires_at_ms: i64) {
-        // SAFETY: the string is created and freed here; StringSet takes its own reference.
+    /// Sets the value of a new (or replaced) key and its absolute expiry. Returns the new
+    /// value's string, which the caller propagates and then frees.
+    fn replace_value(&self, value: &[u8], expires_at_ms: i64) -> *mut RedisModuleString {
+        let string = strings::create(value);
+        // SAFETY: StringSet takes its own reference to `string`; self.key is open for
+        // writing.
         unsafe {
-            let string =
-                api!(RedisModule_CreateString)(self.ctx.ctx, value.as_ptr().cast(), value.len());
             api!(RedisModule_StringSet)(self.key, string);
-            api!(RedisModule_FreeString)(self.ctx.ctx, string);
             api!(RedisModule_SetAbsExpire)(self.key, expires_at_ms);
         }
+        string
     }
 
-    /// Propagates `SET key value PXAT expires_at_ms` to replicas and the AOF.
-    fn propagate_set(&self, value: &[u8], expires_at_ms: i64) {
+    /// Propagates `SET key value PXAT expires_at_ms`. `made` is the value's string if one
+    /// was made for the write; it is released here.
+    fn propagate_set(
+        &self,
+        value: &[u8],
+        expires_at_ms: i64,
+        made: Option<*mut RedisModuleString>,
+    ) {
         let mut digits = [0u8; 20];
-        let expiry = encode_count(expires_at_ms, &mut digits);
-        // SAFETY: format "sbcb" takes a RedisModuleString, a (pointer, length) buffer, a C
-        // string and another buffer; all outlive the call, which copies them.
+        let expiry = strings::expiry(expires_at_ms, encode_count(expires_at_ms, &mut digits));
+        let (value_string, owned) = match made {
+            Some(made) => (made, true),
+            None => match decode_count(value).and_then(strings::count) {
+                Some(shared) => (shared, false),
+                None => (strings::create(value), true),
+            },
+        };
+        let pxat = strings::pxat();
+        let pxat_string = pxat.unwrap_or_else(|| strings::create(b"PXAT"));
+        // SAFETY: every argument is a live server string, passed with `s`: the server takes
+        // its own reference.
         unsafe {
             api!(RedisModule_Replicate)(
                 self.ctx.ctx,
                 c"SET".as_ptr(),
-                c"sbcb".as_ptr(),
-                self.name.inner,
-                value.as_ptr().cast::<c_char>(),
-                value.len(),
-                c"PXAT".as_ptr(),
-                expiry.as_ptr().cast::<c_char>(),
-                expiry.len(),
+                c"ssss".as_ptr(),
+                self.name,
+                value_string,
+                pxat_string,
+                expiry,
             );
+        }
+        if owned {
+            strings::free(value_string);
+        }
+        if pxat.is_none() {
+            strings::free(pxat_string);
         }
     }
 
     /// Propagates `DEL key`.
     fn propagate_del(&self) {
-        // SAFETY: format "s" takes one RedisModuleString, live for the call.
+        // SAFETY: the key name is a live server string, passed with `s`.
         unsafe {
-            api!(RedisModule_Replicate)(
-                self.ctx.ctx,
-                c"DEL".as_ptr(),
-                c"s".as_ptr(),
-                self.name.inner,
-            );
+            api!(RedisModule_Replicate)(self.ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name);
         }
     }
 }

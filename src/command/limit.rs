@@ -4,41 +4,42 @@
 //! tier and counts in all or none; RL.PEEK answers the same without writing; RL.REFUND
 //! gives back up to `COST` units.
 
-use super::{arg_bytes, CommandError, CommandResult};
+use super::{command_handler, Args, CommandError, CommandResult};
 use crate::core::args::parse_limits;
-use crate::core::limiter::{self, Action, LimiterError};
+use crate::core::limiter::{self, Action, LimiterError, Limits, Outcome};
 use crate::store::{Access, StoredKey};
 use crate::{clock, reply};
-use redis_module::{Context, RedisResult, RedisString};
+use redis_module::Context;
 
-/// RL.HIT: check and count.
-pub fn rl_hit(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    super::guarded(ctx, args, |ctx, args| {
-        run(ctx, args, |cost| Action::Hit { cost })
-    })
-}
+command_handler!(rl_hit, |ctx, args| run(ctx, args, |cost| Action::Hit {
+    cost
+}));
+command_handler!(rl_peek, |ctx, args| run(ctx, args, |cost| Action::Peek {
+    cost
+}));
+command_handler!(rl_refund, |ctx, args| run(ctx, args, |amount| {
+    Action::Refund { amount }
+}));
 
-/// RL.PEEK: what RL.HIT would answer, without writing (runs on replicas).
-pub fn rl_peek(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    super::guarded(ctx, args, |ctx, args| {
-        run(ctx, args, |cost| Action::Peek { cost })
-    })
-}
-
-/// RL.REFUND: give back up to `COST` units counted earlier.
-pub fn rl_refund(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    super::guarded(ctx, args, |ctx, args| {
-        run(ctx, args, |amount| Action::Refund { amount })
-    })
-}
-
-fn run(ctx: &Context, args: &[RedisString], action: fn(i64) -> Action) -> CommandResult {
-    let [_, key_name, rest @ ..] = args else {
+fn run(ctx: &Context, args: Args<'_>, action: fn(i64) -> Action) -> CommandResult {
+    if args.len() < 2 {
         return Err(CommandError::WrongArity);
-    };
-    let rest: Vec<&[u8]> = rest.iter().map(arg_bytes).collect();
-    let request = parse_limits(&rest)?;
-    let action = action(request.cost);
+    }
+    let request = parse_limits(args.bytes_from(2))?;
+    let outcome = decide(ctx, args, &request.limits, action(request.cost))?;
+    reply::outcome(ctx, &outcome);
+    Ok(())
+}
+
+/// Runs `action` on the key at argument 1: load, decide with the server's clock, store
+/// and propagate the change. Shared by every command that goes through the limiter.
+pub fn decide(
+    ctx: &Context,
+    args: Args<'_>,
+    limits: &Limits,
+    action: Action,
+) -> Result<Outcome, CommandError> {
+    let key_name = args.string(1).ok_or(CommandError::WrongArity)?;
     let access = match action {
         Action::Peek { .. } => Access::Read,
         _ => Access::Write,
@@ -46,15 +47,13 @@ fn run(ctx: &Context, args: &[RedisString], action: fn(i64) -> Action) -> Comman
     let mut key = StoredKey::open(ctx, key_name, access);
     let stored = key.value()?;
     let now_ms = clock::now_ms();
-    let outcome = limiter::run(&request.limits, action, stored, || key.expiry(), now_ms)
-        .map_err(limiter_error)?;
+    let outcome =
+        limiter::run(limits, action, stored, || key.expiry(), now_ms).map_err(limiter_error)?;
     key.apply(&outcome.write);
-    reply::outcome(ctx, &outcome);
-    Ok(())
+    Ok(outcome)
 }
 
-/// The error reply for a limiter failure.
-pub fn limiter_error(err: LimiterError) -> CommandError {
+fn limiter_error(err: LimiterError) -> CommandError {
     CommandError::Message(match err {
         LimiterError::NotOurs => crate::store::NOT_OURS.into(),
         LimiterError::OutOfRange => "ERR the server clock is out of the supported range".into(),

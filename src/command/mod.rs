@@ -1,8 +1,10 @@
 //! Command handlers: parse -> load -> core -> store -> propagate -> reply.
 //!
-//! Every handler runs inside [`guarded`], which catches panics (a panic that reached
-//! Redis would kill the server) and writes every reply itself, so no reply path of the
-//! crate that could panic on odd bytes is ever used.
+//! Commands are registered with plain `extern "C"` handlers ([`command_handler!`]) that read
+//! the server's argument vector in place: no argument is copied or reference-counted on
+//! the way in. Every handler runs inside [`run_guarded`], which catches panics (a panic
+//! that reached Redis would kill the server) and writes every reply itself, so no reply
+//! path that could panic on odd bytes is ever used.
 
 pub mod limit;
 pub mod reset;
@@ -11,12 +13,13 @@ pub mod throttle;
 
 use crate::core::args::ArgError;
 use crate::ffi::api;
-use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context};
 use std::borrow::Cow;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
+use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// Why a command failed; [`guarded`] turns it into the error reply.
+/// Why a command failed; [`run_guarded`] turns it into the error reply.
 #[derive(Debug)]
 pub enum CommandError {
     /// Redis's standard "wrong number of arguments" error.
@@ -39,18 +42,99 @@ impl From<ArgError> for CommandError {
 /// What a handler returns: `Ok` once it has replied.
 pub type CommandResult = Result<(), CommandError>;
 
-const WRONGTYPE: &std::ffi::CStr =
-    c"WRONGTYPE Operation against a key holding the wrong kind of value";
-const INTERNAL_ERROR: &std::ffi::CStr =
+/// A command handler: the context and the arguments (the command name first).
+pub type Handler = fn(&Context, Args<'_>) -> CommandResult;
+
+const WRONGTYPE: &CStr = c"WRONGTYPE Operation against a key holding the wrong kind of value";
+const INTERNAL_ERROR: &CStr =
     c"ERR internal error in the ratelimit module; the server log has the details";
 
+/// The arguments of the running command, as the server holds them.
+#[derive(Clone, Copy)]
+pub struct Args<'a> {
+    argv: &'a [*mut raw::RedisModuleString],
+}
+
+impl<'a> Args<'a> {
+    /// Wraps the server's argument vector.
+    ///
+    /// # Safety
+    /// `argv` must point to `argc` live strings that outlive `'a` (true for the duration
+    /// of a command callback).
+    unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
+        let len = usize::try_from(argc).unwrap_or(0);
+        let argv = if argv.is_null() || len == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(argv, len)
+        };
+        Args { argv }
+    }
+
+    /// How many arguments, the command name included.
+    pub fn len(&self) -> usize {
+        self.argv.len()
+    }
+
+    /// The argument at `index` as the server's string object (for keys and propagation).
+    pub fn string(&self, index: usize) -> Option<*mut raw::RedisModuleString> {
+        self.argv.get(index).copied()
+    }
+
+    /// The bytes of the arguments from `start` on, borrowed from the server.
+    pub fn bytes_from(&self, start: usize) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
+        self.argv
+            .get(start..)
+            .unwrap_or(&[])
+            .iter()
+            .map(|&s| string_bytes(s))
+    }
+}
+
+/// The bytes of a server string, borrowed for as long as the string lives.
+fn string_bytes<'a>(string: *mut raw::RedisModuleString) -> &'a [u8] {
+    let mut len = 0usize;
+    // SAFETY: `string` is a live argument of the current command; the pointer returned
+    // stays valid while the command runs, which bounds every use of the slice.
+    unsafe {
+        let ptr = api!(RedisModule_StringPtrLen)(string, &mut len);
+        if ptr.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+    }
+}
+
+/// Defines `extern "C" fn $name`, the callback registered for a command, running
+/// `$handler` under [`run_guarded`].
+macro_rules! command_handler {
+    ($name:ident, $handler:expr) => {
+        pub extern "C" fn $name(
+            ctx: *mut redis_module::raw::RedisModuleCtx,
+            argv: *mut *mut redis_module::raw::RedisModuleString,
+            argc: std::os::raw::c_int,
+        ) -> std::os::raw::c_int {
+            // SAFETY: the server calls this with its context and argument vector, both
+            // live until we return.
+            unsafe { $crate::command::run_guarded(ctx, argv, argc, $handler) }
+        }
+    };
+}
+pub(crate) use command_handler;
+
 /// Runs `handler`, catching any panic, and replies with its error if it failed.
-pub fn guarded(
-    ctx: &Context,
-    args: Vec<RedisString>,
-    handler: fn(&Context, &[RedisString]) -> CommandResult,
-) -> RedisResult {
-    let outcome = catch_unwind(AssertUnwindSafe(|| handler(ctx, &args)));
+///
+/// # Safety
+/// `ctx`, `argv` and `argc` must be what the server passed to a command callback.
+pub unsafe fn run_guarded(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: Handler,
+) -> c_int {
+    let context = Context::new(ctx);
+    let args = Args::new(argv, argc);
+    let outcome = catch_unwind(AssertUnwindSafe(|| handler(&context, args)));
     // A panic inside the handler may have left a reply half written; the error still
     // tells the client, and the panic hook has logged the cause.
     let error = match outcome {
@@ -61,9 +145,9 @@ pub fn guarded(
         ))),
     };
     if let Some(err) = error {
-        reply_error(ctx, err);
+        reply_error(&context, err);
     }
-    Ok(RedisValue::NoReply)
+    raw::REDISMODULE_OK as c_int
 }
 
 fn reply_error(ctx: &Context, err: CommandError) {
@@ -86,17 +170,30 @@ fn reply_error(ctx: &Context, err: CommandError) {
     }
 }
 
-/// The bytes of a command argument, borrowed from the server for the call's duration.
-pub fn arg_bytes(arg: &RedisString) -> &[u8] {
-    let mut len = 0usize;
-    // SAFETY: `arg.inner` is a live argument of the current command; the returned pointer
-    // stays valid as long as `arg` does, which the lifetime ties it to.
-    unsafe {
-        let ptr = api!(RedisModule_StringPtrLen)(arg.inner, &mut len);
-        if ptr.is_null() {
-            return &[];
-        }
-        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+/// Registers a command with its callback, flags and key positions (first, last, step).
+pub fn register(
+    ctx: &Context,
+    name: &CStr,
+    callback: raw::RedisModuleCmdFunc,
+    flags: &CStr,
+    keys: (c_int, c_int, c_int),
+) -> Result<(), String> {
+    // SAFETY: called during module load with the load context; the C strings outlive it.
+    let status = unsafe {
+        api!(RedisModule_CreateCommand)(
+            ctx.ctx,
+            name.as_ptr(),
+            callback,
+            flags.as_ptr(),
+            keys.0,
+            keys.1,
+            keys.2,
+        )
+    };
+    if status == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err(format!("cannot register {name:?}"))
     }
 }
 

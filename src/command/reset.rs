@@ -1,31 +1,28 @@
 //! `RL.RESET key`: forget a key's rate-limit state.
 
-use super::{CommandError, CommandResult};
+use super::{command_handler, Args, CommandError, CommandResult};
 use crate::core::encoding::classify;
 use crate::core::limiter::Write;
 use crate::reply;
-use crate::store::{Access, StoredKey};
-use redis_module::{Context, RedisResult, RedisString};
+use crate::store::{Access, StoredKey, NOT_OURS};
+use redis_module::Context;
 
-/// RL.RESET: deletes the key if it holds a rate-limit state (propagated as `DEL`);
-/// replies 1 if it did, 0 if there was no key. Other values are refused, not deleted.
-pub fn rl_reset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    super::guarded(ctx, args, run)
-}
+command_handler!(rl_reset, run);
 
-fn run(ctx: &Context, args: &[RedisString]) -> CommandResult {
-    let [_, key_name] = args else {
+/// Deletes the key if it holds a rate-limit state (propagated as `DEL`); replies 1 if it
+/// did, 0 if there was no key. Other values are refused, not deleted.
+fn run(ctx: &Context, args: Args<'_>) -> CommandResult {
+    let (2, Some(key_name)) = (args.len(), args.string(1)) else {
         return Err(CommandError::WrongArity);
     };
     let mut key = StoredKey::open(ctx, key_name, Access::Write);
-    let ours = key.value()?.map(|bytes| classify(bytes).is_some());
-    let deleted = match ours {
+    let deleted = match key.value()?.map(|bytes| classify(bytes).is_some()) {
         None => false,
         Some(true) => {
             key.apply(&Write::Delete);
             true
         }
-        Some(false) => return Err(CommandError::Message(crate::store::NOT_OURS.into())),
+        Some(false) => return Err(CommandError::Message(NOT_OURS.into())),
     };
     reply::integer(ctx, i64::from(deleted));
     Ok(())

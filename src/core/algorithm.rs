@@ -4,7 +4,7 @@
 //! Every function is pure: the state a key holds, the server's clock reading and the
 //! request's parameters in; a decision and the next state out.
 
-use super::codec::Reader;
+use super::codec::{Bytes, Reader};
 use super::decision::Decision;
 
 /// The parameters of one tier: `limit` units per `window_ms`, with a `burst` capacity
@@ -126,7 +126,7 @@ pub trait Algorithm {
     }
 
     /// Appends the state's bytes (see `codec`).
-    fn encode(state: &Self::State, out: &mut Vec<u8>);
+    fn encode(state: &Self::State, out: &mut Bytes);
 
     /// Reads a state written by [`encode`](Self::encode); `None` if the bytes are not one.
     fn decode(reader: &mut Reader<'_>) -> Option<Self::State>;

@@ -6,7 +6,7 @@
 use super::algorithm::Quota;
 use super::duration::{parse_duration_ms, DurationError, DAY_MS, MAX_WINDOW_MS};
 use super::encoding::MAX_TIERS;
-use super::limiter::{AlgorithmKind, Limits};
+use super::limiter::{AlgorithmKind, Limits, Tiers};
 use std::borrow::Cow;
 
 /// The parsed arguments of RL.HIT, RL.PEEK and RL.REFUND.
@@ -99,13 +99,17 @@ fn is_option(arg: &[u8]) -> bool {
         .any(|o| arg.eq_ignore_ascii_case(o.as_bytes()))
 }
 
-/// Parses `limit window [limit window ...] [ALGO name] [BURST b] [COST n]`.
-pub fn parse_limits(args: &[&[u8]]) -> Result<LimitArgs, ArgError> {
+/// Parses `limit window [limit window ...] [ALGO name] [BURST b] [COST n]`. Takes an
+/// iterator so that the command layer can hand over the server's arguments without
+/// collecting them first.
+pub fn parse_limits<'a>(
+    args: impl ExactSizeIterator<Item = &'a [u8]>,
+) -> Result<LimitArgs, ArgError> {
     if args.len() < 2 {
         return Err(ArgError::WrongArity);
     }
-    let mut rest = args.iter().copied().peekable();
-    let mut tiers = Vec::new();
+    let mut rest = args.peekable();
+    let mut tiers = Tiers::new();
     while let Some(limit) = rest.next_if(|arg| !is_option(arg)) {
         let limit = parse_positive(limit).ok_or(ArgError::Limit)?;
         let window = rest
@@ -189,14 +193,14 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<LimitArgs, ArgError> {
         let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        parse_limits(&bytes)
+        parse_limits(bytes.iter().copied())
     }
 
     fn single(limit: i64, window_ms: i64, cost: i64) -> LimitArgs {
         LimitArgs {
             limits: Limits {
                 algorithm: AlgorithmKind::Fixed,
-                tiers: vec![Quota::new(limit, window_ms)],
+                tiers: smallvec::smallvec![Quota::new(limit, window_ms)],
             },
             cost,
         }
@@ -219,8 +223,8 @@ mod tests {
     fn parses_tiers_in_order() {
         let args = parse(&["10", "1s", "1000", "1h", "COST", "2"]).expect("valid");
         assert_eq!(
-            args.limits.tiers,
-            vec![Quota::new(10, 1_000), Quota::new(1_000, 3_600_000)]
+            args.limits.tiers.as_slice(),
+            [Quota::new(10, 1_000), Quota::new(1_000, 3_600_000)]
         );
         assert_eq!(args.cost, 2);
         let eight: Vec<&str> = ["1", "1s"].repeat(8);
@@ -269,13 +273,14 @@ mod tests {
     #[test]
     fn quotes_unknown_options_safely() {
         let nul_and_newline: &[u8] = b"x\0\r\ny";
-        let err = parse_limits(&[b"5", b"1m", b"COST", b"1", nul_and_newline]).unwrap_err();
+        let err = parse_limits([&b"5"[..], b"1m", b"COST", b"1", nul_and_newline].into_iter())
+            .unwrap_err();
         assert_eq!(
             err.message(),
             "ERR unknown option 'x???y' (expected ALGO, BURST or COST)"
         );
         let long = [b'a'; 100];
-        let err = parse_limits(&[b"5", b"1m", b"COST", b"1", &long]).unwrap_err();
+        let err = parse_limits([&b"5"[..], b"1m", b"COST", b"1", &long].into_iter()).unwrap_err();
         assert!(err.message().contains(&format!("'{}...'", "a".repeat(32))));
     }
 
@@ -285,7 +290,7 @@ mod tests {
             args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..24), 0..6)
         ) {
             let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-            if let Err(err) = parse_limits(&refs) {
+            if let Err(err) = parse_limits(refs.iter().copied()) {
                 let msg = err.message();
                 prop_assert!(msg.starts_with("ERR "));
                 prop_assert!(msg.bytes().all(|b| b.is_ascii_graphic() || b == b' '));

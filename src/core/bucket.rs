@@ -37,7 +37,7 @@
 //! counted meanwhile, and it is the shortest such wait in whole milliseconds.
 
 use super::algorithm::{OutOfRange, Quota, TierCheck, View};
-use super::codec::{put_i64, Reader};
+use super::codec::{put_i64, Bytes, Reader};
 use super::decision::{Decision, NEVER};
 
 /// Nanoseconds per millisecond.
@@ -291,7 +291,7 @@ pub fn expires_at_ms(state: &BucketState) -> i64 {
 }
 
 /// Appends the TAT as 8 little-endian bytes.
-pub fn encode(state: &BucketState, out: &mut Vec<u8>) {
+pub fn encode(state: &BucketState, out: &mut Bytes) {
     put_i64(out, state.tat_ns);
 }
 

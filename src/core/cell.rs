@@ -151,7 +151,7 @@ impl Throttle {
     pub fn request(&self) -> (Limits, Action) {
         let limits = Limits {
             algorithm: AlgorithmKind::Gcra,
-            tiers: vec![self.quota],
+            tiers: smallvec::smallvec![self.quota],
         };
         let action = match self.quantity {
             0 => Action::Peek { cost: 0 },

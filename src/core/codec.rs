@@ -3,8 +3,14 @@
 //!
 //! Reading never panics: malformed or truncated input gives `None`.
 
+use smallvec::SmallVec;
+
+/// Encoded bytes: inline when short (a fixed count, a GCRA time), so that encoding a
+/// small state allocates nothing.
+pub type Bytes = SmallVec<[u8; 32]>;
+
 /// Appends `value` (>= 0) as an unsigned LEB128 varint (1 to 10 bytes).
-pub fn put_varint(out: &mut Vec<u8>, value: i64) {
+pub fn put_varint(out: &mut Bytes, value: i64) {
     let mut rest = value.max(0) as u64;
     loop {
         // The mask keeps 7 bits, so the cast cannot truncate.
@@ -19,7 +25,7 @@ pub fn put_varint(out: &mut Vec<u8>, value: i64) {
 }
 
 /// Appends `value` as 8 little-endian bytes.
-pub fn put_i64(out: &mut Vec<u8>, value: i64) {
+pub fn put_i64(out: &mut Bytes, value: i64) {
     out.extend_from_slice(&value.to_le_bytes());
 }
 
@@ -95,7 +101,7 @@ mod tests {
     proptest! {
         #[test]
         fn round_trips(values in proptest::collection::vec((0..=i64::MAX, any::<i64>()), 0..20)) {
-            let mut out = Vec::new();
+            let mut out = Bytes::new();
             for (v, t) in &values {
                 put_varint(&mut out, *v);
                 put_i64(&mut out, *t);

@@ -11,7 +11,8 @@
 //!   window or algorithm changed be carried over instead of misread.
 
 use super::algorithm::{Algorithm, Quota};
-use super::codec::{put_varint, Reader};
+use super::codec::{put_varint, Bytes, Reader};
+use smallvec::SmallVec;
 
 /// First byte of the tiers form, version 1. Never an ASCII digit.
 pub const FORMAT_V1: u8 = 0x01;
@@ -56,12 +57,15 @@ pub fn classify(bytes: &[u8]) -> Option<StoredForm<'_>> {
     }
 }
 
+/// Tiers as stored: each one's parameters and state (inline up to two).
+pub type StoredTiers<S> = SmallVec<[(Quota, S); 2]>;
+
 /// Reads `count` tiers of algorithm `A` from `body`, which must hold exactly that.
 pub fn decode_tiers<A: Algorithm>(
     mut body: Reader<'_>,
     count: usize,
-) -> Option<Vec<(Quota, A::State)>> {
-    let mut tiers = Vec::with_capacity(count);
+) -> Option<StoredTiers<A::State>> {
+    let mut tiers = SmallVec::with_capacity(count);
     for _ in 0..count {
         let quota = Quota {
             limit: body.positive()?,
@@ -73,14 +77,15 @@ pub fn decode_tiers<A: Algorithm>(
     body.is_empty().then_some(tiers)
 }
 
-/// Writes tiers of algorithm `A` in the tiers form.
-pub fn encode_tiers<A: Algorithm>(tiers: &[(Quota, A::State)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(3 + tiers.len() * 24);
+/// Writes tiers of algorithm `A` (parameters and states, pairwise) in the tiers form.
+pub fn encode_tiers<A: Algorithm>(tiers: &[Quota], states: &[A::State]) -> Bytes {
+    let mut out = Bytes::new();
+    let count = tiers.len().min(states.len()).min(MAX_TIERS);
     out.push(FORMAT_V1);
     out.push(A::ID);
-    // The parser caps tiers at MAX_TIERS (8), so the count fits a byte.
-    out.push(tiers.len().min(MAX_TIERS) as u8);
-    for (quota, state) in tiers.iter().take(MAX_TIERS) {
+    // At most MAX_TIERS (8), so the count fits a byte.
+    out.push(count as u8);
+    for (quota, state) in tiers.iter().zip(states).take(count) {
         put_varint(&mut out, quota.limit);
         put_varint(&mut out, quota.window_ms);
         put_varint(&mut out, quota.burst);
@@ -161,7 +166,8 @@ mod tests {
                 },
             ),
         ];
-        let bytes = encode_tiers::<Fixed>(&tiers);
+        let (quotas, states): (Vec<Quota>, Vec<WindowState>) = tiers.iter().copied().unzip();
+        let bytes = encode_tiers::<Fixed>(&quotas, &states);
         let Some(StoredForm::Tiers {
             algorithm,
             count,
@@ -171,7 +177,10 @@ mod tests {
             panic!("not the tiers form: {bytes:?}");
         };
         assert_eq!((algorithm, count), (1, 2));
-        assert_eq!(decode_tiers::<Fixed>(body, count), Some(tiers));
+        assert_eq!(
+            decode_tiers::<Fixed>(body, count).map(|t| t.to_vec()),
+            Some(tiers)
+        );
         let mut longer = bytes.clone();
         longer.push(0);
         let Some(StoredForm::Tiers { body, count, .. }) = classify(&longer) else {

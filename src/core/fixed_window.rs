@@ -8,7 +8,7 @@
 //! ever longer than one window.
 
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
-use super::codec::{put_i64, put_varint, Reader};
+use super::codec::{put_i64, put_varint, Bytes, Reader};
 use super::decision::{Decision, NEVER};
 
 /// The fixed-window algorithm.
@@ -149,7 +149,7 @@ impl Algorithm for Fixed {
         (state.count >= 1).then_some(state.count)
     }
 
-    fn encode(state: &WindowState, out: &mut Vec<u8>) {
+    fn encode(state: &WindowState, out: &mut Bytes) {
         put_varint(out, state.count);
         put_i64(out, state.ends_at_ms);
     }

@@ -42,7 +42,7 @@
 
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
 use super::bucket::{self, BucketState};
-use super::codec::Reader;
+use super::codec::{Bytes, Reader};
 
 /// The GCRA algorithm. Its state is a [`BucketState`].
 #[derive(Debug, Clone, Copy)]
@@ -94,7 +94,7 @@ impl Algorithm for Gcra {
         bucket::expires_at_ms(state)
     }
 
-    fn encode(state: &BucketState, out: &mut Vec<u8>) {
+    fn encode(state: &BucketState, out: &mut Bytes) {
         bucket::encode(state, out);
     }
 
@@ -341,9 +341,9 @@ mod tests {
         let state = BucketState {
             tat_ns: (T0 + 1) * NS + 7,
         };
-        let mut out = Vec::new();
+        let mut out = Bytes::new();
         Gcra::encode(&state, &mut out);
-        assert_eq!(out, state.tat_ns.to_le_bytes());
+        assert_eq!(out.as_slice(), state.tat_ns.to_le_bytes());
         assert_eq!(Gcra::decode(&mut Reader::new(&out)), Some(state));
         assert_eq!(Gcra::decode(&mut Reader::new(&out[..7])), None);
     }
@@ -563,7 +563,7 @@ mod tests {
         #[test]
         fn encoding_round_trips(tat_ns in any::<i64>()) {
             let state = BucketState { tat_ns };
-            let mut out = Vec::new();
+            let mut out = Bytes::new();
             Gcra::encode(&state, &mut out);
             let mut reader = Reader::new(&out);
             prop_assert_eq!(Gcra::decode(&mut reader), Some(state));

@@ -24,6 +24,7 @@ use super::gcra::Gcra;
 use super::sliding_log::{Log, MAX_LOG_LIMIT};
 use super::sliding_window::Sliding;
 use super::token_bucket::Token;
+use smallvec::SmallVec;
 
 /// The algorithms a request can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,13 +111,21 @@ fn id_of<A: Algorithm>() -> u8 {
     A::ID
 }
 
+/// A request's tiers. Inline up to two, the common cases, so that a call allocates nothing.
+pub type Tiers = SmallVec<[Quota; 2]>;
+
+/// One item per tier, inline like [`Tiers`].
+type PerTier<T> = SmallVec<[T; 2]>;
+
+pub use super::codec::Bytes as Value;
+
 /// What a request asks for: an algorithm and its tiers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// The algorithm.
     pub algorithm: AlgorithmKind,
     /// One or more tiers, all checked.
-    pub tiers: Vec<Quota>,
+    pub tiers: Tiers,
 }
 
 /// What to do with the key.
@@ -147,7 +156,7 @@ pub enum Write {
     /// Store `value`, expiring at the absolute `expires_at_ms`.
     Set {
         /// The encoded state.
-        value: Vec<u8>,
+        value: Value,
         /// Absolute expiry in ms: when the state is the same as no state.
         expires_at_ms: i64,
     },
@@ -161,7 +170,7 @@ pub struct Outcome {
     /// The binding tier's answer (see the module docs).
     pub decision: Decision,
     /// Each tier's own answer, in request order.
-    pub tiers: Vec<Decision>,
+    pub tiers: PerTier<Decision>,
     /// The change to store.
     pub write: Write,
 }
@@ -219,7 +228,7 @@ enum Prior<S> {
     Empty,
     /// States of `A`, with the parameters they were written with (unknown for a plain
     /// count).
-    Same(Vec<(Option<Quota>, S)>),
+    Same(PerTier<(Option<Quota>, S)>),
     /// Another algorithm's state, reduced to the units it still counts.
     Usage(i64),
 }
@@ -237,7 +246,7 @@ fn read_prior<A: Algorithm>(
             // A plain count without an expiry was not written by this module.
             let ends_at_ms = expiry().ok_or(LimiterError::NotOurs)?;
             match A::from_plain_count(count, ends_at_ms) {
-                Some(state) => Prior::Same(vec![(None, state)]),
+                Some(state) => Prior::Same(smallvec::smallvec![(None, state)]),
                 None => {
                     let window = WindowState { count, ends_at_ms };
                     Prior::Usage(Fixed::used(&window, now_ms, &Quota::new(1, 1)))
@@ -282,7 +291,7 @@ fn largest_usage<B: Algorithm>(
 
 /// The states the request starts from, one per tier (`None`: empty).
 struct Start<S> {
-    states: Vec<Option<S>>,
+    states: PerTier<Option<S>>,
     /// The key was renewed from its usage (see the module docs): worth writing even when
     /// nothing is counted.
     renewed: bool,
@@ -294,7 +303,7 @@ fn starting_states<A: Algorithm>(
     now_ms: i64,
 ) -> Result<Start<A::State>, OutOfRange> {
     let empty = || Start {
-        states: vec![None; tiers.len()],
+        states: std::iter::repeat_n(None, tiers.len()).collect(),
         renewed: false,
     };
     let used = match prior {
@@ -350,9 +359,9 @@ fn check<A: Algorithm>(
         .iter()
         .zip(&start.states)
         .map(|(quota, state)| A::check(state.as_ref(), now_ms, quota, cost))
-        .collect::<Result<Vec<TierCheck<A::State>>, _>>()?;
+        .collect::<Result<PerTier<TierCheck<A::State>>, _>>()?;
     let allowed = checks.iter().all(|c| c.decision.allowed);
-    let mut decisions = Vec::with_capacity(checks.len());
+    let mut decisions = PerTier::with_capacity(checks.len());
     for ((check, quota), state) in checks.iter().zip(tiers).zip(&start.states) {
         decisions.push(if allowed || !check.decision.allowed {
             check.decision
@@ -369,7 +378,7 @@ fn check<A: Algorithm>(
     let write = if !writes {
         Write::Nothing
     } else if allowed {
-        let charged: Option<Vec<A::State>> = checks.into_iter().map(|c| c.charged).collect();
+        let charged: Option<PerTier<A::State>> = checks.into_iter().map(|c| c.charged).collect();
         charged.map_or(Write::Nothing, |states| store::<A>(tiers, &states, now_ms))
     } else if start.renewed {
         renewal::<A>(tiers, start.states, now_ms)
@@ -391,8 +400,8 @@ fn refund<A: Algorithm>(
 ) -> Result<Outcome, OutOfRange> {
     // Units counted under other parameters were not charged by this request's rules:
     // there is nothing of them to give back.
-    let refunded: Vec<Option<A::State>> = if start.renewed {
-        vec![None; tiers.len()]
+    let refunded: PerTier<Option<A::State>> = if start.renewed {
+        std::iter::repeat_n(None, tiers.len()).collect()
     } else {
         tiers
             .iter()
@@ -401,12 +410,12 @@ fn refund<A: Algorithm>(
             .collect()
     };
     let changed = refunded.iter().any(Option::is_some);
-    let states: Vec<Option<A::State>> = refunded
+    let states: PerTier<Option<A::State>> = refunded
         .into_iter()
         .zip(start.states)
         .map(|(new, old)| new.or(old))
         .collect();
-    let mut decisions = Vec::with_capacity(tiers.len());
+    let mut decisions = PerTier::with_capacity(tiers.len());
     for (quota, state) in tiers.iter().zip(&states) {
         let now = A::view(state.as_ref(), now_ms, quota)?;
         decisions.push(Decision {
@@ -420,7 +429,7 @@ fn refund<A: Algorithm>(
     let write = if !changed {
         Write::Nothing
     } else {
-        let states: Option<Vec<A::State>> = states.into_iter().collect();
+        let states: Option<PerTier<A::State>> = states.into_iter().collect();
         match states {
             Some(states)
                 if states
@@ -442,8 +451,8 @@ fn refund<A: Algorithm>(
     })
 }
 
-fn renewal<A: Algorithm>(tiers: &[Quota], states: Vec<Option<A::State>>, now_ms: i64) -> Write {
-    let states: Option<Vec<A::State>> = states.into_iter().collect();
+fn renewal<A: Algorithm>(tiers: &[Quota], states: PerTier<Option<A::State>>, now_ms: i64) -> Write {
+    let states: Option<PerTier<A::State>> = states.into_iter().collect();
     states.map_or(Write::Nothing, |states| store::<A>(tiers, &states, now_ms))
 }
 
@@ -464,12 +473,8 @@ fn store<A: Algorithm>(tiers: &[Quota], states: &[A::State], now_ms: i64) -> Wri
         _ => None,
     };
     let value = match plain {
-        Some(count) => encode_count(count, &mut [0u8; 20]).to_vec(),
-        None => {
-            let pairs: Vec<(Quota, A::State)> =
-                tiers.iter().copied().zip(states.iter().cloned()).collect();
-            encode_tiers::<A>(&pairs)
-        }
+        Some(count) => Value::from_slice(encode_count(count, &mut [0u8; 20])),
+        None => encode_tiers::<A>(tiers, states),
     };
     Write::Set {
         value,
@@ -543,7 +548,7 @@ mod tests {
                 Write::Set {
                     value,
                     expires_at_ms,
-                } => self.0 = Some((value.clone(), *expires_at_ms)),
+                } => self.0 = Some((value.to_vec(), *expires_at_ms)),
                 Write::Delete => self.0 = None,
             }
             outcome

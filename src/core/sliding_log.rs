@@ -36,7 +36,7 @@
 //! the sliding window counter gives nearly the same answers in constant memory.
 
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
-use super::codec::{put_i64, put_varint, Reader};
+use super::codec::{put_i64, put_varint, Bytes, Reader};
 use super::decision::{Decision, NEVER};
 
 /// The largest `limit` the argument parser accepts for the sliding log: the number of
@@ -321,7 +321,7 @@ impl Algorithm for Log {
 
     /// The entry count as a varint; the oldest entry's time as 8 bytes and its units as a
     /// varint; then per further entry the ms since the previous one and its units, varints.
-    fn encode(state: &LogState, out: &mut Vec<u8>) {
+    fn encode(state: &LogState, out: &mut Bytes) {
         put_varint(out, i64::try_from(state.entries.len()).unwrap_or(i64::MAX));
         let mut previous: Option<i64> = None;
         for entry in &state.entries {
@@ -458,7 +458,7 @@ mod tests {
         assert_eq!(Log::used(&state, T0 + 1_004, &quota), 5);
         assert_eq!(Log::used(&state, T0 + 1_005, &quota), 2);
         assert_eq!(Log::expires_at_ms(&state, &quota), T0 + 2_004);
-        let mut bytes = Vec::new();
+        let mut bytes = Bytes::new();
         Log::encode(&state, &mut bytes);
         // Count, oldest time and units, then (gap, units) twice: 1 + 8 + 1 + 3 + 3.
         assert_eq!(bytes.len(), 16);
@@ -580,7 +580,7 @@ mod tests {
 
     #[test]
     fn decode_refuses_what_encode_never_writes() {
-        let mut valid = Vec::new();
+        let mut valid = Bytes::new();
         put_varint(&mut valid, 2);
         put_i64(&mut valid, T0);
         put_varint(&mut valid, 1);
@@ -590,12 +590,12 @@ mod tests {
             Log::decode(&mut Reader::new(&valid)).is_some(),
             "a marker last is fine"
         );
-        let mut bad: Vec<Vec<u8>> = vec![vec![0], vec![]];
+        let mut bad: Vec<Bytes> = vec![Bytes::from_slice(&[0]), Bytes::new()];
         for fields in [
             [2, 0, 1, 1], // units 0 before the newest
             [2, 1, 0, 1], // a gap of 0
         ] {
-            let mut bytes = Vec::new();
+            let mut bytes = Bytes::new();
             put_varint(&mut bytes, fields[0]);
             put_i64(&mut bytes, T0);
             for f in &fields[1..] {
@@ -603,10 +603,10 @@ mod tests {
             }
             bad.push(bytes);
         }
-        let mut too_many = Vec::new();
+        let mut too_many = Bytes::new();
         put_varint(&mut too_many, MAX_ENTRIES as i64 + 1);
         bad.push(too_many);
-        let mut overflow = Vec::new();
+        let mut overflow = Bytes::new();
         put_varint(&mut overflow, 2);
         put_i64(&mut overflow, i64::MAX);
         put_varint(&mut overflow, 1);
@@ -745,7 +745,7 @@ mod tests {
                     prop_assert!(expiry > now);
                     let at_expiry = Log::view(Some(&state), expiry, &quota);
                     prop_assert_eq!(at_expiry, Log::view(None, expiry, &quota));
-                    let mut bytes = Vec::new();
+                    let mut bytes = Bytes::new();
                     Log::encode(&state, &mut bytes);
                     prop_assert_eq!(Log::decode(&mut Reader::new(&bytes)), Some(state.clone()));
                     stored = Some(state);
@@ -788,7 +788,7 @@ mod tests {
             prop_assert!(Log::used(&state, now, &quota) >= 0);
             let _ = Log::seeded(limit, now, &quota);
             let _ = Log::expires_at_ms(&state, &quota);
-            let mut bytes = Vec::new();
+            let mut bytes = Bytes::new();
             Log::encode(&state, &mut bytes);
             prop_assert_eq!(Log::decode(&mut Reader::new(&bytes)), Some(state));
         }

@@ -41,7 +41,7 @@
 //! approximation is fine. Use the sliding log when the limit must be exact.
 
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
-use super::codec::{put_i64, put_varint, Reader};
+use super::codec::{put_i64, put_varint, Bytes, Reader};
 use super::decision::{Decision, NEVER};
 
 /// The sliding-window-counter algorithm.
@@ -334,7 +334,7 @@ impl Algorithm for Sliding {
     }
 
     /// `prev` and `curr` as varints, then the current window's end as 8 bytes.
-    fn encode(state: &SlidingState, out: &mut Vec<u8>) {
+    fn encode(state: &SlidingState, out: &mut Bytes) {
         put_varint(out, state.prev);
         put_varint(out, state.curr);
         put_i64(out, state.ends_at_ms);
@@ -599,7 +599,7 @@ mod tests {
             curr: 100,
             ends_at_ms: T0,
         };
-        let mut out = Vec::new();
+        let mut out = Bytes::new();
         Sliding::encode(&state, &mut out);
         assert_eq!(out.len(), 10);
         assert_eq!(Sliding::decode(&mut Reader::new(&out)), Some(state));
@@ -734,7 +734,7 @@ mod tests {
                     if view.reset_after_ms > 0 {
                         prop_assert_eq!(view.reset_after_ms, expiry - now);
                     }
-                    let mut bytes = Vec::new();
+                    let mut bytes = Bytes::new();
                     Sliding::encode(&state, &mut bytes);
                     prop_assert_eq!(Sliding::decode(&mut Reader::new(&bytes)), Some(state));
                     stored = Some(state);
@@ -771,7 +771,7 @@ mod tests {
             let _ = Sliding::seeded(limit, now, &quota);
             let _ = Sliding::expires_at_ms(&state, &quota);
             let _ = Sliding::span_ms(&quota);
-            let mut bytes = Vec::new();
+            let mut bytes = Bytes::new();
             Sliding::encode(&state, &mut bytes);
             prop_assert_eq!(Sliding::decode(&mut Reader::new(&bytes)), Some(state));
         }

@@ -28,7 +28,7 @@
 
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
 use super::bucket::{self, BucketState};
-use super::codec::Reader;
+use super::codec::{Bytes, Reader};
 
 /// The token-bucket algorithm. Its state is a [`BucketState`]: the instant the bucket is
 /// full again.
@@ -88,7 +88,7 @@ impl Algorithm for Token {
         bucket::expires_at_ms(state)
     }
 
-    fn encode(state: &BucketState, out: &mut Vec<u8>) {
+    fn encode(state: &BucketState, out: &mut Bytes) {
         bucket::encode(state, out);
     }
 
@@ -180,7 +180,7 @@ mod tests {
                 }
                 if let Some(state) = &stored {
                     prop_assert_eq!(Token::used(state, now, &quota), Gcra::used(state, now, &quota));
-                    let (mut a, mut b) = (Vec::new(), Vec::new());
+                    let (mut a, mut b) = (Bytes::new(), Bytes::new());
                     Token::encode(state, &mut a);
                     Gcra::encode(state, &mut b);
                     prop_assert_eq!(a, b);
