@@ -7,7 +7,7 @@
 //! without reading any clock, and can do so without the module loaded.
 
 use crate::command::CommandError;
-use crate::core::encoding::{decode_count, encode_count};
+use crate::core::encoding::decode_count;
 use crate::core::limiter::Write;
 use crate::ffi::api;
 use crate::strings;
@@ -163,8 +163,7 @@ impl<'a> StoredKey<'a> {
         expires_at_ms: i64,
         made: Option<*mut RedisModuleString>,
     ) {
-        let mut digits = [0u8; 20];
-        let expiry = strings::expiry(expires_at_ms, encode_count(expires_at_ms, &mut digits));
+        let expiry = strings::expiry(expires_at_ms);
         let (value_string, owned) = match made {
             Some(made) => (made, true),
             None => match decode_count(value).and_then(strings::count) {

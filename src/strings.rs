@@ -6,6 +6,7 @@
 //! a fixed window stores, and the latest expiry time (shared by every key whose window
 //! ends at the same moment) are made once and kept.
 
+use crate::core::encoding::encode_count;
 use crate::ffi::api;
 use redis_module::raw::RedisModuleString;
 use std::ptr::null_mut;
@@ -73,12 +74,12 @@ pub fn count(count: i64) -> Option<*mut RedisModuleString> {
 /// The decimal string of `expires_at_ms`, reused while the same time recurs (every key
 /// of a fixed window ends at the same moment). The string stays valid until the next call
 /// asks for another time; `Replicate` takes its own reference before that.
-pub fn expiry(expires_at_ms: i64, digits: &[u8]) -> *mut RedisModuleString {
+pub fn expiry(expires_at_ms: i64) -> *mut RedisModuleString {
     let cached = EXPIRY.load(Ordering::Relaxed);
     if !cached.is_null() && EXPIRY_MS.load(Ordering::Relaxed) == expires_at_ms {
         return cached;
     }
-    let fresh = create(digits);
+    let fresh = create(encode_count(expires_at_ms, &mut [0u8; 20]));
     let old = EXPIRY.swap(fresh, Ordering::Relaxed);
     EXPIRY_MS.store(expires_at_ms, Ordering::Relaxed);
     if !old.is_null() {
