@@ -1,8 +1,7 @@
 //! `RL.RESET key`: forget a key's rate-limit state.
 
 use super::{command_handler, Args, CommandError, CommandResult};
-use crate::core::encoding::classify;
-use crate::core::limiter::Write;
+use crate::core::limiter::{is_state, Write};
 use crate::reply;
 use crate::store::{Access, StoredKey, NOT_OURS};
 use redis_module::Context;
@@ -16,7 +15,7 @@ fn run(ctx: &Context, args: Args<'_>) -> CommandResult {
         return Err(CommandError::WrongArity);
     };
     let mut key = StoredKey::open(ctx, key_name, Access::Write);
-    let deleted = match key.value()?.map(|bytes| classify(bytes).is_some()) {
+    let deleted = match key.value()?.map(|bytes| is_state(bytes, key.expiry())) {
         None => false,
         Some(true) => {
             key.apply(&Write::Delete);

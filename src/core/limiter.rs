@@ -273,6 +273,26 @@ fn read_prior<A: Algorithm>(
     })
 }
 
+/// Whether `stored` (with the key's absolute expiry) is a whole state this module wrote:
+/// a plain count with an expiry, or tiers of a known algorithm that decode completely.
+/// RL.RESET deletes only such values.
+pub fn is_state(stored: &[u8], expiry: Option<i64>) -> bool {
+    match classify(stored) {
+        Some(StoredForm::PlainCount(_)) => expiry.is_some(),
+        Some(StoredForm::Tiers {
+            algorithm,
+            count,
+            body,
+        }) => AlgorithmKind::from_id(algorithm)
+            .is_some_and(|kind| with_algorithm!(kind, decodes(body, count))),
+        None => false,
+    }
+}
+
+fn decodes<A: Algorithm>(body: super::codec::Reader<'_>, count: usize) -> bool {
+    decode_tiers::<A>(body, count).is_some()
+}
+
 /// The largest number of units any stored tier of algorithm `B` still counts.
 fn largest_usage<B: Algorithm>(
     body: super::codec::Reader<'_>,
@@ -653,6 +673,26 @@ mod tests {
                 .decision
                 .allowed
         );
+    }
+
+    #[test]
+    fn only_whole_states_count_as_states() {
+        let mut key = Key::default();
+        key.run(
+            &fixed(&[(5, HOUR), (9, 2 * HOUR)]),
+            Action::Hit { cost: 1 },
+            T0,
+        );
+        let (value, expiry) = key.0.clone().expect("stored");
+        assert!(is_state(&value, Some(expiry)));
+        assert!(
+            !is_state(&value[..value.len() - 1], Some(expiry)),
+            "cut short"
+        );
+        assert!(is_state(b"5", Some(T0)));
+        assert!(!is_state(b"5", None), "a plain count needs its expiry");
+        assert!(!is_state(b"\x01\x09\x01", Some(T0)), "unknown algorithm");
+        assert!(!is_state(b"hello", Some(T0)));
     }
 
     #[test]
