@@ -104,15 +104,19 @@ impl<'a> StoredKey<'a> {
                 value,
                 expires_at_ms,
             } => {
-                let existed = self.key_type() != raw::REDISMODULE_KEYTYPE_EMPTY;
-                let propagated = if existed && self.expiry() == Some(*expires_at_ms) {
-                    // Same expiry: rewrite the value in place (no new object, TTL kept).
-                    self.overwrite_value(value);
-                    None
+                let made = if self.key_type() == raw::REDISMODULE_KEYTYPE_EMPTY {
+                    Some(self.create_value(value, *expires_at_ms))
                 } else {
-                    Some(self.replace_value(value, *expires_at_ms))
+                    // A live key is rewritten in place: no new object, and its expiry is
+                    // only touched when it moves (never for a fixed window's next hit).
+                    self.overwrite_value(value);
+                    if self.expiry() != Some(*expires_at_ms) {
+                        // SAFETY: self.key is an open string key.
+                        unsafe { api!(RedisModule_SetAbsExpire)(self.key, *expires_at_ms) };
+                    }
+                    None
                 };
-                self.propagate_set(value, *expires_at_ms, propagated);
+                self.propagate_set(value, *expires_at_ms, made);
             }
             Write::Delete => {
                 // SAFETY: self.key is open for writing.
@@ -124,7 +128,7 @@ impl<'a> StoredKey<'a> {
         unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, self.name) };
     }
 
-    /// Rewrites the value of an existing string key without touching its expiry.
+    /// Rewrites the value of an existing string key in place; its expiry stays.
     fn overwrite_value(&self, value: &[u8]) {
         let write = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
         // SAFETY: self.key is an open string key; DMA gives a buffer of `len` bytes that we
@@ -142,9 +146,9 @@ impl<'a> StoredKey<'a> {
         }
     }
 
-    /// Sets the value of a new (or replaced) key and its absolute expiry. Returns the new
-    /// value's string, which the caller propagates and then frees.
-    fn replace_value(&self, value: &[u8], expires_at_ms: i64) -> *mut RedisModuleString {
+    /// Creates the key with `value` and its absolute expiry. Returns the value's string,
+    /// which the caller propagates and then frees.
+    fn create_value(&self, value: &[u8], expires_at_ms: i64) -> *mut RedisModuleString {
         let string = strings::create(value);
         // SAFETY: StringSet takes its own reference to `string`; self.key is open for
         // writing.
