@@ -35,25 +35,17 @@ fn stored(con: &mut Connection, key: &[u8]) -> (Option<Vec<u8>>, i64) {
 }
 
 /// Makes a single-tier GCRA key look as if `ms` had passed, without waiting: its whole
-/// state is one absolute time (the theoretical arrival time, in ns, as the value's last 8
-/// bytes, little-endian), and the key expires at that time rounded up to a ms. Moving both
-/// back by `ms` is what the server would see `ms` later, as the module computes everything
-/// from stored absolute times and the clock.
+/// state is one absolute time (the theoretical arrival time), which the short form keeps as
+/// the key's expiry (the value holds the parameters and the ns below that ms, both
+/// unchanged by time). Moving the expiry back by `ms` is what the server would see `ms`
+/// later, as the module computes everything from stored absolute times and the clock.
 fn age(con: &mut Connection, key: &[u8], ms: i64) {
-    let Some(mut value) = get_bytes(&mut *con, key) else {
+    let Some(value) = get_bytes(&mut *con, key) else {
         return; // No state: time passing changes nothing.
     };
-    assert_eq!(value[..3], [0x01, 0x05, 0x01], "one GCRA tier: {value:?}");
-    let at = value.len() - 8;
-    let tat_ns = i64::from_le_bytes(value[at..].try_into().expect("8 bytes"));
-    let tat_ns = tat_ns - ms * 1_000_000;
-    value[at..].copy_from_slice(&tat_ns.to_le_bytes());
+    assert_eq!(value[0] & 0xE0, 0x40, "the short form: {value:?}");
+    assert_eq!((value[0] & 0x1F) >> 2, 5, "GCRA: {value:?}");
     let expiry = pexpiretime(&mut *con, key) - ms;
-    assert_eq!(
-        expiry,
-        (tat_ns + 999_999).div_euclid(1_000_000),
-        "{value:?}"
-    );
     if expiry <= server_ms(con) {
         redis::cmd("DEL").arg(key).exec(con).expect("DEL");
     } else {

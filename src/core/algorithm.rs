@@ -125,6 +125,19 @@ pub trait Algorithm {
         None
     }
 
+    /// For a key's only tier: a small number (>= 0) that, together with the key's expiry
+    /// ([`expires_at_ms`](Self::expires_at_ms)), stands for `state`, so that the stored
+    /// value need not repeat the time (the short form in `encoding`). `None` if the
+    /// algorithm has no such form.
+    fn to_short(_state: &Self::State, _expires_at_ms: i64) -> Option<i64> {
+        None
+    }
+
+    /// The state that [`to_short`](Self::to_short) gave `short` for, with the key's expiry.
+    fn from_short(_short: i64, _expires_at_ms: i64) -> Option<Self::State> {
+        None
+    }
+
     /// Appends the state's bytes (see `codec`).
     fn encode(state: &Self::State, out: &mut Bytes);
 

@@ -290,6 +290,27 @@ pub fn expires_at_ms(state: &BucketState) -> i64 {
     i64::try_from(div_ceil(i128::from(state.tat_ns), NS_PER_MS)).unwrap_or(i64::MAX)
 }
 
+/// The ns by which the TAT falls short of the key's expiry (`expires_at_ms`, the TAT
+/// rounded up to a ms): 0 when the TAT is a whole ms, always below 10^6. With the expiry it
+/// gives the TAT back, so a single-tier key need not store the 8-byte time.
+pub fn to_short(state: &BucketState, expires_at_ms: i64) -> Option<i64> {
+    let short = i128::from(expires_at_ms) * NS_PER_MS - i128::from(state.tat_ns);
+    i64::try_from(short)
+        .ok()
+        .filter(|&ns| (0..1_000_000).contains(&ns))
+}
+
+/// The state [`to_short`] stood for.
+pub fn from_short(short: i64, expires_at_ms: i64) -> Option<BucketState> {
+    if !(0..1_000_000).contains(&short) {
+        return None;
+    }
+    let tat_ns = i128::from(expires_at_ms) * NS_PER_MS - i128::from(short);
+    Some(BucketState {
+        tat_ns: i64::try_from(tat_ns).ok()?,
+    })
+}
+
 /// Appends the TAT as 8 little-endian bytes.
 pub fn encode(state: &BucketState, out: &mut Bytes) {
     put_i64(out, state.tat_ns);

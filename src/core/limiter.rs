@@ -18,7 +18,9 @@
 
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck};
 use super::decision::{Decision, NEVER};
-use super::encoding::{classify, decode_tiers, encode_count, encode_tiers, StoredForm};
+use super::encoding::{
+    classify, decode_tiers, encode_count, encode_short, encode_tiers, StoredForm,
+};
 use super::fixed_window::{Fixed, WindowState};
 use super::gcra::Gcra;
 use super::sliding_log::{Log, MAX_LOG_LIMIT};
@@ -253,6 +255,21 @@ fn read_prior<A: Algorithm>(
                 }
             }
         }
+        StoredForm::Short {
+            algorithm,
+            quota,
+            short,
+        } => {
+            let expires_at_ms = expiry().ok_or(LimiterError::NotOurs)?;
+            if algorithm == A::ID {
+                let state = A::from_short(short, expires_at_ms).ok_or(LimiterError::NotOurs)?;
+                Prior::Same(smallvec::smallvec![(Some(quota), state)])
+            } else {
+                let kind = AlgorithmKind::from_id(algorithm).ok_or(LimiterError::NotOurs)?;
+                let used = with_algorithm!(kind, short_usage(short, expires_at_ms, &quota, now_ms));
+                Prior::Usage(used.ok_or(LimiterError::NotOurs)?)
+            }
+        }
         StoredForm::Tiers {
             algorithm,
             count,
@@ -279,6 +296,14 @@ fn read_prior<A: Algorithm>(
 pub fn is_state(stored: &[u8], expiry: Option<i64>) -> bool {
     match classify(stored) {
         Some(StoredForm::PlainCount(_)) => expiry.is_some(),
+        Some(StoredForm::Short {
+            algorithm, short, ..
+        }) => match (AlgorithmKind::from_id(algorithm), expiry) {
+            (Some(kind), Some(expires_at_ms)) => {
+                with_algorithm!(kind, short_decodes(short, expires_at_ms))
+            }
+            _ => false,
+        },
         Some(StoredForm::Tiers {
             algorithm,
             count,
@@ -289,8 +314,22 @@ pub fn is_state(stored: &[u8], expiry: Option<i64>) -> bool {
     }
 }
 
+fn short_decodes<A: Algorithm>(short: i64, expires_at_ms: i64) -> bool {
+    A::from_short(short, expires_at_ms).is_some()
+}
+
 fn decodes<A: Algorithm>(body: super::codec::Reader<'_>, count: usize) -> bool {
     decode_tiers::<A>(body, count).is_some()
+}
+
+/// The units a short-form tier of algorithm `B` still counts.
+fn short_usage<B: Algorithm>(
+    short: i64,
+    expires_at_ms: i64,
+    quota: &Quota,
+    now_ms: i64,
+) -> Option<i64> {
+    B::from_short(short, expires_at_ms).map(|state| B::used(&state, now_ms, quota))
 }
 
 /// The largest number of units any stored tier of algorithm `B` still counts.
@@ -488,13 +527,13 @@ fn store<A: Algorithm>(tiers: &[Quota], states: &[A::State], now_ms: i64) -> Wri
     if expires_at_ms <= now_ms {
         return Write::Delete;
     }
-    let plain = match states {
-        [only] => A::to_plain_count(only),
-        _ => None,
-    };
-    let value = match plain {
-        Some(count) => Value::from_slice(encode_count(count, &mut [0u8; 20])),
-        None => encode_tiers::<A>(tiers, states),
+    let value = match (tiers, states) {
+        ([quota], [only]) => match (A::to_plain_count(only), A::to_short(only, expires_at_ms)) {
+            (Some(count), _) => Value::from_slice(encode_count(count, &mut [0u8; 20])),
+            (None, Some(short)) => encode_short::<A>(quota, short),
+            (None, None) => encode_tiers::<A>(tiers, states),
+        },
+        _ => encode_tiers::<A>(tiers, states),
     };
     Write::Set {
         value,
@@ -670,6 +709,41 @@ mod tests {
         assert_eq!(back.decision.retry_after_ms, 500);
         assert!(
             key.run(&limits, Action::Hit { cost: 1 }, T0 + 1_000)
+                .decision
+                .allowed
+        );
+    }
+
+    #[test]
+    fn a_single_bucket_tier_is_stored_short_and_read_back_with_the_expiry() {
+        let gcra = Limits {
+            algorithm: AlgorithmKind::Gcra,
+            tiers: smallvec::smallvec![Quota::new(100, HOUR)],
+        };
+        let mut key = Key::default();
+        let mut last = None;
+        for at in [0, 10, 36_000, 36_001] {
+            let hit = key.run(&gcra, Action::Hit { cost: 1 }, T0 + at);
+            let (value, expiry) = key.0.clone().expect("stored");
+            // The interval is 36 s, a whole ms: tag, limit and window only.
+            assert_eq!(value.len(), 4, "{value:?}");
+            assert_eq!(expiry, T0 + at + hit.decision.reset_after_ms);
+            last = Some(hit.decision.remaining);
+        }
+        assert_eq!(last, Some(97));
+        // A third of a ms per unit: the ns below the ms are stored too.
+        let thirds = Limits {
+            algorithm: AlgorithmKind::Token,
+            tiers: smallvec::smallvec![Quota::new(3, 1)],
+        };
+        let mut key = Key::default();
+        key.run(&thirds, Action::Hit { cost: 1 }, T0);
+        let second = key.run(&thirds, Action::Hit { cost: 1 }, T0);
+        assert_eq!(second.decision.remaining, 1);
+        let third = key.run(&thirds, Action::Hit { cost: 1 }, T0);
+        assert!(third.decision.allowed, "exact: three fit at once");
+        assert!(
+            !key.run(&thirds, Action::Hit { cost: 1 }, T0)
                 .decision
                 .allowed
         );

@@ -88,6 +88,14 @@ impl Algorithm for Token {
         bucket::expires_at_ms(state)
     }
 
+    fn to_short(state: &BucketState, expires_at_ms: i64) -> Option<i64> {
+        bucket::to_short(state, expires_at_ms)
+    }
+
+    fn from_short(short: i64, expires_at_ms: i64) -> Option<BucketState> {
+        bucket::from_short(short, expires_at_ms)
+    }
+
     fn encode(state: &BucketState, out: &mut Bytes) {
         bucket::encode(state, out);
     }
