@@ -38,5 +38,10 @@ test: ## Set up, lint, then unit and integration tests on Redis and Valkey
 	$(MAKE) unit
 	$(MAKE) integration
 
+.PHONY: bench
+bench: ## Build the module, then benchmark it against INCR, SET PXAT and Lua (bench/RESULTS.md)
+	$(MAKE) build
+	python3 bench/run.py
+
 clean: ## Remove build output
 	cargo clean
