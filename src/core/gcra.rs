@@ -40,100 +40,32 @@
 //! fixed window's double burst at window edges nor the sliding log's memory per unit. It is
 //! what redis-cell's `CL.THROTTLE` uses (see [`cell`](super::cell)).
 
-use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
-use super::bucket::{self, BucketState};
-use super::codec::{Bytes, Reader};
+use super::bucket;
 
 /// The GCRA algorithm. Its state is a [`BucketState`].
 #[derive(Debug, Clone, Copy)]
 pub struct Gcra;
 
-impl Algorithm for Gcra {
-    type State = BucketState;
-    const ID: u8 = 5;
-
-    fn check(
-        state: Option<&BucketState>,
-        now_ms: i64,
-        quota: &Quota,
-        cost: i64,
-    ) -> Result<TierCheck<BucketState>, OutOfRange> {
-        bucket::check(state, now_ms, quota, cost)
-    }
-
-    fn view(state: Option<&BucketState>, now_ms: i64, quota: &Quota) -> Result<View, OutOfRange> {
-        bucket::view(state, now_ms, quota)
-    }
-
-    fn capacity(quota: &Quota) -> i64 {
-        bucket::capacity(quota)
-    }
-
-    fn span_ms(quota: &Quota) -> i64 {
-        bucket::span_ms(quota)
-    }
-
-    fn refund(
-        state: Option<&BucketState>,
-        now_ms: i64,
-        quota: &Quota,
-        amount: i64,
-    ) -> Option<BucketState> {
-        bucket::refund(state, now_ms, quota, amount)
-    }
-
-    fn used(state: &BucketState, now_ms: i64, quota: &Quota) -> i64 {
-        bucket::used(state, now_ms, quota)
-    }
-
-    fn seeded(used: i64, now_ms: i64, quota: &Quota) -> Result<BucketState, OutOfRange> {
-        bucket::seeded(used, now_ms, quota)
-    }
-
-    fn expires_at_ms(state: &BucketState, _quota: &Quota) -> i64 {
-        bucket::expires_at_ms(state)
-    }
-
-    fn to_short(state: &BucketState, expires_at_ms: i64) -> Option<i64> {
-        bucket::to_short(state, expires_at_ms)
-    }
-
-    fn from_short(short: i64, expires_at_ms: i64) -> Option<BucketState> {
-        bucket::from_short(short, expires_at_ms)
-    }
-
-    fn encode(state: &BucketState, out: &mut Bytes) {
-        bucket::encode(state, out);
-    }
-
-    fn decode(reader: &mut Reader<'_>) -> Option<BucketState> {
-        bucket::decode(reader)
-    }
-}
+bucket::bucket_algorithm!(Gcra, 5);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::decision::{Decision, NEVER};
+    use crate::core::algorithm::{Algorithm, OutOfRange, Quota};
+    use crate::core::bucket::BucketState;
+    use crate::core::codec::{Bytes, Reader};
+    use crate::core::decision::NEVER;
     use crate::core::duration::MAX_WINDOW_MS;
+    use crate::core::scenario::{self, case, Case};
     use proptest::prelude::*;
 
     /// 2026-11-30T00:00:00Z.
     const T0: i64 = 1_796_083_200_000;
     const NS: i64 = 1_000_000;
 
-    struct Case {
-        at: i64,
-        cost: i64,
-        allowed: bool,
-        remaining: i64,
-        reset_after_ms: i64,
-        retry_after_ms: i64,
-    }
-
-    #[rustfmt::skip]
-    fn case(at: i64, cost: i64, allowed: bool, remaining: i64, reset: i64, retry: i64) -> Case {
-        Case { at, cost, allowed, remaining, reset_after_ms: reset, retry_after_ms: retry }
+    /// Runs `cases` against one key (see `scenario`).
+    fn run(quota: Quota, cases: &[Case]) -> Option<<Gcra as Algorithm>::State> {
+        scenario::run::<Gcra>(quota, cases)
     }
 
     fn quota(limit: i64, window_ms: i64, burst: i64) -> Quota {
@@ -142,32 +74,6 @@ mod tests {
             window_ms,
             burst,
         }
-    }
-
-    /// Runs hits against one key, storing what the core returns as RL.HIT would, and
-    /// returns the last stored state.
-    fn run(quota: Quota, cases: &[Case]) -> Option<BucketState> {
-        let mut stored = None;
-        for (n, c) in cases.iter().enumerate() {
-            let hit = Gcra::check(stored.as_ref(), c.at, &quota, c.cost).expect("in range");
-            let expected = Decision {
-                allowed: c.allowed,
-                limit: quota.burst,
-                remaining: c.remaining,
-                reset_after_ms: c.reset_after_ms,
-                retry_after_ms: c.retry_after_ms,
-            };
-            assert_eq!(hit.decision, expected, "case {n} at T0+{}", c.at - T0);
-            assert_eq!(
-                hit.charged.is_some(),
-                c.allowed,
-                "case {n} writes iff allowed"
-            );
-            if let Some(state) = hit.charged {
-                stored = Some(state);
-            }
-        }
-        stored
     }
 
     #[test]

@@ -23,3 +23,5 @@ pub mod token_bucket;
 
 #[cfg(test)]
 mod accuracy;
+#[cfg(test)]
+mod scenario;

@@ -363,6 +363,7 @@ impl Algorithm for Log {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::scenario::{self, case, Case};
     use proptest::prelude::*;
 
     const SECOND: i64 = 1_000;
@@ -370,48 +371,13 @@ mod tests {
     /// 2026-11-30T00:00:00Z.
     const T0: i64 = 1_796_083_200_000;
 
-    struct Case {
-        at: i64,
-        cost: i64,
-        allowed: bool,
-        remaining: i64,
-        reset_after_ms: i64,
-        retry_after_ms: i64,
-    }
-
-    #[rustfmt::skip]
-    fn case(at: i64, cost: i64, allowed: bool, remaining: i64, reset: i64, retry: i64) -> Case {
-        Case { at, cost, allowed, remaining, reset_after_ms: reset, retry_after_ms: retry }
-    }
-
     fn entry(at_ms: i64, units: i64) -> Entry {
         Entry { at_ms, units }
     }
 
-    /// Runs hits against one key, storing what the core returns as RL.HIT would, and
-    /// returns the last stored state.
-    fn run(quota: Quota, cases: &[Case]) -> Option<LogState> {
-        let mut stored = None;
-        for (n, c) in cases.iter().enumerate() {
-            let hit = Log::check(stored.as_ref(), c.at, &quota, c.cost).expect("in range");
-            let expected = Decision {
-                allowed: c.allowed,
-                limit: quota.limit,
-                remaining: c.remaining,
-                reset_after_ms: c.reset_after_ms,
-                retry_after_ms: c.retry_after_ms,
-            };
-            assert_eq!(hit.decision, expected, "case {n} at T0 + {}", c.at - T0);
-            assert_eq!(
-                hit.charged.is_some(),
-                c.allowed,
-                "case {n} writes iff allowed"
-            );
-            if let Some(state) = hit.charged {
-                stored = Some(state);
-            }
-        }
-        stored
+    /// Runs `cases` against one key (see `scenario`).
+    fn run(quota: Quota, cases: &[Case]) -> Option<<Log as Algorithm>::State> {
+        scenario::run::<Log>(quota, cases)
     }
 
     #[test]

@@ -26,9 +26,7 @@
 //! bandwidth budgets with a cost per byte); choose [`gcra`](super::gcra) when they think of
 //! a rate with a tolerance, or for redis-cell compatibility.
 
-use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
-use super::bucket::{self, BucketState};
-use super::codec::{Bytes, Reader};
+use super::bucket;
 
 /// The token-bucket algorithm. Its state is a [`BucketState`]: the instant the bucket is
 /// full again.
@@ -38,76 +36,22 @@ pub struct Token;
 /// The whole tokens in the bucket at `now_ms` (`burst` for no state): `view`'s
 /// `remaining`, named in token terms for the tests.
 #[cfg(test)]
-pub fn tokens(state: Option<&BucketState>, now_ms: i64, quota: &Quota) -> Result<i64, OutOfRange> {
+pub fn tokens(
+    state: Option<&bucket::BucketState>,
+    now_ms: i64,
+    quota: &super::algorithm::Quota,
+) -> Result<i64, super::algorithm::OutOfRange> {
     Ok(bucket::view(state, now_ms, quota)?.remaining)
 }
 
-impl Algorithm for Token {
-    type State = BucketState;
-    const ID: u8 = 4;
-
-    fn check(
-        state: Option<&BucketState>,
-        now_ms: i64,
-        quota: &Quota,
-        cost: i64,
-    ) -> Result<TierCheck<BucketState>, OutOfRange> {
-        bucket::check(state, now_ms, quota, cost)
-    }
-
-    fn view(state: Option<&BucketState>, now_ms: i64, quota: &Quota) -> Result<View, OutOfRange> {
-        bucket::view(state, now_ms, quota)
-    }
-
-    fn capacity(quota: &Quota) -> i64 {
-        bucket::capacity(quota)
-    }
-
-    fn span_ms(quota: &Quota) -> i64 {
-        bucket::span_ms(quota)
-    }
-
-    fn refund(
-        state: Option<&BucketState>,
-        now_ms: i64,
-        quota: &Quota,
-        amount: i64,
-    ) -> Option<BucketState> {
-        bucket::refund(state, now_ms, quota, amount)
-    }
-
-    fn used(state: &BucketState, now_ms: i64, quota: &Quota) -> i64 {
-        bucket::used(state, now_ms, quota)
-    }
-
-    fn seeded(used: i64, now_ms: i64, quota: &Quota) -> Result<BucketState, OutOfRange> {
-        bucket::seeded(used, now_ms, quota)
-    }
-
-    fn expires_at_ms(state: &BucketState, _quota: &Quota) -> i64 {
-        bucket::expires_at_ms(state)
-    }
-
-    fn to_short(state: &BucketState, expires_at_ms: i64) -> Option<i64> {
-        bucket::to_short(state, expires_at_ms)
-    }
-
-    fn from_short(short: i64, expires_at_ms: i64) -> Option<BucketState> {
-        bucket::from_short(short, expires_at_ms)
-    }
-
-    fn encode(state: &BucketState, out: &mut Bytes) {
-        bucket::encode(state, out);
-    }
-
-    fn decode(reader: &mut Reader<'_>) -> Option<BucketState> {
-        bucket::decode(reader)
-    }
-}
+bucket::bucket_algorithm!(Token, 4);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::algorithm::{Algorithm, Quota};
+    use crate::core::bucket::BucketState;
+    use crate::core::codec::Bytes;
     use crate::core::decision::NEVER;
     use crate::core::gcra::Gcra;
     use proptest::prelude::*;

@@ -1,0 +1,48 @@
+//! Table-driven scenario tests, shared by every algorithm's tests: a sequence of hits on
+//! one key, each with the time, the cost and the whole decision expected.
+
+use super::algorithm::{Algorithm, Quota};
+use super::decision::Decision;
+
+/// One hit and what it must answer.
+pub struct Case {
+    at: i64,
+    cost: i64,
+    allowed: bool,
+    remaining: i64,
+    reset_after_ms: i64,
+    retry_after_ms: i64,
+}
+
+/// A hit at `at` of `cost`, expected to answer `allowed`, `remaining`, `reset` and `retry`.
+#[rustfmt::skip]
+pub fn case(at: i64, cost: i64, allowed: bool, remaining: i64, reset: i64, retry: i64) -> Case {
+    Case { at, cost, allowed, remaining, reset_after_ms: reset, retry_after_ms: retry }
+}
+
+/// Runs `cases` against one key of algorithm `A`, storing what the core returns as RL.HIT
+/// would (a state exactly when allowed), and returns the last stored state. The expected
+/// `limit` is the algorithm's capacity.
+pub fn run<A: Algorithm>(quota: Quota, cases: &[Case]) -> Option<A::State> {
+    let mut stored = None;
+    for (n, c) in cases.iter().enumerate() {
+        let hit = A::check(stored.as_ref(), c.at, &quota, c.cost).expect("time in range");
+        let expected = Decision {
+            allowed: c.allowed,
+            limit: A::capacity(&quota),
+            remaining: c.remaining,
+            reset_after_ms: c.reset_after_ms,
+            retry_after_ms: c.retry_after_ms,
+        };
+        assert_eq!(hit.decision, expected, "case {n} at {}", c.at);
+        assert_eq!(
+            hit.charged.is_some(),
+            c.allowed,
+            "case {n} writes iff allowed"
+        );
+        if let Some(state) = hit.charged {
+            stored = Some(state);
+        }
+    }
+    stored
+}
