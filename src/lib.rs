@@ -5,6 +5,7 @@
 
 mod clock;
 mod command;
+mod config;
 mod core;
 mod ffi;
 mod reply;
@@ -12,6 +13,7 @@ mod store;
 mod strings;
 
 use command::{limit, reset, testing, throttle};
+use redis_module::configuration::ConfigurationFlags;
 use redis_module::{raw, redis_module, Context, ModuleOptions, RedisString, Status};
 use std::ffi::CStr;
 
@@ -97,4 +99,16 @@ redis_module! {
     data_types: [],
     init: init,
     commands: [],
+    configurations: [
+        i64: [
+            ["max-window-ms", &config::MAX_WINDOW, config::DEFAULT_MAX_WINDOW_MS, 1, config::LARGEST_MAX_WINDOW_MS, ConfigurationFlags::DEFAULT, None],
+            ["max-log-limit", &config::MAX_LOG, config::DEFAULT_MAX_LOG_LIMIT, 1, config::LARGEST_MAX_LOG_LIMIT, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [
+            ["default-algorithm", &config::DEFAULT_ALGORITHM, config::DefaultAlgorithm::fixed, ConfigurationFlags::DEFAULT, None],
+        ],
+        module_args_as_configuration: true,
+    ]
 }

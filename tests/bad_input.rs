@@ -14,7 +14,7 @@ const WINDOW_MALFORMED: &str = "ERR window must be a positive integer of seconds
                                 with a unit (ms, s, m, h, d), e.g. 250ms or 5m";
 const WINDOW_UNIT: &str = "ERR window has an unknown unit: use ms, s, m, h or d";
 const WINDOW_ZERO: &str = "ERR window must be at least 1ms";
-const WINDOW_TOO_LONG: &str = "ERR window must be at most 366d";
+const WINDOW_TOO_LONG: &str = "ERR window must be at most 366d (ratelimit.max-window-ms)";
 const COST: &str = "ERR COST must be a positive integer";
 const COST_TWICE: &str = "ERR COST is given more than once";
 const NOT_OURS: &str = "ERR key holds a string that is not a ratelimit state";

@@ -8,7 +8,7 @@ use super::{command_handler, Args, CommandError, CommandResult};
 use crate::core::args::parse_limits;
 use crate::core::limiter::{self, Action, LimiterError, Limits, Outcome};
 use crate::store::{Access, StoredKey};
-use crate::{clock, reply};
+use crate::{clock, config, reply};
 use redis_module::Context;
 
 command_handler!(rl_hit, |ctx, args| run(ctx, args, |cost| Action::Hit {
@@ -25,7 +25,7 @@ fn run(ctx: &Context, args: Args<'_>, action: fn(i64) -> Action) -> CommandResul
     if args.len() < 2 {
         return Err(CommandError::WrongArity);
     }
-    let request = parse_limits(args.bytes_from(2))?;
+    let request = parse_limits(args.bytes_from(2), &config::settings())?;
     let outcome = decide(ctx, args, &request.limits, action(request.cost))?;
     reply::outcome(ctx, &outcome);
     Ok(())

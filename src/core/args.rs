@@ -4,10 +4,32 @@
 //! [BURST b] [COST n]`: the parser sees the arguments after the key.
 
 use super::algorithm::Quota;
-use super::duration::{parse_duration_ms, DurationError, DAY_MS, MAX_WINDOW_MS};
+use super::duration::{parse_duration_ms, DurationError, DAY_MS, LARGEST_WINDOW_MS, MAX_WINDOW_MS};
 use super::encoding::MAX_TIERS;
 use super::limiter::{AlgorithmKind, Limits, Tiers};
 use std::borrow::Cow;
+
+/// The limits the module's configs put on the grammar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// The algorithm without `ALGO`.
+    pub default_algorithm: AlgorithmKind,
+    /// The longest window accepted, in ms.
+    pub max_window_ms: i64,
+    /// The largest limit accepted for `ALGO log`.
+    pub max_log_limit: i64,
+}
+
+impl Default for Settings {
+    /// The configs' defaults.
+    fn default() -> Self {
+        Settings {
+            default_algorithm: AlgorithmKind::Fixed,
+            max_window_ms: MAX_WINDOW_MS,
+            max_log_limit: super::sliding_log::MAX_LOG_LIMIT,
+        }
+    }
+}
 
 /// The parsed arguments of RL.HIT, RL.PEEK and RL.REFUND.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +49,8 @@ pub enum ArgError {
     Limit,
     /// `window` is not a valid duration.
     Window(DurationError),
+    /// `window` is longer than `ratelimit.max-window-ms` (which it carries).
+    WindowAboveMax(i64),
     /// A `limit` without its `window`.
     MissingWindow,
     /// More tiers than [`MAX_TIERS`].
@@ -63,7 +87,15 @@ impl ArgError {
             }
             ArgError::Window(DurationError::TooShort) => "ERR window must be at least 1ms".into(),
             ArgError::Window(DurationError::TooLong) => {
-                format!("ERR window must be at most {}d", MAX_WINDOW_MS / DAY_MS).into()
+                ArgError::WindowAboveMax(LARGEST_WINDOW_MS).message()
+            }
+            ArgError::WindowAboveMax(max_ms) => {
+                let max = if max_ms % DAY_MS == 0 {
+                    format!("{}d", max_ms / DAY_MS)
+                } else {
+                    format!("{max_ms}ms")
+                };
+                format!("ERR window must be at most {max} (ratelimit.max-window-ms)").into()
             }
             ArgError::MissingWindow => {
                 "ERR each limit needs a window: limit window [limit window ...]".into()
@@ -104,6 +136,7 @@ fn is_option(arg: &[u8]) -> bool {
 /// collecting them first.
 pub fn parse_limits<'a>(
     args: impl ExactSizeIterator<Item = &'a [u8]>,
+    settings: &Settings,
 ) -> Result<LimitArgs, ArgError> {
     if args.len() < 2 {
         return Err(ArgError::WrongArity);
@@ -115,7 +148,13 @@ pub fn parse_limits<'a>(
         let window = rest
             .next_if(|arg| !is_option(arg))
             .ok_or(ArgError::MissingWindow)?;
-        let window_ms = parse_duration_ms(window).map_err(ArgError::Window)?;
+        let window_ms = parse_duration_ms(window).map_err(|err| match err {
+            DurationError::TooLong => ArgError::WindowAboveMax(settings.max_window_ms),
+            other => ArgError::Window(other),
+        })?;
+        if window_ms > settings.max_window_ms {
+            return Err(ArgError::WindowAboveMax(settings.max_window_ms));
+        }
         if tiers.len() == MAX_TIERS {
             return Err(ArgError::TooManyTiers);
         }
@@ -139,17 +178,15 @@ pub fn parse_limits<'a>(
             return Err(ArgError::UnknownOption(printable_excerpt(option)));
         }
     }
-    let algorithm = algorithm.unwrap_or(AlgorithmKind::Fixed);
+    let algorithm = algorithm.unwrap_or(settings.default_algorithm);
     if let Some(burst) = burst {
         if !algorithm.has_burst() || tiers.len() != 1 {
             return Err(ArgError::BurstNotApplicable);
         }
         tiers[0].burst = burst;
     }
-    if let Some(max) = algorithm.max_limit() {
-        if tiers.iter().any(|q| q.limit > max) {
-            return Err(ArgError::LimitTooLarge(algorithm, max));
-        }
+    if algorithm == AlgorithmKind::Log && tiers.iter().any(|q| q.limit > settings.max_log_limit) {
+        return Err(ArgError::LimitTooLarge(algorithm, settings.max_log_limit));
     }
     Ok(LimitArgs {
         limits: Limits { algorithm, tiers },
@@ -193,7 +230,7 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<LimitArgs, ArgError> {
         let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        parse_limits(bytes.iter().copied())
+        parse_limits(bytes.iter().copied(), &Settings::default())
     }
 
     fn single(limit: i64, window_ms: i64, cost: i64) -> LimitArgs {
@@ -217,6 +254,32 @@ mod tests {
         );
         let max = parse(&["9223372036854775807", "1s", "COST", "9223372036854775807"]);
         assert_eq!(max, Ok(single(i64::MAX, 1_000, i64::MAX)));
+    }
+
+    #[test]
+    fn follows_the_configs() {
+        let settings = Settings {
+            default_algorithm: AlgorithmKind::Gcra,
+            max_window_ms: 60_000,
+            max_log_limit: 50,
+        };
+        let parse_with = |args: &[&str]| {
+            let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            parse_limits(bytes.iter().copied(), &settings)
+        };
+        let gcra = parse_with(&["5", "1m"]).expect("valid");
+        assert_eq!(gcra.limits.algorithm, AlgorithmKind::Gcra);
+        assert_eq!(
+            parse_with(&["5", "61s"]),
+            Err(ArgError::WindowAboveMax(60_000))
+        );
+        assert_eq!(
+            ArgError::WindowAboveMax(60_000).message(),
+            "ERR window must be at most 60000ms (ratelimit.max-window-ms)"
+        );
+        let log = parse_with(&["51", "1m", "ALGO", "log"]);
+        assert_eq!(log, Err(ArgError::LimitTooLarge(AlgorithmKind::Log, 50)));
+        assert!(parse_with(&["50", "1m", "ALGO", "log"]).is_ok());
     }
 
     #[test]
@@ -249,7 +312,8 @@ mod tests {
             (&["5", "0"], Window(DurationError::TooShort)),
             (&["5", "-1"], Window(DurationError::Malformed)),
             (&["5", "1y"], Window(DurationError::UnknownUnit)),
-            (&["5", "9223372036854775807"], Window(DurationError::TooLong)),
+            (&["5", "9223372036854775807"], WindowAboveMax(MAX_WINDOW_MS)),
+            (&["5", "367d"], WindowAboveMax(MAX_WINDOW_MS)),
             (&["5", "1m", "10"], MissingWindow),
             (&["5", "1m", "10", "COST", "1"], MissingWindow),
             (&["5", "1m", "COST"], Cost),
@@ -273,14 +337,21 @@ mod tests {
     #[test]
     fn quotes_unknown_options_safely() {
         let nul_and_newline: &[u8] = b"x\0\r\ny";
-        let err = parse_limits([&b"5"[..], b"1m", b"COST", b"1", nul_and_newline].into_iter())
-            .unwrap_err();
+        let err = parse_limits(
+            [&b"5"[..], b"1m", b"COST", b"1", nul_and_newline].into_iter(),
+            &Settings::default(),
+        )
+        .unwrap_err();
         assert_eq!(
             err.message(),
             "ERR unknown option 'x???y' (expected ALGO, BURST or COST)"
         );
         let long = [b'a'; 100];
-        let err = parse_limits([&b"5"[..], b"1m", b"COST", b"1", &long].into_iter()).unwrap_err();
+        let err = parse_limits(
+            [&b"5"[..], b"1m", b"COST", b"1", &long].into_iter(),
+            &Settings::default(),
+        )
+        .unwrap_err();
         assert!(err.message().contains(&format!("'{}...'", "a".repeat(32))));
     }
 
@@ -290,7 +361,7 @@ mod tests {
             args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..24), 0..6)
         ) {
             let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-            if let Err(err) = parse_limits(refs.iter().copied()) {
+            if let Err(err) = parse_limits(refs.iter().copied(), &Settings::default()) {
                 let msg = err.message();
                 prop_assert!(msg.starts_with("ERR "));
                 prop_assert!(msg.bytes().all(|b| b.is_ascii_graphic() || b == b' '));

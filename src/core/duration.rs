@@ -4,8 +4,11 @@
 pub const SECOND_MS: i64 = 1_000;
 /// Milliseconds in one day.
 pub const DAY_MS: i64 = 86_400 * SECOND_MS;
-/// The longest window accepted: 366 days, so that "per year" fits, leap years included.
+/// The default longest window (the config `ratelimit.max-window-ms`): 366 days, so that
+/// "per year" fits, leap years included.
 pub const MAX_WINDOW_MS: i64 = 366 * DAY_MS;
+/// The longest window the parser reads at all, whatever the config: ten times the default.
+pub const LARGEST_WINDOW_MS: i64 = 10 * MAX_WINDOW_MS;
 
 /// Why a duration was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,11 +19,11 @@ pub enum DurationError {
     UnknownUnit,
     /// Zero.
     TooShort,
-    /// Above [`MAX_WINDOW_MS`], including numbers too big for an `i64`.
+    /// Above [`LARGEST_WINDOW_MS`], including numbers too big for an `i64`.
     TooLong,
 }
 
-/// Parses a duration into milliseconds, within `1..=MAX_WINDOW_MS`.
+/// Parses a duration into milliseconds, within `1..=LARGEST_WINDOW_MS`.
 pub fn parse_duration_ms(text: &[u8]) -> Result<i64, DurationError> {
     let digits_end = text
         .iter()
@@ -35,7 +38,7 @@ pub fn parse_duration_ms(text: &[u8]) -> Result<i64, DurationError> {
     let total = amount.checked_mul(unit_ms).ok_or(DurationError::TooLong)?;
     match total {
         0 => Err(DurationError::TooShort),
-        ms if ms > MAX_WINDOW_MS => Err(DurationError::TooLong),
+        ms if ms > LARGEST_WINDOW_MS => Err(DurationError::TooLong),
         ms => Ok(ms),
     }
 }
@@ -76,6 +79,7 @@ mod tests {
             (b"1h", 3_600_000),
             (b"1d", 86_400_000),
             (b"366d", MAX_WINDOW_MS),
+            (b"3660d", LARGEST_WINDOW_MS),
             (b"2H", 7_200_000),
             (b"3MS", 3),
         ];
@@ -99,7 +103,7 @@ mod tests {
             (b"5sec", UnknownUnit),
             (b"0", TooShort),
             (b"0ms", TooShort),
-            (b"367d", TooLong),
+            (b"3661d", TooLong),
             (b"9223372036854775807", TooLong),
             (b"9223372036854775808ms", TooLong),
             (b"99999999999999999999999d", TooLong),

@@ -23,7 +23,7 @@ use super::encoding::{
 };
 use super::fixed_window::{Fixed, WindowState};
 use super::gcra::Gcra;
-use super::sliding_log::{Log, MAX_LOG_LIMIT};
+use super::sliding_log::Log;
 use super::sliding_window::Sliding;
 use super::token_bucket::Token;
 use smallvec::SmallVec;
@@ -80,14 +80,6 @@ impl AlgorithmKind {
     /// Whether the algorithm takes a `BURST` (a bucket capacity apart from the limit).
     pub fn has_burst(self) -> bool {
         matches!(self, AlgorithmKind::Token | AlgorithmKind::Gcra)
-    }
-
-    /// The largest `limit` the algorithm accepts, if it has a cap.
-    pub fn max_limit(self) -> Option<i64> {
-        match self {
-            AlgorithmKind::Log => Some(MAX_LOG_LIMIT),
-            _ => None,
-        }
     }
 
     fn id(self) -> u8 {

@@ -1,0 +1,63 @@
+//! Module configs: `CONFIG GET/SET ratelimit.<name>`, or `--loadmodule <path> <name> <value>`.
+//!
+//! | config | default | range |
+//! |---|---|---|
+//! | `ratelimit.default-algorithm` | `fixed` | `fixed`, `sliding`, `log`, `token`, `gcra` |
+//! | `ratelimit.max-window-ms` | 31622400000 (366 days) | 1 to 316224000000 (3660 days) |
+//! | `ratelimit.max-log-limit` | 10000 | 1 to 1000000 |
+//!
+//! The server refuses values outside the range (or unknown names) with an error; commands
+//! read the current values on every call, so a `CONFIG SET` applies to the next call.
+
+use crate::core::args::Settings;
+use crate::core::duration::{LARGEST_WINDOW_MS, MAX_WINDOW_MS};
+use crate::core::limiter::AlgorithmKind;
+use crate::core::sliding_log::MAX_LOG_LIMIT;
+use redis_module::enum_configuration;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
+
+enum_configuration! {
+    /// `ratelimit.default-algorithm`: the algorithm of a call without `ALGO`. The variants
+    /// are named as the config's values.
+    #[allow(non_camel_case_types)]
+    pub enum DefaultAlgorithm {
+        fixed = 1,
+        sliding = 2,
+        log = 3,
+        token = 4,
+        gcra = 5,
+    }
+}
+
+/// The default of `ratelimit.max-window-ms`.
+pub const DEFAULT_MAX_WINDOW_MS: i64 = MAX_WINDOW_MS;
+/// The largest `ratelimit.max-window-ms` accepted: ten times the default.
+pub const LARGEST_MAX_WINDOW_MS: i64 = LARGEST_WINDOW_MS;
+/// The default of `ratelimit.max-log-limit`.
+pub const DEFAULT_MAX_LOG_LIMIT: i64 = MAX_LOG_LIMIT;
+/// The largest `ratelimit.max-log-limit` accepted.
+pub const LARGEST_MAX_LOG_LIMIT: i64 = 1_000_000;
+
+/// `ratelimit.default-algorithm`.
+pub static DEFAULT_ALGORITHM: Mutex<DefaultAlgorithm> = Mutex::new(DefaultAlgorithm::fixed);
+/// `ratelimit.max-window-ms`.
+pub static MAX_WINDOW: AtomicI64 = AtomicI64::new(DEFAULT_MAX_WINDOW_MS);
+/// `ratelimit.max-log-limit`.
+pub static MAX_LOG: AtomicI64 = AtomicI64::new(DEFAULT_MAX_LOG_LIMIT);
+
+/// The configs as the argument parser takes them.
+pub fn settings() -> Settings {
+    let algorithm = match DEFAULT_ALGORITHM.lock().map(|a| a.clone()) {
+        Ok(DefaultAlgorithm::sliding) => AlgorithmKind::Sliding,
+        Ok(DefaultAlgorithm::log) => AlgorithmKind::Log,
+        Ok(DefaultAlgorithm::token) => AlgorithmKind::Token,
+        Ok(DefaultAlgorithm::gcra) => AlgorithmKind::Gcra,
+        Ok(DefaultAlgorithm::fixed) | Err(_) => AlgorithmKind::Fixed,
+    };
+    Settings {
+        default_algorithm: algorithm,
+        max_window_ms: MAX_WINDOW.load(Ordering::Relaxed),
+        max_log_limit: MAX_LOG.load(Ordering::Relaxed),
+    }
+}
