@@ -52,6 +52,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_SetModuleOptions,
         RedisModule_CreateCommand,
         RedisModule_DeleteKey,
+        RedisModule_RegisterInfoFunc,
     );
     missing
 }

@@ -8,6 +8,7 @@ mod command;
 mod config;
 mod core;
 mod ffi;
+mod metrics;
 mod reply;
 mod store;
 mod strings;
@@ -38,6 +39,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     ctx.set_module_options(ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED);
     install_panic_hook();
     strings::init();
+    // SAFETY: called during load with the load context.
+    unsafe { crate::ffi::api!(RedisModule_RegisterInfoFunc)(ctx.ctx, Some(info)) };
     let testing = args.iter().any(|arg| {
         arg.as_slice()
             .eq_ignore_ascii_case(b"enable-testing-commands")
@@ -81,6 +84,15 @@ const COMMANDS: &[Command] = &[
 
 /// Registered only with the module argument `enable-testing-commands`.
 const TESTING_COMMANDS: &[Command] = &[(c"RL.TESTING.PANIC", testing::rl_testing_panic, c"fast")];
+
+/// `INFO ratelimit` (see `metrics`), registered in `init` in place of the crate's default.
+extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: std::os::raw::c_int) {
+    let ctx = redis_module::InfoContext::new(ctx);
+    // A panic must not cross into the server; INFO then just lacks the section.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        metrics::info(&ctx, for_crash_report != 0)
+    }));
+}
 
 /// Sends panic messages to the server log: a daemonized server has no stderr to read.
 /// Handlers catch the unwind itself (see `command::run_guarded`).

@@ -8,7 +8,7 @@ use super::{command_handler, Args, CommandError, CommandResult};
 use crate::core::args::parse_limits;
 use crate::core::limiter::{self, Action, LimiterError, Limits, Outcome};
 use crate::store::{Access, StoredKey};
-use crate::{clock, config, reply};
+use crate::{clock, config, metrics, reply};
 use redis_module::Context;
 
 command_handler!(rl_hit, |ctx, args| run(ctx, args, |cost| Action::Hit {
@@ -50,6 +50,9 @@ pub fn decide(
     let outcome =
         limiter::run(limits, action, stored, || key.expiry(), now_ms).map_err(limiter_error)?;
     key.apply(&outcome.write);
+    if let Action::Hit { .. } = action {
+        metrics::record_hit(limits.algorithm, outcome.decision.allowed);
+    }
     Ok(outcome)
 }
 

@@ -145,6 +145,7 @@ pub unsafe fn run_guarded(
         ))),
     };
     if let Some(err) = error {
+        crate::metrics::record_error();
         reply_error(&context, err);
     }
     raw::REDISMODULE_OK as c_int

@@ -1,0 +1,74 @@
+//! `INFO ratelimit` counts every decision by algorithm, and every error.
+mod support;
+use support::*;
+
+fn info_stat(server: &Server, field: &str) -> u64 {
+    server
+        .info_field("ratelimit", &format!("ratelimit_{field}"))
+        .unwrap_or_else(|| panic!("INFO ratelimit has no ratelimit_{field}"))
+        .parse()
+        .expect("a count")
+}
+
+#[test]
+fn info_counts_decisions_per_algorithm_and_errors() {
+    for flavor in FLAVORS {
+        let server = ServerConfig::new(flavor).start();
+        assert_eq!(info_stat(&server, "hits"), 0, "{flavor:?}: a fresh server");
+        let mut con = server.conn();
+        for _ in 0..3 {
+            hit(&mut con, "f", &["2", "1h"]); // allowed, allowed, denied
+        }
+        hit(&mut con, "g", &["1", "1h", "ALGO", "gcra"]);
+        hit(&mut con, "g", &["1", "1h", "ALGO", "gcra"]);
+        let _: Vec<i64> = redis::cmd("CL.THROTTLE")
+            .arg("c")
+            .arg("0")
+            .arg("1")
+            .arg("60")
+            .query(&mut con)
+            .expect("CL.THROTTLE");
+        // Looks and refunds decide nothing: not counted as hits.
+        let _: Vec<i64> = redis::cmd("RL.PEEK")
+            .arg("f")
+            .arg("2")
+            .arg("1h")
+            .query(&mut con)
+            .expect("PEEK");
+        let _: Vec<i64> = redis::cmd("RL.REFUND")
+            .arg("f")
+            .arg("2")
+            .arg("1h")
+            .query(&mut con)
+            .expect("REFUND");
+        for bad in [&["f", "0", "1h"][..], &["f", "2", "1y"], &["f"]] {
+            error_text(&mut con, redis::cmd("RL.HIT").arg(bad));
+        }
+        redis::cmd("LPUSH")
+            .arg("list")
+            .arg("x")
+            .exec(&mut con)
+            .expect("LPUSH");
+        error_text(
+            &mut con,
+            redis::cmd("RL.HIT").arg("list").arg("1").arg("1h"),
+        );
+
+        let expected = [
+            ("hits", 6),
+            ("allowed", 4),
+            ("denied", 2),
+            ("errors", 4),
+            ("fixed_allowed", 2),
+            ("fixed_denied", 1),
+            ("gcra_allowed", 2),
+            ("gcra_denied", 1),
+            ("sliding_allowed", 0),
+            ("log_denied", 0),
+            ("token_allowed", 0),
+        ];
+        for (field, count) in expected {
+            assert_eq!(info_stat(&server, field), count, "{flavor:?}: {field}");
+        }
+    }
+}
