@@ -5,6 +5,7 @@
 //! | `ratelimit.default-algorithm` | `fixed` | `fixed`, `sliding`, `log`, `token`, `gcra` |
 //! | `ratelimit.max-window-ms` | 31622400000 (366 days) | 1 to 316224000000 (3660 days) |
 //! | `ratelimit.max-log-limit` | 10000 | 1 to 1000000 |
+//! | `ratelimit.policies-in-rdb` | `no` | load time only; Redis 7.0 only (see `persist`) |
 //!
 //! The server refuses values outside the range (or unknown names) with an error; commands
 //! read the current values on every call, so a `CONFIG SET` applies to the next call.
@@ -14,7 +15,7 @@ use crate::core::duration::{LARGEST_WINDOW_MS, MAX_WINDOW_MS};
 use crate::core::limiter::AlgorithmKind;
 use crate::core::sliding_log::MAX_LOG_LIMIT;
 use redis_module::enum_configuration;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
 
 enum_configuration! {
@@ -45,6 +46,10 @@ pub static DEFAULT_ALGORITHM: Mutex<DefaultAlgorithm> = Mutex::new(DefaultAlgori
 pub static MAX_WINDOW: AtomicI64 = AtomicI64::new(DEFAULT_MAX_WINDOW_MS);
 /// `ratelimit.max-log-limit`.
 pub static MAX_LOG: AtomicI64 = AtomicI64::new(DEFAULT_MAX_LOG_LIMIT);
+
+/// `ratelimit.policies-in-rdb`: on Redis 7.0, save policies in the RDB (whose files then
+/// need the module to load). Newer servers save them only when there are some, always.
+pub static POLICIES_IN_RDB: AtomicBool = AtomicBool::new(false);
 
 /// The configs as the argument parser takes them.
 pub fn settings() -> Settings {

@@ -53,6 +53,9 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_CreateCommand,
         RedisModule_DeleteKey,
         RedisModule_RegisterInfoFunc,
+        RedisModule_ReplyWithStringBuffer,
+        RedisModule_ReplyWithNull,
+        RedisModule_CreateDataType,
     );
     missing
 }

@@ -9,11 +9,13 @@ mod config;
 mod core;
 mod ffi;
 mod metrics;
+mod persist;
+mod policies;
 mod reply;
 mod store;
 mod strings;
 
-use command::{limit, reset, testing, throttle};
+use command::{limit, policy, reset, testing, throttle};
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{raw, redis_module, Context, ModuleOptions, RedisString, Status};
 use std::ffi::CStr;
@@ -36,7 +38,15 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     // Keys are signalled as modified explicitly, only when a command really wrote them,
     // so that a denied hit does not abort another client's WATCH.
-    ctx.set_module_options(ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED);
+    // Loading policies from an RDB checks for I/O errors instead of aborting on them.
+    ctx.set_module_options(
+        ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED | ModuleOptions::HANDLE_IO_ERRORS,
+    );
+    let opted_in = config::POLICIES_IN_RDB.load(std::sync::atomic::Ordering::Relaxed);
+    if let Err(err) = persist::register(ctx, opted_in) {
+        ctx.log_warning(&format!("ratelimit: {err}"));
+        return Status::Err;
+    }
     install_panic_hook();
     strings::init();
     // SAFETY: called during load with the load context.
@@ -46,9 +56,13 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             .eq_ignore_ascii_case(b"enable-testing-commands")
     });
     let testing_commands: &[Command] = if testing { TESTING_COMMANDS } else { &[] };
-    for (name, callback, flags) in COMMANDS.iter().chain(testing_commands) {
-        // Every command names one key, at position 1.
-        if let Err(err) = command::register(ctx, name, Some(*callback), flags, (1, 1, 1)) {
+    let keyed = COMMANDS
+        .iter()
+        .chain(testing_commands)
+        .map(|c| (c, (1, 1, 1)));
+    let keyless = KEYLESS_COMMANDS.iter().map(|c| (c, (0, 0, 0)));
+    for ((name, callback, flags), keys) in keyed.chain(keyless) {
+        if let Err(err) = command::register(ctx, name, Some(*callback), flags, keys) {
             ctx.log_warning(&format!("ratelimit: {err}"));
             return Status::Err;
         }
@@ -80,6 +94,12 @@ const COMMANDS: &[Command] = &[
         throttle::cl_throttle,
         c"write deny-oom fast",
     ),
+];
+
+/// Keyless commands: they name no key, so Cluster lets any node run them.
+const KEYLESS_COMMANDS: &[Command] = &[
+    (c"RL.POLICY", policy::rl_policy, c"deny-oom"),
+    (c"RL.STATS", policy::rl_stats, c"fast"),
 ];
 
 /// Registered only with the module argument `enable-testing-commands`.
@@ -117,7 +137,9 @@ redis_module! {
             ["max-log-limit", &config::MAX_LOG, config::DEFAULT_MAX_LOG_LIMIT, 1, config::LARGEST_MAX_LOG_LIMIT, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
-        bool: [],
+        bool: [
+            ["policies-in-rdb", &config::POLICIES_IN_RDB, false, ConfigurationFlags::IMMUTABLE, None],
+        ],
         enum: [
             ["default-algorithm", &config::DEFAULT_ALGORITHM, config::DefaultAlgorithm::fixed, ConfigurationFlags::DEFAULT, None],
         ],

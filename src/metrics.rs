@@ -32,6 +32,22 @@ static DECISIONS: [Decisions; AlgorithmKind::ALL.len()] = [
     Decisions::new(),
 ];
 static ERRORS: AtomicU64 = AtomicU64::new(0);
+static SHADOW_DENIED: AtomicU64 = AtomicU64::new(0);
+
+/// The server-wide counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    /// Hits that decided (RL.HIT, CL.THROTTLE).
+    pub hits: i64,
+    /// Hits allowed (including those a shadow policy would have denied).
+    pub allowed: i64,
+    /// Hits denied.
+    pub denied: i64,
+    /// Hits a shadow policy would have denied.
+    pub shadow_denied: i64,
+    /// Calls answered with an error.
+    pub errors: i64,
+}
 
 fn index(kind: AlgorithmKind) -> usize {
     AlgorithmKind::ALL
@@ -40,8 +56,9 @@ fn index(kind: AlgorithmKind) -> usize {
         .unwrap_or(0)
 }
 
-/// Counts one decision of a hit (RL.HIT, CL.THROTTLE): allowed or denied.
-pub fn record_hit(kind: AlgorithmKind, allowed: bool) {
+/// Counts one decision of a hit (RL.HIT, CL.THROTTLE): allowed or denied, and whether a
+/// shadow policy allowed what it would have denied.
+pub fn record_hit(kind: AlgorithmKind, allowed: bool, shadow_denied: bool) {
     let decisions = &DECISIONS[index(kind)];
     let counter = if allowed {
         &decisions.allowed
@@ -49,6 +66,33 @@ pub fn record_hit(kind: AlgorithmKind, allowed: bool) {
         &decisions.denied
     };
     counter.fetch_add(1, Ordering::Relaxed);
+    if shadow_denied {
+        SHADOW_DENIED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The server-wide counts.
+pub fn totals() -> Totals {
+    let load = |c: &AtomicU64| i64::try_from(c.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+    let allowed: i64 = DECISIONS.iter().map(|d| load(&d.allowed)).sum();
+    let denied: i64 = DECISIONS.iter().map(|d| load(&d.denied)).sum();
+    Totals {
+        hits: allowed.saturating_add(denied),
+        allowed,
+        denied,
+        shadow_denied: load(&SHADOW_DENIED),
+        errors: load(&ERRORS),
+    }
+}
+
+/// Sets every count back to zero (`RL.STATS RESET`).
+pub fn reset() {
+    for decisions in &DECISIONS {
+        decisions.allowed.store(0, Ordering::Relaxed);
+        decisions.denied.store(0, Ordering::Relaxed);
+    }
+    SHADOW_DENIED.store(0, Ordering::Relaxed);
+    ERRORS.store(0, Ordering::Relaxed);
 }
 
 /// Counts one command that answered an error.
@@ -56,8 +100,9 @@ pub fn record_error() {
     ERRORS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// `INFO ratelimit`: section `ratelimit_stats` with `hits`, `allowed`, `denied` and
-/// `errors`, then per algorithm `<name>_allowed` and `<name>_denied`.
+/// `INFO ratelimit`: section `ratelimit_stats` with `hits`, `allowed`, `denied`,
+/// `shadow_denied`, `errors` and `policies`, then per algorithm `<name>_allowed` and
+/// `<name>_denied`.
 pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
     // An INFO section that fails to build is left out; INFO itself still answers.
     let _ = build_info(ctx);
@@ -65,15 +110,16 @@ pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
 
 fn build_info(ctx: &InfoContext) -> RedisResult<()> {
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let allowed: u64 = DECISIONS.iter().map(|d| load(&d.allowed)).sum();
-    let denied: u64 = DECISIONS.iter().map(|d| load(&d.denied)).sum();
+    let totals = totals();
     let mut section = ctx
         .builder()
         .add_section("stats")
-        .field("hits", allowed + denied)?
-        .field("allowed", allowed)?
-        .field("denied", denied)?
-        .field("errors", load(&ERRORS))?;
+        .field("hits", totals.hits)?
+        .field("allowed", totals.allowed)?
+        .field("denied", totals.denied)?
+        .field("shadow_denied", totals.shadow_denied)?
+        .field("errors", totals.errors)?
+        .field("policies", crate::policies::count() as i64)?;
     for ((_, name), decisions) in AlgorithmKind::ALL.iter().zip(&DECISIONS) {
         section = section
             .field(&format!("{name}_allowed"), load(&decisions.allowed))?

@@ -207,6 +207,21 @@ impl<'a> StoredKey<'a> {
     }
 }
 
+/// Propagates `command args...` as it is: for commands whose effect is deterministic
+/// (RL.POLICY, which reads no clock), replaying the command is replaying its effect.
+pub fn propagate_command(ctx: &Context, command: &std::ffi::CStr, args: &[*mut RedisModuleString]) {
+    // SAFETY: the format `v` takes an array of live server strings and its length.
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx.ctx,
+            command.as_ptr(),
+            c"v".as_ptr(),
+            args.as_ptr(),
+            args.len(),
+        );
+    }
+}
+
 impl Drop for StoredKey<'_> {
     fn drop(&mut self) {
         // SAFETY: self.key was opened by OpenKey and is closed exactly once.

@@ -4,11 +4,12 @@
 //! tier and counts in all or none; RL.PEEK answers the same without writing; RL.REFUND
 //! gives back up to `COST` units.
 
+use super::policy::no_such_policy;
 use super::{command_handler, Args, CommandError, CommandResult};
-use crate::core::args::parse_limits;
+use crate::core::args::{parse_limits, parse_policy_call, Mode};
 use crate::core::limiter::{self, Action, LimiterError, Limits, Outcome};
 use crate::store::{Access, StoredKey};
-use crate::{clock, config, metrics, reply};
+use crate::{clock, config, metrics, policies, reply};
 use redis_module::Context;
 
 command_handler!(rl_hit, |ctx, args| run(ctx, args, |cost| Action::Hit {
@@ -25,9 +26,38 @@ fn run(ctx: &Context, args: Args<'_>, action: fn(i64) -> Action) -> CommandResul
     if args.len() < 2 {
         return Err(CommandError::WrongArity);
     }
+    if let Some(call) = parse_policy_call(args.bytes_from(2)) {
+        let (name, cost) = call?;
+        return run_policy(ctx, args, name, action(cost));
+    }
     let request = parse_limits(args.bytes_from(2), &config::settings())?;
-    let outcome = decide(ctx, args, &request.limits, action(request.cost))?;
-    reply::outcome(ctx, &outcome);
+    let action = action(request.cost);
+    let outcome = decide(ctx, args, &request.limits, action)?;
+    if let Action::Hit { .. } = action {
+        metrics::record_hit(request.limits.algorithm, outcome.decision.allowed, false);
+    }
+    reply::outcome(ctx, &outcome, None);
+    Ok(())
+}
+
+/// A call that names a policy: its rule, and in shadow mode an answer that never denies
+/// but says (RESP3 `shadow_denied`; RESP2: `allowed` 1 with a `retry_after_ms` other than
+/// 0) what enforcing would have done. A denied hit writes nothing in either mode.
+fn run_policy(ctx: &Context, args: Args<'_>, name: &[u8], action: Action) -> CommandResult {
+    let policy = policies::get(name).ok_or_else(|| no_such_policy(name))?;
+    let mut outcome = decide(ctx, args, &policy.limits, action)?;
+    let shadow = policy.mode == Mode::Shadow;
+    let refund = matches!(action, Action::Refund { .. });
+    let shadow_denied = shadow && !refund && !outcome.decision.allowed;
+    if shadow_denied {
+        outcome.decision.allowed = true;
+    }
+    if let Action::Hit { .. } = action {
+        let allowed = outcome.decision.allowed;
+        metrics::record_hit(policy.limits.algorithm, allowed, shadow_denied);
+        policies::record_hit(name, allowed, shadow_denied);
+    }
+    reply::outcome(ctx, &outcome, (shadow && !refund).then_some(shadow_denied));
     Ok(())
 }
 
@@ -50,9 +80,6 @@ pub fn decide(
     let outcome =
         limiter::run(limits, action, stored, || key.expiry(), now_ms).map_err(limiter_error)?;
     key.apply(&outcome.write);
-    if let Action::Hit { .. } = action {
-        metrics::record_hit(limits.algorithm, outcome.decision.allowed);
-    }
     Ok(outcome)
 }
 

@@ -7,6 +7,7 @@
 //! path that could panic on odd bytes is ever used.
 
 pub mod limit;
+pub mod policy;
 pub mod reset;
 pub mod testing;
 pub mod throttle;
@@ -79,6 +80,11 @@ impl<'a> Args<'a> {
     /// The argument at `index` as the server's string object (for keys and propagation).
     pub fn string(&self, index: usize) -> Option<*mut raw::RedisModuleString> {
         self.argv.get(index).copied()
+    }
+
+    /// The server's strings of the arguments from `start` on (to propagate them).
+    pub fn strings_from(&self, start: usize) -> &'a [*mut raw::RedisModuleString] {
+        self.argv.get(start..).unwrap_or(&[])
     }
 
     /// The bytes of the arguments from `start` on, borrowed from the server.
@@ -198,9 +204,25 @@ pub fn register(
     }
 }
 
+/// Whether the command comes from this server's primary or from the AOF being loaded:
+/// such commands are obeyed as they are, never refused by local settings.
+pub fn from_primary_or_aof(ctx: &Context) -> bool {
+    let from = (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) as i32;
+    context_flags(ctx) & from != 0
+}
+
+/// Whether this server is a read-only replica (a client may not change its policies).
+pub fn read_only_replica(ctx: &Context) -> bool {
+    let replica = (raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_READONLY) as i32;
+    context_flags(ctx) & replica == replica
+}
+
+fn context_flags(ctx: &Context) -> i32 {
+    // SAFETY: ctx.ctx is the live context of the running command.
+    unsafe { api!(RedisModule_GetContextFlags)(ctx.ctx) }
+}
+
 /// Whether the client speaks RESP3, and so gets maps instead of flat arrays.
 pub fn client_uses_resp3(ctx: &Context) -> bool {
-    // SAFETY: ctx.ctx is the live context of the running command.
-    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx.ctx) };
-    flags & raw::REDISMODULE_CTX_FLAGS_RESP3 as i32 != 0
+    context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_RESP3 as i32 != 0
 }

@@ -5,7 +5,8 @@ use super::limit::decide;
 use super::{command_handler, Args, CommandError, CommandResult};
 use crate::core::args::ArgError;
 use crate::core::cell::{cell_reply, parse_throttle, ThrottleArgError};
-use crate::reply;
+use crate::core::limiter::Action;
+use crate::{metrics, reply};
 use redis_module::Context;
 use smallvec::SmallVec;
 
@@ -23,6 +24,9 @@ fn run(ctx: &Context, args: Args<'_>) -> CommandResult {
     })?;
     let (limits, action) = throttle.request();
     let outcome = decide(ctx, args, &limits, action)?;
+    if let Action::Hit { .. } = action {
+        metrics::record_hit(limits.algorithm, outcome.decision.allowed, false);
+    }
     reply::integers(ctx, &cell_reply(&outcome.decision));
     Ok(())
 }

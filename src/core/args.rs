@@ -65,6 +65,12 @@ pub enum ArgError {
     Algo,
     /// A limit above what the algorithm supports (the sliding log's size cap).
     LimitTooLarge(AlgorithmKind, i64),
+    /// `MODE` is not followed by `enforce` or `shadow`.
+    Mode,
+    /// `POLICY` is not followed by a name.
+    PolicyName,
+    /// An argument of a policy's definition that is no known option.
+    UnknownPolicyOption(String),
     /// An option appears twice.
     RepeatedOption(&'static str),
     /// An argument that is no known option; holds a printable excerpt of it.
@@ -110,6 +116,11 @@ impl ArgError {
             ArgError::LimitTooLarge(kind, max) => {
                 format!("ERR ALGO {} allows a limit of at most {max}", kind.name()).into()
             }
+            ArgError::Mode => "ERR MODE must be enforce or shadow".into(),
+            ArgError::PolicyName => "ERR POLICY needs a policy name".into(),
+            ArgError::UnknownPolicyOption(arg) => {
+                format!("ERR unknown option '{arg}' (expected ALGO, BURST or MODE)").into()
+            }
             ArgError::RepeatedOption(name) => format!("ERR {name} is given more than once").into(),
             ArgError::UnknownOption(arg) => {
                 format!("ERR unknown option '{arg}' (expected ALGO, BURST or COST)").into()
@@ -123,7 +134,7 @@ fn algorithm_names() -> String {
     names.join(", ")
 }
 
-const OPTIONS: [&str; 3] = ["ALGO", "BURST", "COST"];
+const OPTIONS: [&str; 4] = ["ALGO", "BURST", "COST", "MODE"];
 
 fn is_option(arg: &[u8]) -> bool {
     OPTIONS
@@ -138,6 +149,105 @@ pub fn parse_limits<'a>(
     args: impl ExactSizeIterator<Item = &'a [u8]>,
     settings: &Settings,
 ) -> Result<LimitArgs, ArgError> {
+    let rule = parse_rule(args, settings, Grammar::Call)?;
+    Ok(LimitArgs {
+        limits: rule.limits,
+        cost: rule.cost.unwrap_or(1),
+    })
+}
+
+/// Whether a policy enforces its limits or only reports what it would deny.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Denies what is over the limit.
+    Enforce,
+    /// Never denies; answers and counts what it would have denied.
+    Shadow,
+}
+
+impl Mode {
+    /// The name in `MODE name`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
+}
+
+/// A named rule: what `RL.POLICY SET name ...` defines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyArgs {
+    /// The algorithm and tiers every call naming the policy uses.
+    pub limits: Limits,
+    /// Enforce or shadow.
+    pub mode: Mode,
+}
+
+/// Parses a policy's definition: `limit window [limit window ...] [ALGO name] [BURST b]
+/// [MODE enforce|shadow]`.
+pub fn parse_policy<'a>(
+    args: impl ExactSizeIterator<Item = &'a [u8]>,
+    settings: &Settings,
+) -> Result<PolicyArgs, ArgError> {
+    let rule = parse_rule(args, settings, Grammar::Policy)?;
+    Ok(PolicyArgs {
+        limits: rule.limits,
+        mode: rule.mode.unwrap_or(Mode::Enforce),
+    })
+}
+
+/// The arguments that define `policy`, as `RL.POLICY GET` shows them and as they are
+/// persisted: parsing them again gives the same policy.
+pub fn policy_arguments(policy: &PolicyArgs) -> Vec<String> {
+    let mut args = Vec::new();
+    for quota in &policy.limits.tiers {
+        args.push(quota.limit.to_string());
+        args.push(format_duration(quota.window_ms));
+    }
+    args.push("ALGO".into());
+    args.push(policy.limits.algorithm.name().into());
+    if let [only] = policy.limits.tiers.as_slice() {
+        if policy.limits.algorithm.has_burst() && only.burst != only.limit {
+            args.push("BURST".into());
+            args.push(only.burst.to_string());
+        }
+    }
+    args.push("MODE".into());
+    args.push(policy.mode.name().into());
+    args
+}
+
+/// A window in the largest unit that divides it: `90s`, `5m`, `250ms`.
+pub fn format_duration(ms: i64) -> String {
+    const UNITS: [(i64, &str); 4] = [(DAY_MS, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s")];
+    UNITS.iter().find(|(size, _)| ms % size == 0).map_or_else(
+        || format!("{ms}ms"),
+        |(size, unit)| format!("{}{unit}", ms / size),
+    )
+}
+
+/// Which grammar the options follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grammar {
+    /// A call (RL.HIT, RL.PEEK, RL.REFUND): `COST` allowed.
+    Call,
+    /// A policy's definition: `MODE` allowed, `COST` belongs to the calls.
+    Policy,
+}
+
+/// What either grammar reads.
+struct Rule {
+    limits: Limits,
+    cost: Option<i64>,
+    mode: Option<Mode>,
+}
+
+fn parse_rule<'a>(
+    args: impl ExactSizeIterator<Item = &'a [u8]>,
+    settings: &Settings,
+    grammar: Grammar,
+) -> Result<Rule, ArgError> {
     if args.len() < 2 {
         return Err(ArgError::WrongArity);
     }
@@ -163,7 +273,7 @@ pub fn parse_limits<'a>(
     if tiers.is_empty() {
         return Err(ArgError::Limit);
     }
-    let (mut algorithm, mut burst, mut cost) = (None, None, None);
+    let (mut algorithm, mut burst, mut cost, mut mode) = (None, None, None, None);
     while let Some(option) = rest.next() {
         if option.eq_ignore_ascii_case(b"ALGO") {
             let kind = rest.next().and_then(AlgorithmKind::from_name);
@@ -171,11 +281,18 @@ pub fn parse_limits<'a>(
         } else if option.eq_ignore_ascii_case(b"BURST") {
             let value = rest.next().and_then(parse_positive);
             set_once(&mut burst, value.ok_or(ArgError::Burst)?, "BURST")?;
-        } else if option.eq_ignore_ascii_case(b"COST") {
+        } else if option.eq_ignore_ascii_case(b"COST") && grammar == Grammar::Call {
             let value = rest.next().and_then(parse_positive);
             set_once(&mut cost, value.ok_or(ArgError::Cost)?, "COST")?;
+        } else if option.eq_ignore_ascii_case(b"MODE") && grammar == Grammar::Policy {
+            let value = rest.next().and_then(parse_mode);
+            set_once(&mut mode, value.ok_or(ArgError::Mode)?, "MODE")?;
         } else {
-            return Err(ArgError::UnknownOption(printable_excerpt(option)));
+            let excerpt = printable_excerpt(option);
+            return Err(match grammar {
+                Grammar::Call => ArgError::UnknownOption(excerpt),
+                Grammar::Policy => ArgError::UnknownPolicyOption(excerpt),
+            });
         }
     }
     let algorithm = algorithm.unwrap_or(settings.default_algorithm);
@@ -188,10 +305,41 @@ pub fn parse_limits<'a>(
     if algorithm == AlgorithmKind::Log && tiers.iter().any(|q| q.limit > settings.max_log_limit) {
         return Err(ArgError::LimitTooLarge(algorithm, settings.max_log_limit));
     }
-    Ok(LimitArgs {
+    Ok(Rule {
         limits: Limits { algorithm, tiers },
-        cost: cost.unwrap_or(1),
+        cost,
+        mode,
     })
+}
+
+fn parse_mode(name: &[u8]) -> Option<Mode> {
+    [Mode::Enforce, Mode::Shadow]
+        .into_iter()
+        .find(|mode| name.eq_ignore_ascii_case(mode.name().as_bytes()))
+}
+
+/// Parses `POLICY name [COST n]`, the arguments of a call that names a policy (after the
+/// key); `None` when they do not start with `POLICY`.
+pub fn parse_policy_call<'a>(
+    mut args: impl Iterator<Item = &'a [u8]>,
+) -> Option<Result<(&'a [u8], i64), ArgError>> {
+    let first = args.next()?;
+    if !first.eq_ignore_ascii_case(b"POLICY") {
+        return None;
+    }
+    Some((|| {
+        let name = args.next().ok_or(ArgError::PolicyName)?;
+        let mut cost = None;
+        while let Some(option) = args.next() {
+            if option.eq_ignore_ascii_case(b"COST") {
+                let value = args.next().and_then(parse_positive);
+                set_once(&mut cost, value.ok_or(ArgError::Cost)?, "COST")?;
+            } else {
+                return Err(ArgError::UnknownOption(printable_excerpt(option)));
+            }
+        }
+        Ok((name, cost.unwrap_or(1)))
+    })())
 }
 
 fn set_once<T>(slot: &mut Option<T>, value: T, name: &'static str) -> Result<(), ArgError> {
@@ -280,6 +428,65 @@ mod tests {
         let log = parse_with(&["51", "1m", "ALGO", "log"]);
         assert_eq!(log, Err(ArgError::LimitTooLarge(AlgorithmKind::Log, 50)));
         assert!(parse_with(&["50", "1m", "ALGO", "log"]).is_ok());
+    }
+
+    #[test]
+    fn a_policy_round_trips_through_its_arguments() {
+        let settings = Settings::default();
+        let parse_policy_str = |args: &[&str]| {
+            let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            parse_policy(bytes.iter().copied(), &settings)
+        };
+        for args in [
+            &["5", "60", "10", "1h"][..],
+            &["3", "90s", "ALGO", "gcra", "BURST", "7", "MODE", "Shadow"],
+            &["1", "250ms", "ALGO", "log"],
+        ] {
+            let policy = parse_policy_str(args).expect("valid");
+            let again = policy_arguments(&policy);
+            let again: Vec<&str> = again.iter().map(String::as_str).collect();
+            assert_eq!(
+                parse_policy_str(&again),
+                Ok(policy),
+                "{args:?} -> {again:?}"
+            );
+        }
+        let shadow = parse_policy_str(&["5", "1m", "MODE", "shadow"]).expect("valid");
+        assert_eq!(shadow.mode, Mode::Shadow);
+        assert_eq!(
+            policy_arguments(&shadow),
+            ["5", "1m", "ALGO", "fixed", "MODE", "shadow"]
+        );
+        assert_eq!(
+            parse_policy_str(&["5", "1m", "MODE", "loud"]),
+            Err(ArgError::Mode)
+        );
+        let cost = parse_policy_str(&["5", "1m", "COST", "2"]);
+        assert_eq!(cost, Err(ArgError::UnknownPolicyOption("COST".into())));
+        assert_eq!(
+            parse(&["5", "1m", "MODE", "shadow"]),
+            Err(ArgError::UnknownOption("MODE".into()))
+        );
+    }
+
+    #[test]
+    fn parses_calls_that_name_a_policy() {
+        let call = |args: &[&'static str]| parse_policy_call(args.iter().map(|a| a.as_bytes()));
+        assert_eq!(call(&["5", "1m"]), None);
+        assert_eq!(call(&["policy", "login"]), Some(Ok((&b"login"[..], 1))));
+        assert_eq!(
+            call(&["POLICY", "login", "cost", "3"]),
+            Some(Ok((&b"login"[..], 3)))
+        );
+        assert_eq!(call(&["POLICY"]), Some(Err(ArgError::PolicyName)));
+        assert_eq!(
+            call(&["POLICY", "x", "COST", "0"]),
+            Some(Err(ArgError::Cost))
+        );
+        assert_eq!(
+            call(&["POLICY", "x", "ALGO", "gcra"]),
+            Some(Err(ArgError::UnknownOption("ALGO".into())))
+        );
     }
 
     #[test]

@@ -1,0 +1,141 @@
+//! Policies in the RDB: saved as the auxiliary data of a module data type that has no keys.
+//!
+//! Servers that have `aux_save2` (Redis 7.2 and newer, Valkey) skip the auxiliary data when
+//! there is no policy, so an RDB (or an AOF with its RDB preamble) written without policies
+//! still loads on a server without the module. Redis 7.0 has only `aux_save`, which writes
+//! its record into every RDB, and such an RDB needs the module to load; so there the
+//! module saves policies only when loaded with `policies-in-rdb yes`, and refuses to define
+//! policies otherwise (they would not survive a restart).
+//!
+//! Format (encoding version 1): the number of policies, then for each its name and the
+//! arguments that define it (as `RL.POLICY GET` shows them), parsed again on load.
+
+use crate::config;
+use crate::core::args::{parse_policy, policy_arguments, Settings};
+use crate::core::duration::LARGEST_WINDOW_MS;
+use crate::ffi::api;
+use crate::policies;
+use redis_module::raw::{self, RedisModuleIO};
+use redis_module::Context;
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const ENCODING_VERSION: c_int = 1;
+
+/// Whether policies can be defined: they are saved in the RDB on this server.
+static PERSISTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this server keeps policies across restarts (see the module docs).
+pub fn policies_persist() -> bool {
+    PERSISTED.load(Ordering::Relaxed)
+}
+
+/// Registers the data type that carries the policies; called once at load.
+pub fn register(ctx: &Context, opted_in_on_7_0: bool) -> Result<(), String> {
+    // aux_save2 came with Redis 7.2, as did CachedMicroseconds: its presence tells the API.
+    // SAFETY: copies a function pointer the crate filled in at load.
+    let has_aux_save2 = unsafe { raw::RedisModule_CachedMicroseconds }.is_some();
+    if !has_aux_save2 && !opted_in_on_7_0 {
+        return Ok(());
+    }
+    let mut methods = raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(no_value_load),
+        rdb_save: Some(no_value_save),
+        aof_rewrite: None,
+        mem_usage: None,
+        digest: None,
+        free: Some(no_value_free),
+        aux_load: Some(aux_load),
+        aux_save: if has_aux_save2 { None } else { Some(aux_save) },
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: if has_aux_save2 { Some(aux_save) } else { None },
+    };
+    // SAFETY: called during load; the server copies the methods.
+    let created = unsafe {
+        api!(RedisModule_CreateDataType)(
+            ctx.ctx,
+            c"rl-policy".as_ptr(),
+            ENCODING_VERSION,
+            &mut methods,
+        )
+    };
+    if created.is_null() {
+        return Err("cannot create the data type that saves policies".into());
+    }
+    PERSISTED.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Saves every policy; writes nothing when there is none (with `aux_save2` the server then
+/// leaves the record out).
+extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
+    let all = policies::all();
+    if all.is_empty() && unsafe { raw::RedisModule_CachedMicroseconds }.is_some() {
+        return;
+    }
+    raw::save_unsigned(rdb, all.len() as u64);
+    for (name, definition) in all {
+        raw::save_slice(rdb, &name);
+        let args = policy_arguments(&definition);
+        raw::save_unsigned(rdb, args.len() as u64);
+        for arg in args {
+            raw::save_slice(rdb, arg.as_bytes());
+        }
+    }
+}
+
+/// Replaces the policies with the RDB's.
+extern "C" fn aux_load(rdb: *mut RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    let loaded = std::panic::catch_unwind(|| load_all(rdb, encver));
+    match loaded {
+        Ok(Some(all)) => {
+            policies::replace_all(all);
+            raw::REDISMODULE_OK as c_int
+        }
+        _ => raw::REDISMODULE_ERR as c_int,
+    }
+}
+
+fn load_all(
+    rdb: *mut RedisModuleIO,
+    encver: c_int,
+) -> Option<Vec<(Vec<u8>, crate::core::args::PolicyArgs)>> {
+    if encver > ENCODING_VERSION {
+        return None;
+    }
+    // What was saved is obeyed whatever the local configs.
+    let settings = Settings {
+        max_window_ms: LARGEST_WINDOW_MS,
+        max_log_limit: config::LARGEST_MAX_LOG_LIMIT,
+        ..config::settings()
+    };
+    let count = raw::load_unsigned(rdb).ok()?;
+    let mut all = Vec::new();
+    for _ in 0..count {
+        let name = raw::load_string_buffer(rdb).ok()?.as_ref().to_vec();
+        let argc = raw::load_unsigned(rdb).ok()?;
+        let mut args = Vec::new();
+        for _ in 0..argc {
+            args.push(raw::load_string_buffer(rdb).ok()?.as_ref().to_vec());
+        }
+        let definition = parse_policy(args.iter().map(Vec::as_slice), &settings).ok()?;
+        all.push((name, definition));
+    }
+    Some(all)
+}
+
+// The type holds no keys; these are never called but the server wants them set.
+extern "C" fn no_value_load(_rdb: *mut RedisModuleIO, _encver: c_int) -> *mut c_void {
+    std::ptr::null_mut()
+}
+extern "C" fn no_value_save(_rdb: *mut RedisModuleIO, _value: *mut c_void) {}
+extern "C" fn no_value_free(_value: *mut c_void) {}
