@@ -4,11 +4,13 @@
 //! |---|---|---|
 //! | `ratelimit.default-algorithm` | `fixed` | `fixed`, `sliding`, `log`, `token`, `gcra` |
 //! | `ratelimit.max-window-ms` | 31622400000 (366 days) | 1 to 316224000000 (3660 days) |
-//! | `ratelimit.max-log-limit` | 10000 | 1 to 1000000 |
+//! | `ratelimit.max-log-limit` | 10000 | 1 to 10000 |
 //! | `ratelimit.policies-in-rdb` | `no` | load time only; Redis 7.0 only (see `persist`) |
 //!
-//! The server refuses values outside the range (or unknown names) with an error; commands
-//! read the current values on every call, so a `CONFIG SET` applies to the next call.
+//! The server refuses values outside the range (or unknown names) with an error, and
+//! [`check_loaded`] refuses them at load time (the crate passes load-time values through
+//! unchecked); commands read the current values on every call, so a `CONFIG SET` applies to
+//! the next call.
 
 use crate::core::args::Settings;
 use crate::core::duration::{LARGEST_WINDOW_MS, MAX_WINDOW_MS};
@@ -37,8 +39,9 @@ pub const DEFAULT_MAX_WINDOW_MS: i64 = MAX_WINDOW_MS;
 pub const LARGEST_MAX_WINDOW_MS: i64 = LARGEST_WINDOW_MS;
 /// The default of `ratelimit.max-log-limit`.
 pub const DEFAULT_MAX_LOG_LIMIT: i64 = MAX_LOG_LIMIT;
-/// The largest `ratelimit.max-log-limit` accepted.
-pub const LARGEST_MAX_LOG_LIMIT: i64 = 1_000_000;
+/// The largest `ratelimit.max-log-limit` accepted: the most entries the sliding log keeps
+/// exactly (it would merge older entries beyond that), so the config can only lower it.
+pub const LARGEST_MAX_LOG_LIMIT: i64 = MAX_LOG_LIMIT;
 
 /// `ratelimit.default-algorithm`.
 pub static DEFAULT_ALGORITHM: Mutex<DefaultAlgorithm> = Mutex::new(DefaultAlgorithm::fixed);
@@ -50,6 +53,23 @@ pub static MAX_LOG: AtomicI64 = AtomicI64::new(DEFAULT_MAX_LOG_LIMIT);
 /// `ratelimit.policies-in-rdb`: on Redis 7.0, save policies in the RDB (whose files then
 /// need the module to load). Newer servers save them only when there are some, always.
 pub static POLICIES_IN_RDB: AtomicBool = AtomicBool::new(false);
+
+/// Checks the values given at load time against the ranges `CONFIG SET` enforces.
+pub fn check_loaded() -> Result<(), String> {
+    let window = MAX_WINDOW.load(Ordering::Relaxed);
+    if !(1..=LARGEST_MAX_WINDOW_MS).contains(&window) {
+        return Err(format!(
+            "max-window-ms must be between 1 and {LARGEST_MAX_WINDOW_MS}, not {window}"
+        ));
+    }
+    let log = MAX_LOG.load(Ordering::Relaxed);
+    if !(1..=LARGEST_MAX_LOG_LIMIT).contains(&log) {
+        return Err(format!(
+            "max-log-limit must be between 1 and {LARGEST_MAX_LOG_LIMIT}, not {log}"
+        ));
+    }
+    Ok(())
+}
 
 /// The configs as the argument parser takes them.
 pub fn settings() -> Settings {

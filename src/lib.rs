@@ -42,6 +42,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     ctx.set_module_options(
         ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED | ModuleOptions::HANDLE_IO_ERRORS,
     );
+    if let Err(err) = config::check_loaded() {
+        ctx.log_warning(&format!("ratelimit: {err}"));
+        return Status::Err;
+    }
     let opted_in = config::POLICIES_IN_RDB.load(std::sync::atomic::Ordering::Relaxed);
     if let Err(err) = persist::register(ctx, opted_in) {
         ctx.log_warning(&format!("ratelimit: {err}"));

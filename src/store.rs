@@ -88,6 +88,10 @@ impl<'a> StoredKey<'a> {
         if let Some(known) = self.expiry.get() {
             return known;
         }
+        if self.key.is_null() {
+            // OpenKey gives NULL for a missing key opened for reading.
+            return None;
+        }
         // SAFETY: self.key is open until drop.
         let expiry = unsafe { api!(RedisModule_GetAbsExpire)(self.key) };
         let expiry = (expiry != raw::REDISMODULE_NO_EXPIRE as i64).then_some(expiry);
@@ -98,6 +102,9 @@ impl<'a> StoredKey<'a> {
     /// Makes the change the limiter decided, and propagates it. `Nothing` writes and
     /// propagates nothing.
     pub fn apply(&mut self, write: &Write) {
+        if self.key.is_null() {
+            return;
+        }
         match write {
             Write::Nothing => return,
             Write::Set {
@@ -109,12 +116,15 @@ impl<'a> StoredKey<'a> {
                 } else {
                     // A live key is rewritten in place: no new object, and its expiry is
                     // only touched when it moves (never for a fixed window's next hit).
-                    self.overwrite_value(value);
-                    if self.expiry() != Some(*expires_at_ms) {
-                        // SAFETY: self.key is an open string key.
-                        unsafe { api!(RedisModule_SetAbsExpire)(self.key, *expires_at_ms) };
+                    if !self.overwrite_value(value) {
+                        Some(self.create_value(value, *expires_at_ms))
+                    } else {
+                        if self.expiry() != Some(*expires_at_ms) {
+                            // SAFETY: self.key is an open string key.
+                            unsafe { api!(RedisModule_SetAbsExpire)(self.key, *expires_at_ms) };
+                        }
+                        None
                     }
-                    None
                 };
                 self.propagate_set(value, *expires_at_ms, made);
             }
@@ -128,8 +138,9 @@ impl<'a> StoredKey<'a> {
         unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, self.name) };
     }
 
-    /// Rewrites the value of an existing string key in place; its expiry stays.
-    fn overwrite_value(&self, value: &[u8]) {
+    /// Rewrites the value of an existing string key in place; its expiry stays. Whether it
+    /// could (else the caller sets the value anew).
+    fn overwrite_value(&self, value: &[u8]) -> bool {
         let write = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
         // SAFETY: self.key is an open string key; DMA gives a buffer of `len` bytes that we
         // fill completely after truncating it to exactly `value.len()`.
@@ -140,9 +151,11 @@ impl<'a> StoredKey<'a> {
                 api!(RedisModule_StringTruncate)(self.key, value.len());
                 ptr = api!(RedisModule_StringDMA)(self.key, &mut len, write);
             }
-            if !ptr.is_null() && len == value.len() {
-                std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len);
+            if ptr.is_null() || len != value.len() {
+                return false;
             }
+            std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len);
+            true
         }
     }
 

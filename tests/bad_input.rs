@@ -327,6 +327,11 @@ fn strings_the_module_did_not_write_are_refused_and_untouched() {
         (b"3 ", true),
         (b"1\0", true),
         (b"9223372036854775808", true),
+        // Short words: none may pass for a state's tag byte.
+        (b"Pay", true),
+        (b"Tab", true),
+        (b"@home", true),
+        ("\u{e9}t\u{e9}".as_bytes(), true),
     ];
     for flavor in FLAVORS {
         let server = ServerConfig::new(flavor).start();

@@ -43,8 +43,8 @@ fn age(con: &mut Connection, key: &[u8], ms: i64) {
     let Some(value) = get_bytes(&mut *con, key) else {
         return; // No state: time passing changes nothing.
     };
-    assert_eq!(value[0] & 0xE0, 0x40, "the short form: {value:?}");
-    assert_eq!((value[0] & 0x1F) >> 2, 5, "GCRA: {value:?}");
+    assert_eq!(value[0] & 0xF8, 0xF8, "the short form: {value:?}");
+    assert_eq!(value[0] & 0b100, 0b100, "GCRA: {value:?}");
     let expiry = pexpiretime(&mut *con, key) - ms;
     if expiry <= server_ms(con) {
         redis::cmd("DEL").arg(key).exec(con).expect("DEL");

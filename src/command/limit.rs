@@ -86,6 +86,8 @@ pub fn decide(
 fn limiter_error(err: LimiterError) -> CommandError {
     CommandError::Message(match err {
         LimiterError::NotOurs => crate::store::NOT_OURS.into(),
-        LimiterError::OutOfRange => "ERR the server clock is out of the supported range".into(),
+        LimiterError::OutOfRange => {
+            "ERR limit, window, BURST and COST are too large together for the server clock".into()
+        }
     })
 }

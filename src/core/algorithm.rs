@@ -119,6 +119,12 @@ pub trait Algorithm {
         None
     }
 
+    /// Whether a state stored without its parameters (a plain count) can be read under
+    /// `quota` as it is; if not, `limiter` renews it from its usage.
+    fn fits_unrecorded(_state: &Self::State, _quota: &Quota) -> bool {
+        true
+    }
+
     /// The plain decimal count that stands for `state` when it is a key's only tier (see
     /// `encoding`), or `None` if this algorithm does not use that form.
     fn to_plain_count(_state: &Self::State) -> Option<i64> {

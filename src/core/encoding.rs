@@ -6,7 +6,7 @@
 //!   or an AOF replayed without the module stores it as an integer.
 //! - **Short** (a single tier of an algorithm whose state the key's expiry nearly gives
 //!   away: token and GCRA, whose theoretical arrival time *is* the expiry, to the ms): a
-//!   tag byte `0x40 | algorithm << 2 | flags`, then varints `limit`, the window (in whole
+//!   tag byte `0xF8 | gcra << 2 | flags`, then varints `limit`, the window (in whole
 //!   seconds when it is one, `seconds * 2 + 1`, else `ms * 2`), the burst if it is not the
 //!   limit, and the state's short number if it is not 0 (for a bucket: the ns below the
 //!   ms). 100 per hour fits in 4 bytes, which keeps the value inside Redis's smallest
@@ -19,13 +19,17 @@
 
 use super::algorithm::{Algorithm, Quota};
 use super::codec::{put_varint, Bytes, Reader};
+use super::gcra::Gcra;
+use super::token_bucket::Token;
 use smallvec::SmallVec;
 
 /// First byte of the tiers form, version 1. Never an ASCII digit.
 pub const FORMAT_V1: u8 = 0x01;
 
-/// The short form's tag: `0x40 | algorithm << 2 | flags`, so 0x40..=0x5F (never a digit).
-const SHORT_TAG: u8 = 0x40;
+/// The short form's tag: `0xF8 | gcra << 2 | flags`, so 0xF8..=0xFF: bytes that never occur
+/// in UTF-8 text, so that no text a user stored is mistaken for a state.
+const SHORT_TAG: u8 = 0xF8;
+const SHORT_GCRA: u8 = 0b100;
 const SHORT_HAS_BURST: u8 = 0b01;
 const SHORT_HAS_NUMBER: u8 = 0b10;
 
@@ -75,7 +79,7 @@ pub fn classify(bytes: &[u8]) -> Option<StoredForm<'_>> {
                     body,
                 })
         }
-        &tag @ SHORT_TAG..=0x5F => decode_short(tag, Reader::new(&bytes[1..])),
+        &tag @ SHORT_TAG..=0xFF => decode_short(tag, Reader::new(&bytes[1..])),
         _ => None,
     }
 }
@@ -99,7 +103,11 @@ fn decode_short(tag: u8, mut body: Reader<'_>) -> Option<StoredForm<'_>> {
         0
     };
     (window_ms >= 1 && body.is_empty()).then_some(StoredForm::Short {
-        algorithm: (tag & 0x1F) >> 2,
+        algorithm: if tag & SHORT_GCRA != 0 {
+            Gcra::ID
+        } else {
+            Token::ID
+        },
         quota: Quota {
             limit,
             window_ms,
@@ -109,10 +117,15 @@ fn decode_short(tag: u8, mut body: Reader<'_>) -> Option<StoredForm<'_>> {
     })
 }
 
-/// Writes one tier of algorithm `A` in the short form.
-pub fn encode_short<A: Algorithm>(quota: &Quota, short: i64) -> Bytes {
+/// Writes one tier of algorithm `A` in the short form; `None` for an algorithm other than
+/// the two buckets, which have no short form.
+pub fn encode_short<A: Algorithm>(quota: &Quota, short: i64) -> Option<Bytes> {
+    let mut tag = match A::ID {
+        Gcra::ID => SHORT_TAG | SHORT_GCRA,
+        Token::ID => SHORT_TAG,
+        _ => return None,
+    };
     let mut out = Bytes::new();
-    let mut tag = SHORT_TAG | (A::ID & 0x07) << 2;
     if quota.burst != quota.limit {
         tag |= SHORT_HAS_BURST;
     }
@@ -133,7 +146,7 @@ pub fn encode_short<A: Algorithm>(quota: &Quota, short: i64) -> Bytes {
     if short != 0 {
         put_varint(&mut out, short);
     }
-    out
+    Some(out)
 }
 
 /// Tiers as stored: each one's parameters and state (inline up to two).
@@ -212,6 +225,19 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn text_is_never_read_as_the_short_form() {
+        for text in [&b"Pay"[..], b"Tab", b"@x", b"_", "\u{e9}t\u{e9}".as_bytes()] {
+            assert_eq!(classify(text), None, "{text:?}");
+        }
+        let token = encode_short::<Token>(&Quota::new(2, 1_000), 0).expect("short form");
+        assert!(matches!(
+            classify(&token),
+            Some(StoredForm::Short { algorithm: 4, .. })
+        ));
+        assert_eq!(encode_short::<Fixed>(&Quota::new(2, 1_000), 0), None);
+    }
+
+    #[test]
     fn tells_the_forms_apart_and_refuses_foreign_values() {
         assert_eq!(classify(b"42"), Some(StoredForm::PlainCount(42)));
         for foreign in [
@@ -229,7 +255,6 @@ mod tests {
 
     #[test]
     fn the_short_form_round_trips_and_stays_small() {
-        use crate::core::gcra::Gcra;
         let cases = [
             (Quota::new(100, 3_600_000), 0, 4),
             (Quota::new(10, 1_000), 0, 3),
@@ -245,7 +270,7 @@ mod tests {
             ),
         ];
         for (quota, short, len) in cases {
-            let bytes = encode_short::<Gcra>(&quota, short);
+            let bytes = encode_short::<Gcra>(&quota, short).expect("GCRA has a short form");
             assert_eq!(bytes.len(), len, "{quota:?}");
             assert_eq!(
                 classify(&bytes),

@@ -145,6 +145,12 @@ impl Algorithm for Fixed {
         })
     }
 
+    /// A window that ends on a multiple of this window length (a longer window's ends
+    /// generally do not).
+    fn fits_unrecorded(state: &WindowState, quota: &Quota) -> bool {
+        state.ends_at_ms.rem_euclid(quota.window_ms) == 0
+    }
+
     fn to_plain_count(state: &WindowState) -> Option<i64> {
         (state.count >= 1).then_some(state.count)
     }

@@ -185,13 +185,13 @@ impl From<OutOfRange> for LimiterError {
 }
 
 /// Answers `action` for `limits` on a key holding `stored` (`None`: no key) at `now_ms`.
-/// `expiry` gives the key's absolute expiry; it is asked only for a plain count, whose
-/// window end it is.
+/// `expiry` gives the key's absolute expiry; it is asked only when a form keeps a time
+/// there (a plain count, the short form) or a look needs the old state's end.
 pub fn run(
     limits: &Limits,
     action: Action,
     stored: Option<&[u8]>,
-    expiry: impl FnOnce() -> Option<i64>,
+    expiry: impl Fn() -> Option<i64>,
     now_ms: i64,
 ) -> Result<Outcome, LimiterError> {
     with_algorithm!(
@@ -204,14 +204,25 @@ fn run_with<A: Algorithm>(
     tiers: &[Quota],
     action: Action,
     stored: Option<&[u8]>,
-    expiry: impl FnOnce() -> Option<i64>,
+    expiry: impl Fn() -> Option<i64>,
     now_ms: i64,
 ) -> Result<Outcome, LimiterError> {
-    let prior = read_prior::<A>(stored, expiry, now_ms)?;
+    let prior = read_prior::<A>(stored, &expiry, now_ms)?;
     let start = starting_states::<A>(prior, tiers, now_ms)?;
     Ok(match action {
         Action::Hit { cost } => check::<A>(start, tiers, now_ms, cost, true)?,
-        Action::Peek { cost } => check::<A>(start, tiers, now_ms, cost, false)?,
+        Action::Peek { cost } => {
+            let renewed = start.renewed;
+            let mut outcome = check::<A>(start, tiers, now_ms, cost, false)?;
+            // A look cannot write the renewal, so every later call renews again from the
+            // old state: the wait that surely works lasts until the old state is gone.
+            let decision = &mut outcome.decision;
+            if renewed && !decision.allowed && decision.retry_after_ms != NEVER {
+                let old_state_left = expiry().map_or(0, |end| end.saturating_sub(now_ms));
+                decision.retry_after_ms = decision.retry_after_ms.max(old_state_left);
+            }
+            outcome
+        }
         Action::Refund { amount } => refund::<A>(start, tiers, now_ms, amount)?,
     })
 }
@@ -229,7 +240,7 @@ enum Prior<S> {
 
 fn read_prior<A: Algorithm>(
     stored: Option<&[u8]>,
-    expiry: impl FnOnce() -> Option<i64>,
+    expiry: impl Fn() -> Option<i64>,
     now_ms: i64,
 ) -> Result<Prior<A::State>, LimiterError> {
     let Some(bytes) = stored else {
@@ -365,7 +376,8 @@ fn starting_states<A: Algorithm>(
                     .iter()
                     .zip(tiers)
                     .all(|((written_with, state), quota)| {
-                        written_with.is_none_or(|q| q == *quota)
+                        written_with
+                            .map_or_else(|| A::fits_unrecorded(state, quota), |q| q == *quota)
                             && A::expires_at_ms(state, quota).saturating_sub(now_ms)
                                 <= A::span_ms(quota)
                     });
@@ -522,7 +534,9 @@ fn store<A: Algorithm>(tiers: &[Quota], states: &[A::State], now_ms: i64) -> Wri
     let value = match (tiers, states) {
         ([quota], [only]) => match (A::to_plain_count(only), A::to_short(only, expires_at_ms)) {
             (Some(count), _) => Value::from_slice(encode_count(count, &mut [0u8; 20])),
-            (None, Some(short)) => encode_short::<A>(quota, short),
+            (None, Some(short)) => {
+                encode_short::<A>(quota, short).unwrap_or_else(|| encode_tiers::<A>(tiers, states))
+            }
             (None, None) => encode_tiers::<A>(tiers, states),
         },
         _ => encode_tiers::<A>(tiers, states),
@@ -689,6 +703,37 @@ mod tests {
         );
         let later = key.run(&fixed(&[(5, 60_000)]), Action::Hit { cost: 1 }, T0 + 60_000);
         assert!(later.decision.allowed);
+    }
+
+    #[test]
+    fn a_longer_window_carries_the_count_into_its_own_window() {
+        let mut key = Key::default();
+        // 5 used in the minute window ending at T0 + 60 s.
+        key.run(&fixed(&[(5, 60_000)]), Action::Hit { cost: 5 }, T0 + 1_000);
+        // Now 5 per hour: the 5 still count, until the hour window ends.
+        let hour = fixed(&[(5, HOUR)]);
+        let denied = key.run(&hour, Action::Hit { cost: 1 }, T0 + 30_000);
+        assert!(!denied.decision.allowed);
+        assert_eq!(denied.decision.retry_after_ms, HOUR - 30_000);
+        let later = key.run(&hour, Action::Hit { cost: 1 }, T0 + HOUR);
+        assert!(later.decision.allowed);
+    }
+
+    #[test]
+    fn a_look_after_a_rule_change_waits_until_the_old_state_is_gone() {
+        let mut key = Key::default();
+        key.run(&fixed(&[(5, HOUR)]), Action::Hit { cost: 5 }, T0 + 10);
+        let second = fixed(&[(5, 1_000)]);
+        let look = key.run(&second, Action::Peek { cost: 1 }, T0 + 20);
+        assert_eq!(look.write, Write::Nothing);
+        assert_eq!(
+            look.decision.retry_after_ms,
+            HOUR - 20,
+            "the old hour must pass"
+        );
+        // A hit renews and writes, so its own wait is one new window.
+        let hit = key.run(&second, Action::Hit { cost: 1 }, T0 + 20);
+        assert_eq!(hit.decision.retry_after_ms, 980);
     }
 
     #[test]

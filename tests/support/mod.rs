@@ -27,7 +27,7 @@ pub enum Flavor {
 pub const FLAVORS: [Flavor; 2] = [Flavor::Redis, Flavor::Valkey];
 
 impl Flavor {
-    fn binary(self) -> PathBuf {
+    pub fn binary(self) -> PathBuf {
         match self {
             Flavor::Redis => {
                 binary_from_env("REDIS_SERVER").unwrap_or_else(|| "redis-server".into())
