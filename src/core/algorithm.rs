@@ -53,6 +53,32 @@ pub struct View {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutOfRange;
 
+/// Checked `i128` arithmetic for the algorithms' intermediate products, with `OutOfRange`
+/// as the error.
+pub(crate) mod checked {
+    use super::OutOfRange;
+
+    /// `value` as an `i64`.
+    pub fn to_i64(value: i128) -> Result<i64, OutOfRange> {
+        i64::try_from(value).map_err(|_| OutOfRange)
+    }
+
+    /// `a * b`.
+    pub fn mul(a: i128, b: i128) -> Result<i128, OutOfRange> {
+        a.checked_mul(b).ok_or(OutOfRange)
+    }
+
+    /// `a + b`.
+    pub fn add(a: i128, b: i128) -> Result<i128, OutOfRange> {
+        a.checked_add(b).ok_or(OutOfRange)
+    }
+
+    /// `a - b`.
+    pub fn sub(a: i128, b: i128) -> Result<i128, OutOfRange> {
+        a.checked_sub(b).ok_or(OutOfRange)
+    }
+}
+
 /// One rate-limiting algorithm. Implemented by unit structs; `limiter` is generic over it.
 pub trait Algorithm {
     /// The per-tier state a key stores for this algorithm.

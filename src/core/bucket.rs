@@ -36,6 +36,7 @@
 //! denied hit that waits its `retry_after_ms` and retries is allowed if nothing else was
 //! counted meanwhile, and it is the shortest such wait in whole milliseconds.
 
+use super::algorithm::checked::{add, mul, sub, to_i64};
 use super::algorithm::{OutOfRange, Quota, TierCheck, View};
 use super::codec::{put_i64, Bytes, Reader};
 use super::decision::{Decision, NEVER};
@@ -70,22 +71,6 @@ struct Rate {
     per_ms: i128,
     /// Spacing of the grid every computed TAT lies on.
     grid: i128,
-}
-
-fn to_i64(value: i128) -> Result<i64, OutOfRange> {
-    i64::try_from(value).map_err(|_| OutOfRange)
-}
-
-fn mul(a: i128, b: i128) -> Result<i128, OutOfRange> {
-    a.checked_mul(b).ok_or(OutOfRange)
-}
-
-fn add(a: i128, b: i128) -> Result<i128, OutOfRange> {
-    a.checked_add(b).ok_or(OutOfRange)
-}
-
-fn sub(a: i128, b: i128) -> Result<i128, OutOfRange> {
-    a.checked_sub(b).ok_or(OutOfRange)
 }
 
 /// `a / b` rounded down; `b` >= 1.

@@ -24,8 +24,11 @@ pub struct WindowState {
     pub ends_at_ms: i64,
 }
 
-/// The end of the epoch-aligned window of `window_ms` that `now_ms` falls in.
+/// The end of the epoch-aligned window of `window_ms` (>= 1) that `now_ms` falls in.
 pub fn aligned_end(now_ms: i64, window_ms: i64) -> Result<i64, OutOfRange> {
+    if window_ms < 1 {
+        return Err(OutOfRange);
+    }
     let start = now_ms
         .checked_sub(now_ms.rem_euclid(window_ms))
         .ok_or(OutOfRange)?;

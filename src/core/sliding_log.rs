@@ -35,6 +35,7 @@
 //! (logins, payments, paid API quotas) and limits are modest. For large limits or many keys
 //! the sliding window counter gives nearly the same answers in constant memory.
 
+use super::algorithm::checked::to_i64;
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
 use super::codec::{put_i64, put_varint, Bytes, Reader};
 use super::decision::{Decision, NEVER};
@@ -74,10 +75,6 @@ impl LogState {
     pub fn entries(&self) -> &[Entry] {
         &self.entries
     }
-}
-
-fn to_i64(value: i128) -> Result<i64, OutOfRange> {
-    i64::try_from(value).map_err(|_| OutOfRange)
 }
 
 /// A log as it stands at one moment.

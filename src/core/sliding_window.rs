@@ -40,9 +40,11 @@
 //! the fixed window's double burst at window edges, at the fixed window's cost, and an
 //! approximation is fine. Use the sliding log when the limit must be exact.
 
+use super::algorithm::checked::{add, mul, sub, to_i64};
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
 use super::codec::{put_i64, put_varint, Bytes, Reader};
 use super::decision::{Decision, NEVER};
+use super::fixed_window::aligned_end;
 
 /// The sliding-window-counter algorithm.
 #[derive(Debug, Clone, Copy)]
@@ -57,33 +59,6 @@ pub struct SlidingState {
     pub curr: i64,
     /// Absolute Unix time in ms at which the current window ends.
     pub ends_at_ms: i64,
-}
-
-fn to_i64(value: i128) -> Result<i64, OutOfRange> {
-    i64::try_from(value).map_err(|_| OutOfRange)
-}
-
-fn mul(a: i128, b: i128) -> Result<i128, OutOfRange> {
-    a.checked_mul(b).ok_or(OutOfRange)
-}
-
-fn add(a: i128, b: i128) -> Result<i128, OutOfRange> {
-    a.checked_add(b).ok_or(OutOfRange)
-}
-
-fn sub(a: i128, b: i128) -> Result<i128, OutOfRange> {
-    a.checked_sub(b).ok_or(OutOfRange)
-}
-
-/// The end of the epoch-aligned window of `window_ms` (>= 1) that `now_ms` falls in.
-fn aligned_end(now_ms: i64, window_ms: i64) -> Result<i64, OutOfRange> {
-    if window_ms < 1 {
-        return Err(OutOfRange);
-    }
-    let start = now_ms
-        .checked_sub(now_ms.rem_euclid(window_ms))
-        .ok_or(OutOfRange)?;
-    start.checked_add(window_ms).ok_or(OutOfRange)
 }
 
 /// A state as it stands at one moment: rolled over to the window that moment counts in.
