@@ -56,6 +56,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_ReplyWithStringBuffer,
         RedisModule_ReplyWithNull,
         RedisModule_CreateDataType,
+        RedisModule_SubscribeToServerEvent,
     );
     missing
 }

@@ -47,7 +47,9 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     let opted_in = config::POLICIES_IN_RDB.load(std::sync::atomic::Ordering::Relaxed);
-    if let Err(err) = persist::register(ctx, opted_in) {
+    let persistence =
+        persist::register(ctx, opted_in).and_then(|()| persist::subscribe_to_loading(ctx));
+    if let Err(err) = persistence {
         ctx.log_warning(&format!("ratelimit: {err}"));
         return Status::Err;
     }

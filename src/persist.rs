@@ -75,6 +75,41 @@ pub fn register(ctx: &Context, opted_in_on_7_0: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Empties the registry when a whole dataset starts loading (an RDB at startup or by
+/// `DEBUG RELOAD`, a full sync from a primary, an AOF): the policies are then exactly those
+/// it holds. Without this, an RDB without policies — which carries no record at all where
+/// `aux_save2` leaves it out — would leave a replica with policies its primary lacks.
+pub fn subscribe_to_loading(ctx: &Context) -> Result<(), String> {
+    let loading = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_LOADING,
+        dataver: 1,
+    };
+    // SAFETY: called during load with the load context; the callback is a plain function.
+    let status =
+        unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx.ctx, loading, Some(on_loading)) };
+    if status == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err("cannot subscribe to loading events".into())
+    }
+}
+
+extern "C" fn on_loading(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    let starts = [
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START,
+        raw::REDISMODULE_SUBEVENT_LOADING_AOF_START,
+        raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
+    ];
+    if starts.contains(&subevent) {
+        let _ = std::panic::catch_unwind(|| policies::replace_all(Vec::new()));
+    }
+}
+
 /// Saves every policy; writes nothing when there is none (with `aux_save2` the server then
 /// leaves the record out).
 extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {

@@ -220,19 +220,23 @@ impl<'a> StoredKey<'a> {
     }
 }
 
-/// Propagates `command args...` as it is: for commands whose effect is deterministic
-/// (RL.POLICY, which reads no clock), replaying the command is replaying its effect.
-pub fn propagate_command(ctx: &Context, command: &std::ffi::CStr, args: &[*mut RedisModuleString]) {
-    // SAFETY: the format `v` takes an array of live server strings and its length.
+/// Propagates `command args...`: for a command whose effect is deterministic (RL.POLICY,
+/// which reads no clock), given in a form that means the same on every server, replaying
+/// the command is replaying its effect.
+pub fn propagate_command(ctx: &Context, command: &std::ffi::CStr, args: &[&[u8]]) {
+    let strings: Vec<*mut RedisModuleString> = args.iter().map(|a| strings::create(a)).collect();
+    // SAFETY: the format `v` takes an array of live server strings and its length; the
+    // server takes its own references, so ours are released after.
     unsafe {
         api!(RedisModule_Replicate)(
             ctx.ctx,
             command.as_ptr(),
             c"v".as_ptr(),
-            args.as_ptr(),
-            args.len(),
+            strings.as_ptr(),
+            strings.len(),
         );
     }
+    strings.into_iter().for_each(strings::free);
 }
 
 impl Drop for StoredKey<'_> {

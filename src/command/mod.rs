@@ -82,11 +82,6 @@ impl<'a> Args<'a> {
         self.argv.get(index).copied()
     }
 
-    /// The server's strings of the arguments from `start` on (to propagate them).
-    pub fn strings_from(&self, start: usize) -> &'a [*mut raw::RedisModuleString] {
-        self.argv.get(start..).unwrap_or(&[])
-    }
-
     /// The bytes of the arguments from `start` on, borrowed from the server.
     pub fn bytes_from(&self, start: usize) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
         self.argv

@@ -10,12 +10,14 @@ use super::{command_handler, from_primary_or_aof, read_only_replica, Args, Comma
 use crate::core::args::{parse_policy, policy_arguments, Settings};
 use crate::core::duration::LARGEST_WINDOW_MS;
 use crate::{config, metrics, persist, policies, reply, store};
-use redis_module::Context;
+use redis_module::{Context, RedisValue};
 
 command_handler!(rl_policy, run_policy);
 command_handler!(rl_stats, run_stats);
 
 const READONLY: &str = "READONLY You can't write against a read only replica.";
+const NOT_IN_AOF_REWRITE: &str = "ERR policies would not survive an AOF rewrite with \
+    aof-use-rdb-preamble no: keep the RDB preamble (the default) to use policies";
 const NOT_PERSISTED: &str = "ERR policies would not survive a restart: on Redis 7.0 load the \
     module with 'policies-in-rdb yes' (its RDB files then need the module to load)";
 
@@ -27,8 +29,13 @@ fn run_policy(ctx: &Context, args: Args<'_>) -> CommandResult {
     match (subcommand.to_ascii_uppercase().as_slice(), name) {
         (b"SET", Some(name)) => {
             refuse_on_replica(ctx)?;
-            if !persist::policies_persist() && !from_primary_or_aof(ctx) {
-                return Err(message(NOT_PERSISTED));
+            if !from_primary_or_aof(ctx) {
+                if !persist::policies_persist() {
+                    return Err(message(NOT_PERSISTED));
+                }
+                if aof_rewrite_would_drop_policies(ctx) {
+                    return Err(message(NOT_IN_AOF_REWRITE));
+                }
             }
             if name.is_empty() {
                 return Err(message("ERR policy name must not be empty"));
@@ -44,8 +51,13 @@ fn run_policy(ctx: &Context, args: Args<'_>) -> CommandResult {
                 config::settings()
             };
             let definition = parse_policy(rest, &settings)?;
+            // Propagated in full (ALGO and MODE spelled out), so that a replica or the AOF
+            // does not fill in its own default algorithm.
+            let canonical = policy_arguments(&definition);
+            let mut propagated: Vec<&[u8]> = vec![b"SET", name];
+            propagated.extend(canonical.iter().map(|a| a.as_bytes()));
             policies::set(name, definition);
-            store::propagate_command(ctx, c"RL.POLICY", args.strings_from(1));
+            store::propagate_command(ctx, c"RL.POLICY", &propagated);
             reply::ok(ctx);
         }
         (b"GET", Some(name)) if rest.len() == 0 => match policies::get(name) {
@@ -56,7 +68,7 @@ fn run_policy(ctx: &Context, args: Args<'_>) -> CommandResult {
             refuse_on_replica(ctx)?;
             let deleted = policies::delete(name);
             if deleted {
-                store::propagate_command(ctx, c"RL.POLICY", args.strings_from(1));
+                store::propagate_command(ctx, c"RL.POLICY", &[b"DEL", name]);
             }
             reply::integer(ctx, i64::from(deleted));
         }
@@ -72,6 +84,24 @@ fn run_policy(ctx: &Context, args: Args<'_>) -> CommandResult {
         }
     }
     Ok(())
+}
+
+/// Whether the AOF is on without its RDB preamble: a rewrite then writes only commands for
+/// keys, and policies, which are no keys, would be gone at the next restart.
+fn aof_rewrite_would_drop_policies(ctx: &Context) -> bool {
+    let config_is = |name: &str, wanted: &str| {
+        let reply = ctx.call("CONFIG", &["GET", name][..]);
+        match reply {
+            Ok(RedisValue::Array(pair)) => pair.get(1).is_some_and(|value| match value {
+                RedisValue::SimpleString(v) | RedisValue::BulkString(v) => v == wanted,
+                RedisValue::StringBuffer(v) => v.as_slice() == wanted.as_bytes(),
+                RedisValue::BulkRedisString(v) => v.as_slice() == wanted.as_bytes(),
+                _ => false,
+            }),
+            _ => false,
+        }
+    };
+    config_is("appendonly", "yes") && config_is("aof-use-rdb-preamble", "no")
 }
 
 fn refuse_on_replica(ctx: &Context) -> CommandResult {

@@ -71,6 +71,8 @@ pub enum ArgError {
     PolicyName,
     /// An argument of a policy's definition that is no known option.
     UnknownPolicyOption(String),
+    /// An argument after `POLICY name` other than `COST`.
+    UnknownPolicyCallOption(String),
     /// An option appears twice.
     RepeatedOption(&'static str),
     /// An argument that is no known option; holds a printable excerpt of it.
@@ -118,6 +120,9 @@ impl ArgError {
             }
             ArgError::Mode => "ERR MODE must be enforce or shadow".into(),
             ArgError::PolicyName => "ERR POLICY needs a policy name".into(),
+            ArgError::UnknownPolicyCallOption(arg) => {
+                format!("ERR unknown option '{arg}' after POLICY name (expected COST)").into()
+            }
             ArgError::UnknownPolicyOption(arg) => {
                 format!("ERR unknown option '{arg}' (expected ALGO, BURST or MODE)").into()
             }
@@ -335,7 +340,7 @@ pub fn parse_policy_call<'a>(
                 let value = args.next().and_then(parse_positive);
                 set_once(&mut cost, value.ok_or(ArgError::Cost)?, "COST")?;
             } else {
-                return Err(ArgError::UnknownOption(printable_excerpt(option)));
+                return Err(ArgError::UnknownPolicyCallOption(printable_excerpt(option)));
             }
         }
         Ok((name, cost.unwrap_or(1)))
@@ -485,7 +490,7 @@ mod tests {
         );
         assert_eq!(
             call(&["POLICY", "x", "ALGO", "gcra"]),
-            Some(Err(ArgError::UnknownOption("ALGO".into())))
+            Some(Err(ArgError::UnknownPolicyCallOption("ALGO".into())))
         );
     }
 
