@@ -6,6 +6,7 @@
 //! | `ratelimit.max-window-ms` | 31622400000 (366 days) | 1 to 316224000000 (3660 days) |
 //! | `ratelimit.max-log-limit` | 10000 | 1 to 10000 |
 //! | `ratelimit.policies-in-rdb` | `no` | load time only; Redis 7.0 only (see `persist`) |
+//! | `ratelimit.notify-denied` | `no` | `yes`: a denied hit fires the keyspace event `rl.denied` |
 //!
 //! The server refuses values outside the range (or unknown names) with an error, and
 //! [`check_loaded`] refuses them at load time (the crate passes load-time values through
@@ -16,9 +17,10 @@ use crate::core::args::Settings;
 use crate::core::duration::{LARGEST_WINDOW_MS, MAX_WINDOW_MS};
 use crate::core::limiter::AlgorithmKind;
 use crate::core::sliding_log::MAX_LOG_LIMIT;
+use redis_module::configuration::ConfigurationContext;
 use redis_module::enum_configuration;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::Mutex;
+use redis_module::{ConfigurationValue, RedisError};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
 
 enum_configuration! {
     /// `ratelimit.default-algorithm`: the algorithm of a call without `ALGO`. The variants
@@ -43,8 +45,25 @@ pub const DEFAULT_MAX_LOG_LIMIT: i64 = MAX_LOG_LIMIT;
 /// exactly (it would merge older entries beyond that), so the config can only lower it.
 pub const LARGEST_MAX_LOG_LIMIT: i64 = MAX_LOG_LIMIT;
 
+/// `ratelimit.default-algorithm`, held as the enum's number in an atomic so that every call
+/// reads it without a lock.
+pub struct AlgorithmConfig(AtomicI32);
+
+impl ConfigurationValue<DefaultAlgorithm> for AlgorithmConfig {
+    fn get(&self, _ctx: &ConfigurationContext) -> DefaultAlgorithm {
+        DefaultAlgorithm::try_from(self.0.load(Ordering::Relaxed))
+            .unwrap_or(DefaultAlgorithm::fixed)
+    }
+
+    fn set(&self, _ctx: &ConfigurationContext, value: DefaultAlgorithm) -> Result<(), RedisError> {
+        self.0.store(value.into(), Ordering::Relaxed);
+        Ok(())
+    }
+}
+
 /// `ratelimit.default-algorithm`.
-pub static DEFAULT_ALGORITHM: Mutex<DefaultAlgorithm> = Mutex::new(DefaultAlgorithm::fixed);
+pub static DEFAULT_ALGORITHM: AlgorithmConfig =
+    AlgorithmConfig(AtomicI32::new(DefaultAlgorithm::fixed as i32));
 /// `ratelimit.max-window-ms`.
 pub static MAX_WINDOW: AtomicI64 = AtomicI64::new(DEFAULT_MAX_WINDOW_MS);
 /// `ratelimit.max-log-limit`.
@@ -71,9 +90,19 @@ pub fn check_loaded() -> Result<(), String> {
     Ok(())
 }
 
+/// `ratelimit.notify-denied`: fire the keyspace event `rl.denied` (class generic, `g`) on
+/// the key of every denied hit.
+pub static NOTIFY_DENIED: AtomicBool = AtomicBool::new(false);
+
+/// Whether denied hits fire `rl.denied`.
+pub fn notify_denied() -> bool {
+    NOTIFY_DENIED.load(Ordering::Relaxed)
+}
+
 /// The configs as the argument parser takes them.
 pub fn settings() -> Settings {
-    let algorithm = match DEFAULT_ALGORITHM.lock().map(|a| a.clone()) {
+    let chosen = DefaultAlgorithm::try_from(DEFAULT_ALGORITHM.0.load(Ordering::Relaxed));
+    let algorithm = match chosen {
         Ok(DefaultAlgorithm::sliding) => AlgorithmKind::Sliding,
         Ok(DefaultAlgorithm::log) => AlgorithmKind::Log,
         Ok(DefaultAlgorithm::token) => AlgorithmKind::Token,

@@ -57,6 +57,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_ReplyWithNull,
         RedisModule_CreateDataType,
         RedisModule_SubscribeToServerEvent,
+        RedisModule_NotifyKeyspaceEvent,
     );
     missing
 }

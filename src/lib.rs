@@ -145,6 +145,7 @@ redis_module! {
         string: [],
         bool: [
             ["policies-in-rdb", &config::POLICIES_IN_RDB, false, ConfigurationFlags::IMMUTABLE, None],
+            ["notify-denied", &config::NOTIFY_DENIED, false, ConfigurationFlags::DEFAULT, None],
         ],
         enum: [
             ["default-algorithm", &config::DEFAULT_ALGORITHM, config::DefaultAlgorithm::fixed, ConfigurationFlags::DEFAULT, None],

@@ -239,6 +239,20 @@ pub fn propagate_command(ctx: &Context, command: &std::ffi::CStr, args: &[&[u8]]
     strings.into_iter().for_each(strings::free);
 }
 
+/// Fires the keyspace event `rl.denied` (class generic) on `key`, for watching abuse with
+/// `SUBSCRIBE __keyevent@<db>__:rl.denied`.
+pub fn notify_denied(ctx: &Context, key: *mut RedisModuleString) {
+    // SAFETY: key is a live argument of the running command.
+    unsafe {
+        api!(RedisModule_NotifyKeyspaceEvent)(
+            ctx.ctx,
+            raw::REDISMODULE_NOTIFY_GENERIC,
+            c"rl.denied".as_ptr(),
+            key,
+        );
+    }
+}
+
 impl Drop for StoredKey<'_> {
     fn drop(&mut self) {
         // SAFETY: self.key was opened by OpenKey and is closed exactly once.

@@ -72,3 +72,36 @@ fn info_counts_decisions_per_algorithm_and_errors() {
         }
     }
 }
+
+#[test]
+fn denied_hits_fire_a_keyspace_event_when_asked_to() {
+    for flavor in FLAVORS {
+        let server = ServerConfig::new(flavor)
+            .arg("notify-keyspace-events", "Eg")
+            .start();
+        let mut con = server.conn();
+        let mut listener = server.conn();
+        let mut pubsub = listener.as_pubsub();
+        pubsub
+            .subscribe("__keyevent@0__:rl.denied")
+            .expect("SUBSCRIBE");
+        pubsub
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        // Off by default: a denial fires nothing.
+        hit(&mut con, "quiet", &["1", "1h"]);
+        hit(&mut con, "quiet", &["1", "1h"]);
+        redis::cmd("CONFIG")
+            .arg(&["SET", "ratelimit.notify-denied", "yes"])
+            .exec(&mut con)
+            .expect("CONFIG SET");
+        hit(&mut con, "abuser", &["1", "1h"]);
+        assert!(!hit(&mut con, "abuser", &["1", "1h"]).allowed);
+        let message = pubsub.get_message().expect("the denial's event");
+        let payload: String = message.get_payload().expect("a key name");
+        assert_eq!(
+            payload, "abuser",
+            "{flavor:?}: only the denial after the config, on its key"
+        );
+    }
+}

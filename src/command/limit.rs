@@ -8,7 +8,7 @@ use super::policy::no_such_policy;
 use super::{command_handler, Args, CommandError, CommandResult};
 use crate::core::args::{parse_limits, parse_policy_call, Mode};
 use crate::core::limiter::{self, Action, LimiterError, Limits, Outcome};
-use crate::store::{Access, StoredKey};
+use crate::store::{self, Access, StoredKey};
 use crate::{clock, config, metrics, policies, reply};
 use redis_module::Context;
 
@@ -80,6 +80,10 @@ pub fn decide(
     let outcome =
         limiter::run(limits, action, stored, || key.expiry(), now_ms).map_err(limiter_error)?;
     key.apply(&outcome.write);
+    if matches!(action, Action::Hit { .. }) && !outcome.decision.allowed && config::notify_denied()
+    {
+        store::notify_denied(ctx, key_name);
+    }
     Ok(outcome)
 }
 
