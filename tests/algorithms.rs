@@ -277,24 +277,6 @@ fn expiry_follows_the_last_reply(context: &str, last: &Last, expiry: i64, longes
     );
 }
 
-/// `calls` of `command` in `INFO commandstats`; module commands keep their registered
-/// upper case there (`cmdstat_RL.HIT`), so the name is matched case-insensitively.
-fn command_calls(server: &Server, command: &str) -> Option<i64> {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .expect("INFO commandstats");
-    let name = format!("cmdstat_{command}");
-    stats.lines().find_map(|line| {
-        let (line_name, fields) = line.split_once(':')?;
-        if !line_name.eq_ignore_ascii_case(&name) {
-            return None;
-        }
-        let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
-        calls.parse().ok()
-    })
-}
-
 #[test]
 fn replicas_hold_the_primarys_bytes_and_expiries_for_every_algorithm() {
     const KEYS: usize = 12;
@@ -366,8 +348,8 @@ fn replicas_hold_the_primarys_bytes_and_expiries_for_every_algorithm() {
         }
         // The replica only ever applied the SETs and DELs: no RL command ran there.
         for command in ["RL.HIT", "RL.REFUND", "RL.RESET"] {
-            assert_eq!(command_calls(&replica, command), None, "{flavor:?}");
-            assert!(command_calls(&primary, command).is_some(), "{flavor:?}");
+            assert_eq!(replica.command_calls(command), None, "{flavor:?}");
+            assert!(primary.command_calls(command).is_some(), "{flavor:?}");
         }
     }
 }

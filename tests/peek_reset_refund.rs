@@ -141,24 +141,6 @@ fn changes_since_save(server: &Server) -> i64 {
         .expect("an integer")
 }
 
-/// `calls` of `command` in `INFO commandstats`, matched case-insensitively: module
-/// commands keep their registered upper case there (`cmdstat_RL.HIT`).
-fn command_calls(server: &Server, command: &str) -> Option<i64> {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .expect("INFO commandstats");
-    let name = format!("cmdstat_{command}");
-    stats.lines().find_map(|line| {
-        let (line_name, fields) = line.split_once(':')?;
-        if !line_name.eq_ignore_ascii_case(&name) {
-            return None;
-        }
-        let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
-        calls.parse().ok()
-    })
-}
-
 /// Whether a transaction on `watcher` that WATCHed `key` before `meanwhile` ran still
 /// executes: it does exactly when nothing signalled the key as modified.
 fn watch_survives(watcher: &mut Connection, key: &[u8], meanwhile: impl FnOnce()) -> bool {
@@ -294,7 +276,7 @@ fn peek_breaks_no_watch_and_moves_no_replication_offset() {
         }
         assert_eq!(master_repl_offset(&primary), offset, "{flavor:?}");
         assert_eq!(changes_since_save(&primary), changes, "{flavor:?}");
-        assert_eq!(command_calls(&replica, "RL.PEEK"), None, "{flavor:?}");
+        assert_eq!(replica.command_calls("RL.PEEK"), None, "{flavor:?}");
     }
 }
 
@@ -510,7 +492,7 @@ fn reset_deletes_the_state_everywhere_and_answers_0_for_no_key() {
         }
         // Each reset reached the replica as a DEL.
         assert_eq!(
-            command_calls(&replica, "del"),
+            replica.command_calls("del"),
             Some(names.len() as i64),
             "{flavor:?}"
         );
@@ -827,7 +809,7 @@ fn a_refund_with_nothing_to_give_back_writes_and_propagates_nothing() {
         }
         assert_eq!(master_repl_offset(&primary), offset, "{flavor:?}");
         assert_eq!(changes_since_save(&primary), changes, "{flavor:?}");
-        assert_eq!(command_calls(&replica, "RL.REFUND"), None, "{flavor:?}");
+        assert_eq!(replica.command_calls("RL.REFUND"), None, "{flavor:?}");
     }
 }
 

@@ -165,25 +165,6 @@ fn assert_replica_matches(primary: &Server, replica: &Server, plans: &[Plan]) {
     }
 }
 
-/// The `calls` of the `INFO commandstats` line for `command`. Matched case-insensitively:
-/// core commands are listed lowercase (`cmdstat_set`) but module commands keep the case
-/// they were registered with (`cmdstat_RL.HIT` on Redis 7.0 and Valkey 8.1).
-fn command_calls(server: &Server, command: &str) -> Option<i64> {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .expect("INFO commandstats");
-    let name = format!("cmdstat_{command}");
-    stats.lines().find_map(|line| {
-        let (line_name, fields) = line.split_once(':')?;
-        if !line_name.eq_ignore_ascii_case(&name) {
-            return None;
-        }
-        let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
-        Some(calls.parse().expect("calls is an integer"))
-    })
-}
-
 fn master_repl_offset(primary: &Server) -> i64 {
     primary
         .info_field("replication", "master_repl_offset")
@@ -227,11 +208,11 @@ fn replica_holds_the_primarys_bytes_and_expiries() {
         assert_replica_matches(&primary, &replica, &plans);
         // One SET per allowed hit, and the command itself never ran on the replica.
         assert_eq!(
-            command_calls(&replica, "set"),
+            replica.command_calls("set"),
             Some(allowed as i64),
             "{flavor:?}"
         );
-        assert_eq!(command_calls(&replica, "rl.hit"), None, "{flavor:?}");
+        assert_eq!(replica.command_calls("rl.hit"), None, "{flavor:?}");
     }
 }
 
@@ -277,7 +258,7 @@ fn replica_attached_late_holds_the_same_state() {
         wait_for_replicas(&mut con, 1);
         assert_replica_matches(&primary, &replica, &plans);
         assert_eq!(
-            command_calls(&replica, "set"),
+            replica.command_calls("set"),
             Some(allowed_after_sync as i64),
             "{flavor:?}"
         );
@@ -366,13 +347,13 @@ fn denied_and_failing_hits_propagate_nothing() {
         assert_eq!(pexpiretime(&mut con, "rl:no-expiry"), -1);
 
         wait_for_replicas(&mut con, 1);
-        assert_eq!(command_calls(&primary, "rl.hit"), Some(rl_hit_calls));
+        assert_eq!(primary.command_calls("rl.hit"), Some(rl_hit_calls));
         assert_eq!(
-            command_calls(&replica, "set"),
+            replica.command_calls("set"),
             Some(allowed_hits),
             "{flavor:?}"
         );
-        assert_eq!(command_calls(&replica, "rl.hit"), None, "{flavor:?}");
+        assert_eq!(replica.command_calls("rl.hit"), None, "{flavor:?}");
         assert_eq!(get_bytes(&mut replica.conn(), full), Some(b"3".to_vec()));
     }
 }

@@ -176,24 +176,6 @@ fn master_repl_offset(primary: &Server) -> i64 {
         .expect("an integer")
 }
 
-/// `calls` of `command` in `INFO commandstats`, matched case-insensitively: module
-/// commands keep their registered upper case there (`cmdstat_CL.THROTTLE`).
-fn command_calls(server: &Server, command: &str) -> Option<i64> {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .expect("INFO commandstats");
-    let name = format!("cmdstat_{command}");
-    stats.lines().find_map(|line| {
-        let (line_name, fields) = line.split_once(':')?;
-        if !line_name.eq_ignore_ascii_case(&name) {
-            return None;
-        }
-        let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
-        calls.parse().ok()
-    })
-}
-
 /// Whether a transaction on `watcher` that WATCHed `key` before `meanwhile` ran still
 /// executes: it does exactly when nothing signalled the key as modified.
 fn watch_survives(watcher: &mut Connection, key: &[u8], meanwhile: impl FnOnce()) -> bool {
@@ -366,11 +348,11 @@ fn replicas_hold_the_primarys_bytes_and_expiries() {
         // Every write reached the replica as a SET; the command never ran there.
         assert!(allowed_writes > 0, "{flavor:?}");
         assert_eq!(
-            command_calls(&replica, "set"),
+            replica.command_calls("set"),
             Some(allowed_writes),
             "{flavor:?}"
         );
-        assert_eq!(command_calls(&replica, "CL.THROTTLE"), None, "{flavor:?}");
+        assert_eq!(replica.command_calls("CL.THROTTLE"), None, "{flavor:?}");
     }
 }
 

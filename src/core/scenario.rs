@@ -3,6 +3,7 @@
 
 use super::algorithm::{Algorithm, Quota};
 use super::decision::Decision;
+use proptest::prelude::*;
 
 /// One hit and what it must answer.
 pub struct Case {
@@ -45,4 +46,21 @@ pub fn run<A: Algorithm>(quota: Quota, cases: &[Case]) -> Option<A::State> {
         }
     }
     stored
+}
+
+/// One step of a property test's random sequence: a hit of a cost, or a refund.
+#[derive(Debug, Clone, Copy)]
+pub enum Op {
+    /// RL.HIT with this cost.
+    Hit(i64),
+    /// RL.REFUND of this many units.
+    Refund(i64),
+}
+
+/// Mostly hits, some refunds.
+pub fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (1i64..25).prop_map(Op::Hit),
+        1 => (1i64..30).prop_map(Op::Refund),
+    ]
 }

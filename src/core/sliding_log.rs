@@ -360,7 +360,7 @@ impl Algorithm for Log {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::scenario::{self, case, Case};
+    use crate::core::scenario::{self, case, op, Case, Op};
     use proptest::prelude::*;
 
     const SECOND: i64 = 1_000;
@@ -620,19 +620,6 @@ mod tests {
                 .max()
                 .unwrap_or(0)
         }
-    }
-
-    #[derive(Debug, Clone, Copy)]
-    enum Op {
-        Hit(i64),
-        Refund(i64),
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            4 => (1i64..25).prop_map(Op::Hit),
-            1 => (1i64..30).prop_map(Op::Refund),
-        ]
     }
 
     proptest! {

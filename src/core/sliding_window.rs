@@ -327,7 +327,7 @@ impl Algorithm for Sliding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::scenario::{self, case, Case};
+    use crate::core::scenario::{self, case, op, Case, Op};
     use proptest::prelude::*;
     use std::collections::HashMap;
 
@@ -572,19 +572,6 @@ mod tests {
         let (w, e) = (i128::from(window), i128::from(elapsed));
         i128::from(prev) * (w - e) + (i128::from(curr) + i128::from(cost)) * w
             <= i128::from(limit) * w
-    }
-
-    #[derive(Debug, Clone, Copy)]
-    enum Op {
-        Hit(i64),
-        Refund(i64),
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            4 => (1i64..25).prop_map(Op::Hit),
-            1 => (1i64..30).prop_map(Op::Refund),
-        ]
     }
 
     proptest! {

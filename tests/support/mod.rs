@@ -286,6 +286,25 @@ impl Server {
         })
     }
 
+    /// The `calls` of `command` in `INFO commandstats`, `None` if it never ran. Matched
+    /// case-insensitively: core commands are listed lowercase (`cmdstat_set`), module
+    /// commands keep the case they were registered with (`cmdstat_RL.HIT`).
+    pub fn command_calls(&self, command: &str) -> Option<i64> {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn())
+            .expect("INFO commandstats");
+        let name = format!("cmdstat_{command}");
+        stats.lines().find_map(|line| {
+            let (line_name, fields) = line.split_once(':')?;
+            if !line_name.eq_ignore_ascii_case(&name) {
+                return None;
+            }
+            let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            Some(calls.parse().expect("calls is an integer"))
+        })
+    }
+
     /// Stops the server the way an operator would (`SHUTDOWN`), keeping its directory.
     pub fn shutdown(mut self, mode: &str) -> ServerConfig {
         let _ = redis::cmd("SHUTDOWN").arg(mode).exec(&mut self.conn());
