@@ -1,10 +1,9 @@
 //! Decisions as replies: a RESP2 array of integers, or a RESP3 map with named fields.
 
-use crate::command::client_uses_resp3;
 use crate::core::decision::Decision;
 use crate::core::limiter::Outcome;
 use crate::ffi::api;
-use redis_module::Context;
+use redis_module::{raw, Context};
 use std::ffi::CStr;
 use std::os::raw::c_long;
 
@@ -16,6 +15,13 @@ const FIELD_NAMES: [&CStr; 5] = [
     c"reset_after_ms",
     c"retry_after_ms",
 ];
+
+/// Whether the client speaks RESP3, and so gets maps instead of flat arrays.
+fn client_uses_resp3(ctx: &Context) -> bool {
+    // SAFETY: ctx.ctx is the live context of the running command.
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx.ctx) };
+    flags & raw::REDISMODULE_CTX_FLAGS_RESP3 as i32 != 0
+}
 
 /// Replies the binding decision: RESP2 `[allowed, limit, remaining, reset_after_ms,
 /// retry_after_ms]`; RESP3 a map from those names to the same integers, plus `tiers`, an

@@ -216,8 +216,3 @@ fn context_flags(ctx: &Context) -> i32 {
     // SAFETY: ctx.ctx is the live context of the running command.
     unsafe { api!(RedisModule_GetContextFlags)(ctx.ctx) }
 }
-
-/// Whether the client speaks RESP3, and so gets maps instead of flat arrays.
-pub fn client_uses_resp3(ctx: &Context) -> bool {
-    context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_RESP3 as i32 != 0
-}
