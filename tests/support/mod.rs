@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
+pub mod cluster;
 
 /// Which server implementation to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
