@@ -1,9 +1,9 @@
 //! The pure rate-limiting core.
 //!
-//! Nothing in here knows about Redis: no import of the Redis module API, no clock, no I/O. Commands
-//! parse their arguments with [`args`], read the stored state, hand the core plain numbers
-//! together with the server's clock reading, and store what the core returns. That keeps
-//! every decision unit- and property-testable with a clock the test controls.
+//! Nothing in here knows about Redis: no import of the Redis module API, no clock, no I/O.
+//! Commands parse their arguments with [`args`], read the stored state, hand the core plain
+//! numbers together with the server's clock reading, and store what the core returns. That
+//! keeps every decision unit- and property-testable with a clock the test controls.
 #![deny(missing_docs)]
 
 pub mod algorithm;
