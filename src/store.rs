@@ -188,8 +188,6 @@ impl<'a> StoredKey<'a> {
                 None => (strings::create(value), true),
             },
         };
-        let pxat = strings::pxat();
-        let pxat_string = pxat.unwrap_or_else(|| strings::create(b"PXAT"));
         // SAFETY: every argument is a live server string, passed with `s`: the server takes
         // its own reference.
         unsafe {
@@ -199,15 +197,12 @@ impl<'a> StoredKey<'a> {
                 c"ssss".as_ptr(),
                 self.name,
                 value_string,
-                pxat_string,
+                strings::pxat(),
                 expiry,
             );
         }
         if owned {
             strings::free(value_string);
-        }
-        if pxat.is_none() {
-            strings::free(pxat_string);
         }
     }
 

@@ -50,25 +50,30 @@ pub fn free(string: *mut RedisModuleString) {
     unsafe { api!(RedisModule_FreeString)(null_mut(), string) };
 }
 
-/// Makes the strings; called once at load.
-pub fn init() {
+/// The strings, made on first use (at load: `init`).
+fn strings() -> &'static Strings {
     STRINGS.get_or_init(|| Strings {
         pxat: Owned(create(b"PXAT")),
         counts: (0..TABLE_SIZE)
             .map(|n| Owned(create(n.to_string().as_bytes())))
             .collect(),
-    });
+    })
+}
+
+/// Makes the strings; called once at load, so that no command pays for it.
+pub fn init() {
+    strings();
 }
 
 /// The string `PXAT`.
-pub fn pxat() -> Option<*mut RedisModuleString> {
-    STRINGS.get().map(|s| s.pxat.0)
+pub fn pxat() -> *mut RedisModuleString {
+    strings().pxat.0
 }
 
 /// The decimal string of a small `count`, from the table, if there is one.
 pub fn count(count: i64) -> Option<*mut RedisModuleString> {
     let index = usize::try_from(count).ok()?;
-    STRINGS.get()?.counts.get(index).map(|s| s.0)
+    strings().counts.get(index).map(|s| s.0)
 }
 
 /// The decimal string of `expires_at_ms`, reused while the same time recurs (every key

@@ -36,38 +36,6 @@ fn rl_hit(con: &mut Connection, key: &[u8], spec: &str) -> Reply {
     rl(con, "RL.HIT", key, spec)
 }
 
-/// The server's clock in ms, read on `con` (no new connection, so the reading is close
-/// to the calls around it).
-fn server_ms(con: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
-    secs * 1_000 + micros / 1_000
-}
-
-/// A window of about an hour whose current instance ends at least two minutes from now.
-/// Fixed and sliding windows are aligned to multiples of their length since the epoch;
-/// a test that expects counts to keep adding up must not cross an edge. Every window a
-/// test derives from it is a multiple of it, so their edges are among its edges.
-fn window_clear_of_edges(con: &mut Connection) -> i64 {
-    const MARGIN_MS: i64 = 120_000;
-    let now = server_ms(con);
-    [60, 59, 61, 58, 62]
-        .into_iter()
-        .map(|minutes| minutes * 60_000)
-        .find(|w| w - now.rem_euclid(*w) > MARGIN_MS)
-        .expect("some window near an hour has two minutes left")
-}
-
-/// A key name per algorithm and number, with NUL, CR LF and non-UTF-8 bytes in it.
-fn key(algo: &str, n: usize) -> Vec<u8> {
-    [
-        b"rl:".as_slice(),
-        algo.as_bytes(),
-        b"\0\xff\r\n",
-        n.to_string().as_bytes(),
-    ]
-    .concat()
-}
-
 /// A RESP3 answer: the binding decision and, for several tiers, one per tier.
 #[derive(Debug)]
 struct Answer {

@@ -197,19 +197,6 @@ fn cost_counts_whole_units_and_a_cost_above_the_limit_never_fits() {
     }
 }
 
-/// Whether a transaction on `watcher` that WATCHed `key` before `meanwhile` ran still
-/// executes: it does exactly when nothing signalled the key as modified.
-fn watch_survives(watcher: &mut Connection, key: &str, meanwhile: impl FnOnce()) -> bool {
-    let _: () = redis::cmd("WATCH").arg(key).query(watcher).expect("WATCH");
-    meanwhile();
-    let executed: Option<(String,)> = redis::pipe()
-        .atomic()
-        .cmd("PING")
-        .query(watcher)
-        .expect("EXEC");
-    executed.is_some()
-}
-
 #[test]
 fn a_denied_hit_leaves_a_watch_intact_and_an_allowed_one_breaks_it() {
     // Rewriting the same value and expiry would look unchanged to GET and PEXPIRETIME;

@@ -90,68 +90,12 @@ fn rl3(con: &mut Connection, command: &str, key: &[u8], spec: &str) -> (Reply, V
     (binding, tiers)
 }
 
-/// The server's clock in ms, read on `con`.
-fn server_ms(con: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
-    secs * 1_000 + micros / 1_000
-}
-
-/// A window of about an hour whose current instance ends at least two minutes from now,
-/// so that epoch-aligned windows (fixed, sliding) keep their counts for the whole test.
-/// Windows derived from it are multiples of it, whose edges are among its edges.
-fn window_clear_of_edges(con: &mut Connection) -> i64 {
-    const MARGIN_MS: i64 = 120_000;
-    let now = server_ms(con);
-    [60, 59, 61, 58, 62]
-        .into_iter()
-        .map(|minutes| minutes * 60_000)
-        .find(|w| w - now.rem_euclid(*w) > MARGIN_MS)
-        .expect("some window near an hour has two minutes left")
-}
-
-/// A key name per purpose and number, with NUL, CR LF and non-UTF-8 bytes in it.
-fn key(what: &str, n: usize) -> Vec<u8> {
-    [
-        b"rl:".as_slice(),
-        what.as_bytes(),
-        b"\0\xff\r\n",
-        n.to_string().as_bytes(),
-    ]
-    .concat()
-}
-
-/// GET and PEXPIRETIME together: what "nothing was written" compares.
-fn stored(con: &mut Connection, key: &[u8]) -> (Option<Vec<u8>>, i64) {
-    (get_bytes(&mut *con, key), pexpiretime(con, key))
-}
-
-fn master_repl_offset(primary: &Server) -> i64 {
-    primary
-        .info_field("replication", "master_repl_offset")
-        .expect("master_repl_offset")
-        .parse()
-        .expect("an integer")
-}
-
 fn changes_since_save(server: &Server) -> i64 {
     server
         .info_field("persistence", "rdb_changes_since_last_save")
         .expect("rdb_changes_since_last_save")
         .parse()
         .expect("an integer")
-}
-
-/// Whether a transaction on `watcher` that WATCHed `key` before `meanwhile` ran still
-/// executes: it does exactly when nothing signalled the key as modified.
-fn watch_survives(watcher: &mut Connection, key: &[u8], meanwhile: impl FnOnce()) -> bool {
-    redis::cmd("WATCH").arg(key).exec(watcher).expect("WATCH");
-    meanwhile();
-    let executed: Option<(String,)> = redis::pipe()
-        .atomic()
-        .cmd("PING")
-        .query(watcher)
-        .expect("EXEC");
-    executed.is_some()
 }
 
 /// A primary that sends no pings, so that only writes move its replication offset, with
@@ -264,7 +208,7 @@ fn peek_breaks_no_watch_and_moves_no_replication_offset() {
             peeks.push((key(algo, 2), full));
         }
         wait_for_replicas(&mut con, 1);
-        let offset = master_repl_offset(&primary);
+        let offset = primary.master_repl_offset();
         let changes = changes_since_save(&primary);
         for (name, spec) in &peeks {
             let before = stored(&mut con, name);
@@ -274,7 +218,7 @@ fn peek_breaks_no_watch_and_moves_no_replication_offset() {
             assert!(survives, "{flavor:?} RL.PEEK {name:?} {spec} broke a WATCH");
             assert_eq!(stored(&mut con, name), before, "{flavor:?} {spec}");
         }
-        assert_eq!(master_repl_offset(&primary), offset, "{flavor:?}");
+        assert_eq!(primary.master_repl_offset(), offset, "{flavor:?}");
         assert_eq!(changes_since_save(&primary), changes, "{flavor:?}");
         assert_eq!(replica.command_calls("RL.PEEK"), None, "{flavor:?}");
     }
@@ -497,12 +441,12 @@ fn reset_deletes_the_state_everywhere_and_answers_0_for_no_key() {
             "{flavor:?}"
         );
         // No key: 0, and nothing written or propagated.
-        let offset = master_repl_offset(&primary);
+        let offset = primary.master_repl_offset();
         for (name, _) in &names {
             assert_eq!(rl_reset(&mut con, name), 0, "{flavor:?}");
         }
         assert_eq!(rl_reset(&mut con, b"rl:never"), 0, "{flavor:?}");
-        assert_eq!(master_repl_offset(&primary), offset, "{flavor:?}");
+        assert_eq!(primary.master_repl_offset(), offset, "{flavor:?}");
         let arity = "ERR wrong number of arguments for 'RL.RESET' command";
         for args in [&[][..], &["a", "b"]] {
             let error = error_text(&mut con, redis::cmd("RL.RESET").arg(args));
@@ -785,7 +729,7 @@ fn a_refund_with_nothing_to_give_back_writes_and_propagates_nothing() {
             cases.push((counted, spec, [0, 10, 8, -2, 0]));
         }
         wait_for_replicas(&mut con, 1);
-        let offset = master_repl_offset(&primary);
+        let offset = primary.master_repl_offset();
         let changes = changes_since_save(&primary);
         for (name, spec, expected) in &cases {
             let context = format!("{flavor:?} RL.REFUND {name:?} {spec}");
@@ -807,7 +751,7 @@ fn a_refund_with_nothing_to_give_back_writes_and_propagates_nothing() {
                 }
             }
         }
-        assert_eq!(master_repl_offset(&primary), offset, "{flavor:?}");
+        assert_eq!(primary.master_repl_offset(), offset, "{flavor:?}");
         assert_eq!(changes_since_save(&primary), changes, "{flavor:?}");
         assert_eq!(replica.command_calls("RL.REFUND"), None, "{flavor:?}");
     }

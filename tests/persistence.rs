@@ -220,34 +220,6 @@ fn allowed_hits_count_as_changes_for_save_rules() {
     }
 }
 
-/// Rewrites the AOF in the background and waits for the rewrite to finish.
-fn rewrite_aof(server: &Server) {
-    redis::cmd("BGREWRITEAOF")
-        .exec(&mut server.conn())
-        .expect("BGREWRITEAOF");
-    wait_until(Duration::from_secs(30), "the AOF rewrite", || {
-        server
-            .info_field("persistence", "aof_rewrite_in_progress")
-            .as_deref()
-            == Some("0")
-            && server
-                .info_field("persistence", "aof_rewrite_scheduled")
-                .as_deref()
-                == Some("0")
-    });
-    let status = server.info_field("persistence", "aof_last_bgrewrite_status");
-    assert_eq!(status.as_deref(), Some("ok"));
-}
-
-/// Whether the AOF directory holds a base file whose name ends with `suffix`.
-fn has_aof_base(config: &ServerConfig, suffix: &str) -> bool {
-    let dir = config.dir().join("appendonlydir");
-    std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(Result::ok)
-        .any(|entry| entry.file_name().to_string_lossy().ends_with(suffix))
-}
-
 /// Writes an AOF with the module, half the keys in its rewritten base and half in the
 /// commands appended after, replays it on a server without the module, then once more
 /// with the module, which counts on from the replayed state.
@@ -262,14 +234,11 @@ fn assert_aof_loads_without_module(flavor: Flavor, preamble: Option<&str>, base_
     let (in_base, appended) = keys.split_at(keys.len() / 2);
     let mut con = server.conn();
     in_base.iter().for_each(|k| count_up(&mut con, k));
-    rewrite_aof(&server);
+    server.rewrite_aof();
     appended.iter().for_each(|k| count_up(&mut con, k));
     let before = snapshot(&mut con, &keys);
     let config = server.shutdown("NOSAVE");
-    assert!(
-        has_aof_base(&config, base_suffix),
-        "{flavor:?} {base_suffix}"
-    );
+    assert!(config.has_aof_base(base_suffix), "{flavor:?} {base_suffix}");
 
     let plain = config.without_module().start();
     let error = error_text(

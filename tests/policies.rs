@@ -225,19 +225,6 @@ fn info_stat(server: &Server, name: &str) -> i64 {
         .expect("a count")
 }
 
-/// A window of about an hour, in whole minutes, whose current epoch-aligned instance ends
-/// at least two minutes from now: fixed windows of it (and of its multiples, whose edges
-/// are among its edges) keep their counts for the whole test without any sleep.
-fn window_clear_of_edges(server: &Server) -> i64 {
-    const MARGIN_MS: i64 = 2 * MINUTE_MS;
-    let now = server.time_ms();
-    [60, 59, 61, 58, 62]
-        .into_iter()
-        .map(|minutes| minutes * MINUTE_MS)
-        .find(|w| w - now.rem_euclid(*w) > MARGIN_MS)
-        .expect("some window near an hour has two minutes left")
-}
-
 /// `ms` as a window argument in minutes.
 fn minutes(ms: i64) -> String {
     format!("{}m", ms / MINUTE_MS)
@@ -346,40 +333,12 @@ fn assert_policies_came_back(server: &Server, expected: &Policies, context: &str
     assert!(!denied.allowed, "{context}: the policy enforces its limit");
 }
 
-/// Rewrites the AOF in the background and waits for the rewrite to finish.
-fn rewrite_aof(server: &Server) {
-    redis::cmd("BGREWRITEAOF")
-        .exec(&mut server.conn())
-        .expect("BGREWRITEAOF");
-    wait_until(Duration::from_secs(30), "the AOF rewrite", || {
-        server
-            .info_field("persistence", "aof_rewrite_in_progress")
-            .as_deref()
-            == Some("0")
-            && server
-                .info_field("persistence", "aof_rewrite_scheduled")
-                .as_deref()
-                == Some("0")
-    });
-    let status = server.info_field("persistence", "aof_last_bgrewrite_status");
-    assert_eq!(status.as_deref(), Some("ok"));
-}
-
-/// Whether the AOF directory holds a base file whose name ends with `suffix`.
-fn has_aof_base(config: &ServerConfig, suffix: &str) -> bool {
-    let dir = config.dir().join("appendonlydir");
-    std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(Result::ok)
-        .any(|entry| entry.file_name().to_string_lossy().ends_with(suffix))
-}
-
 /// Defines the policies on a server started from `config`, has `reload` bring the data
 /// back (restarting or not), and checks that they all came back.
 fn assert_policies_survive(config: ServerConfig, reload: impl FnOnce(Server) -> Server) {
     let flavor = config.flavor;
     let server = config.start();
-    let window_ms = window_clear_of_edges(&server);
+    let window_ms = window_clear_of_edges(&mut server.conn());
     let mut con = server.conn();
     define_policies(&mut con, window_ms);
     count_two(&mut con);
@@ -588,7 +547,7 @@ fn the_seeds_rules_limit_each_endpoint() {
 fn a_redefined_policy_applies_to_the_next_call_for_every_key() {
     for flavor in FLAVORS {
         let server = policy_config(flavor).start();
-        let w = window_clear_of_edges(&server);
+        let w = window_clear_of_edges(&mut server.conn());
         let mut con = server.conn();
         let (a, b, c) = ("rl:a", "rl:b", "rl:c");
         let allowed = |reply: Reply| (reply.allowed, reply.limit, reply.remaining);
@@ -672,7 +631,7 @@ fn a_redefined_policy_applies_to_the_next_call_for_every_key() {
 fn a_deleted_policy_fails_the_calls_that_name_it() {
     for flavor in FLAVORS {
         let server = policy_config(flavor).start();
-        let rule = format!("5 {}", minutes(window_clear_of_edges(&server)));
+        let rule = format!("5 {}", minutes(window_clear_of_edges(&mut server.conn())));
         let mut con = server.conn();
         policy_set(&mut con, b"api", &rule);
         assert!(hit_policy(&mut con, "rl:k", b"api").allowed);
@@ -732,7 +691,7 @@ fn a_deleted_policy_fails_the_calls_that_name_it() {
 fn shadow_mode_never_denies_and_counts_what_it_would_have_denied() {
     for flavor in FLAVORS {
         let server = policy_config(flavor).start();
-        let w = window_clear_of_edges(&server);
+        let w = window_clear_of_edges(&mut server.conn());
         let window = minutes(w);
         let mut con = server.conn();
         let mut con3 = server.conn_resp3();
@@ -1187,12 +1146,12 @@ fn policies_survive_an_aof_restart() {
 fn policies_survive_an_aof_rewrite_and_restart() {
     for flavor in FLAVORS {
         let server = policy_config(flavor).arg("appendonly", "yes").start();
-        let window_ms = window_clear_of_edges(&server);
+        let window_ms = window_clear_of_edges(&mut server.conn());
         let mut con = server.conn();
         define_policies(&mut con, window_ms);
         policy_set(&mut con, b"deleted-after-rewrite", "1 1h");
         policy_set(&mut con, b"log", "1 1h");
-        rewrite_aof(&server);
+        server.rewrite_aof();
         assert_eq!(policy_del(&mut con, b"deleted-after-rewrite"), 1);
         policy_set(&mut con, b"log", "7 90s ALGO log MODE enforce");
         policy_set(&mut con, b"appended", "4 4h ALGO token BURST 8");
@@ -1205,7 +1164,7 @@ fn policies_survive_an_aof_rewrite_and_restart() {
         expected.sort();
         assert_eq!(all_policies(&server), expected, "{flavor:?} before");
         let config = server.shutdown("NOSAVE");
-        assert!(has_aof_base(&config, ".base.rdb"), "{flavor:?}");
+        assert!(config.has_aof_base(".base.rdb"), "{flavor:?}");
         assert!(!config.dir().join("dump.rdb").exists(), "{flavor:?}");
         let server = config.start();
         assert_policies_came_back(&server, &expected, &format!("{flavor:?} after"));
@@ -1240,7 +1199,7 @@ fn policies_are_refused_where_an_aof_rewrite_would_drop_them() {
             .expect("CONFIG SET");
         let ok: String = set.query(&mut con).expect("RL.POLICY SET");
         assert_eq!(ok, "OK");
-        rewrite_aof(&server);
+        server.rewrite_aof();
         let config = server.shutdown("NOSAVE");
         let server = config.start();
         assert_eq!(
@@ -1356,7 +1315,7 @@ fn an_rdb_needs_the_module_only_when_it_can_hold_policies() {
 fn replicas_get_policies_refuse_to_change_them_and_keep_them_when_promoted() {
     for flavor in FLAVORS {
         let primary = policy_config(flavor).start();
-        let w = window_clear_of_edges(&primary);
+        let w = window_clear_of_edges(&mut primary.conn());
         let mut con = primary.conn();
         policy_set(&mut con, b"api", &format!("5 {}", minutes(w)));
         policy_set(&mut con, b"login", "3 15m");

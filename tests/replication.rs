@@ -165,14 +165,6 @@ fn assert_replica_matches(primary: &Server, replica: &Server, plans: &[Plan]) {
     }
 }
 
-fn master_repl_offset(primary: &Server) -> i64 {
-    primary
-        .info_field("replication", "master_repl_offset")
-        .expect("master_repl_offset in INFO replication")
-        .parse()
-        .expect("master_repl_offset is an integer")
-}
-
 /// The modules a server has loaded, by name.
 fn loaded_modules(server: &Server) -> Vec<String> {
     // RESP2 gives each module as a flat array: name, <name>, ver, <version>, ...
@@ -303,7 +295,7 @@ fn denied_and_failing_hits_propagate_nothing() {
             .expect("APPEND");
 
         wait_for_replicas(&mut con, 1);
-        let offset_before = master_repl_offset(&primary);
+        let offset_before = primary.master_repl_offset();
 
         for i in 0..500 {
             let cost = ["1", "2", "3", "4"][i % 4];
@@ -339,7 +331,7 @@ fn denied_and_failing_hits_propagate_nothing() {
             rl_hit_calls += 1;
         }
 
-        assert_eq!(master_repl_offset(&primary), offset_before, "{flavor:?}");
+        assert_eq!(primary.master_repl_offset(), offset_before, "{flavor:?}");
         assert_eq!(get_bytes(&mut con, full), Some(b"3".to_vec()));
         assert_eq!(pexpiretime(&mut con, "rl:never"), -2);
         assert_eq!(pexpiretime(&mut con, "rl:fresh"), -2);

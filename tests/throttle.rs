@@ -23,17 +23,6 @@ fn throttle(con: &mut Connection, key: &[u8], args: &str) -> [i64; 5] {
         .unwrap_or_else(|r| panic!("CL.THROTTLE replied {r:?}, not five integers"))
 }
 
-/// The server's clock in ms, read on `con`.
-fn server_ms(con: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
-    secs * 1_000 + micros / 1_000
-}
-
-/// GET and PEXPIRETIME together: what "nothing was written" compares.
-fn stored(con: &mut Connection, key: &[u8]) -> (Option<Vec<u8>>, i64) {
-    (get_bytes(&mut *con, key), pexpiretime(con, key))
-}
-
 /// Makes a single-tier GCRA key look as if `ms` had passed, without waiting: its whole
 /// state is one absolute time (the theoretical arrival time), which the short form keeps as
 /// the key's expiry (the value holds the parameters and the ns below that ms, both
@@ -168,27 +157,6 @@ fn a_long_period_gives_the_same_answers_scaled() {
     }
 }
 
-fn master_repl_offset(primary: &Server) -> i64 {
-    primary
-        .info_field("replication", "master_repl_offset")
-        .expect("master_repl_offset")
-        .parse()
-        .expect("an integer")
-}
-
-/// Whether a transaction on `watcher` that WATCHed `key` before `meanwhile` ran still
-/// executes: it does exactly when nothing signalled the key as modified.
-fn watch_survives(watcher: &mut Connection, key: &[u8], meanwhile: impl FnOnce()) -> bool {
-    redis::cmd("WATCH").arg(key).exec(watcher).expect("WATCH");
-    meanwhile();
-    let executed: Option<(String,)> = redis::pipe()
-        .atomic()
-        .cmd("PING")
-        .query(watcher)
-        .expect("EXEC");
-    executed.is_some()
-}
-
 #[test]
 fn quantity_0_and_denials_write_and_propagate_nothing() {
     for flavor in FLAVORS {
@@ -202,7 +170,7 @@ fn quantity_0_and_denials_write_and_propagate_nothing() {
         assert_eq!(throttle(&mut con, full, "1 1 3600 2"), [0, 2, 0, -1, 7_200]);
         assert_eq!(throttle(&mut con, partly, "4 1 3600"), [0, 5, 4, -1, 3_600]);
         wait_for_replicas(&mut con, 1);
-        let offset = master_repl_offset(&primary);
+        let offset = primary.master_repl_offset();
         let calls: [(&[u8], &str, [i64; 5]); 5] = [
             // A look at a full bucket is allowed: it takes nothing.
             (full, "1 1 3600 0", [0, 2, 0, -1, 7_200]),
@@ -223,7 +191,7 @@ fn quantity_0_and_denials_write_and_propagate_nothing() {
             assert!(survives, "{context}: broke a WATCH");
             assert_eq!(stored(&mut con, name), before, "{context}");
         }
-        assert_eq!(master_repl_offset(&primary), offset, "{flavor:?}");
+        assert_eq!(primary.master_repl_offset(), offset, "{flavor:?}");
     }
 }
 

@@ -156,6 +156,15 @@ impl ServerConfig {
         self.dir.path()
     }
 
+    /// Whether the AOF directory holds a base file whose name ends with `suffix`.
+    pub fn has_aof_base(&self, suffix: &str) -> bool {
+        let dir = self.dir().join("appendonlydir");
+        std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(Result::ok)
+            .any(|entry| entry.file_name().to_string_lossy().ends_with(suffix))
+    }
+
     /// Adds an argument to the module's `--loadmodule` line.
     pub fn module_arg(mut self, arg: &str) -> Self {
         self.module_args.push(arg.to_string());
@@ -306,6 +315,33 @@ impl Server {
         })
     }
 
+    /// `master_repl_offset` from `INFO replication`: it moves only when something was
+    /// propagated (or pinged).
+    pub fn master_repl_offset(&self) -> i64 {
+        self.info_field("replication", "master_repl_offset")
+            .expect("master_repl_offset in INFO replication")
+            .parse()
+            .expect("master_repl_offset is an integer")
+    }
+
+    /// Runs `BGREWRITEAOF` and waits until it finished, successfully.
+    pub fn rewrite_aof(&self) {
+        redis::cmd("BGREWRITEAOF")
+            .exec(&mut self.conn())
+            .expect("BGREWRITEAOF");
+        wait_until(Duration::from_secs(30), "the AOF rewrite", || {
+            self.info_field("persistence", "aof_rewrite_in_progress")
+                .as_deref()
+                == Some("0")
+                && self
+                    .info_field("persistence", "aof_rewrite_scheduled")
+                    .as_deref()
+                    == Some("0")
+        });
+        let status = self.info_field("persistence", "aof_last_bgrewrite_status");
+        assert_eq!(status.as_deref(), Some("ok"));
+    }
+
     /// Stops the server the way an operator would (`SHUTDOWN`), keeping its directory.
     pub fn shutdown(mut self, mode: &str) -> ServerConfig {
         let _ = redis::cmd("SHUTDOWN").arg(mode).exec(&mut self.conn());
@@ -446,4 +482,56 @@ pub fn pexpiretime(con: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
         .arg(key)
         .query(con)
         .expect("PEXPIRETIME")
+}
+
+/// The server's clock in ms, read on `con`.
+pub fn server_ms(con: &mut Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
+    secs * 1_000 + micros / 1_000
+}
+
+/// A window of about an hour, in whole minutes, whose current epoch-aligned instance ends
+/// at least two minutes from now: fixed and sliding windows of it (and of its multiples,
+/// whose edges are among its edges) keep their counts for a whole test without a sleep.
+pub fn window_clear_of_edges(con: &mut Connection) -> i64 {
+    const MARGIN_MS: i64 = 120_000;
+    let now = server_ms(con);
+    [60, 59, 61, 58, 62]
+        .into_iter()
+        .map(|minutes| minutes * 60_000)
+        .find(|w| w - now.rem_euclid(*w) > MARGIN_MS)
+        .expect("some window near an hour has two minutes left")
+}
+
+/// A key name per purpose and number, with NUL, CR LF and non-UTF-8 bytes in it.
+pub fn key(what: &str, n: usize) -> Vec<u8> {
+    [
+        b"rl:".as_slice(),
+        what.as_bytes(),
+        b"\0\xff\r\n",
+        n.to_string().as_bytes(),
+    ]
+    .concat()
+}
+
+/// GET and PEXPIRETIME together: what "nothing was written" compares.
+pub fn stored(con: &mut Connection, key: &[u8]) -> (Option<Vec<u8>>, i64) {
+    (get_bytes(&mut *con, key), pexpiretime(con, key))
+}
+
+/// Whether a transaction on `watcher` that WATCHed `key` before `meanwhile` ran still
+/// executes: it does exactly when nothing signalled the key as modified.
+pub fn watch_survives(
+    watcher: &mut Connection,
+    key: impl redis::ToRedisArgs,
+    meanwhile: impl FnOnce(),
+) -> bool {
+    redis::cmd("WATCH").arg(key).exec(watcher).expect("WATCH");
+    meanwhile();
+    let executed: Option<(String,)> = redis::pipe()
+        .atomic()
+        .cmd("PING")
+        .query(watcher)
+        .expect("EXEC");
+    executed.is_some()
 }
