@@ -12,15 +12,6 @@ use std::time::Duration;
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
 
-/// The field names of the RESP3 map, in reply order.
-const FIELDS: [&str; 5] = [
-    "allowed",
-    "limit",
-    "remaining",
-    "reset_after_ms",
-    "retry_after_ms",
-];
-
 /// Where the window of `window_ms` that holds `now_ms` ends: windows are aligned to
 /// multiples of their length since the Unix epoch.
 fn window_end(now_ms: i64, window_ms: i64) -> i64 {

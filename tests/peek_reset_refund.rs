@@ -12,30 +12,8 @@ use redis::{Connection, Value};
 use std::process::Command;
 use std::time::Duration;
 
-const ALGORITHMS: [&str; 5] = ["fixed", "sliding", "log", "token", "gcra"];
-
 const NOT_OURS: &str = "ERR key holds a string that is not a ratelimit state";
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-
-/// The RESP3 field names, in reply order.
-const FIELDS: [&str; 5] = [
-    "allowed",
-    "limit",
-    "remaining",
-    "reset_after_ms",
-    "retry_after_ms",
-];
-
-/// Runs `command key <spec split on spaces>` and decodes the RESP2 array of five.
-fn rl(con: &mut Connection, command: &str, key: &[u8], spec: &str) -> Reply {
-    let args: Vec<&str> = spec.split_whitespace().collect();
-    let values: Vec<i64> = redis::cmd(command)
-        .arg(key)
-        .arg(&args)
-        .query(con)
-        .unwrap_or_else(|e| panic!("{command} {key:?} {spec}: {e}"));
-    decode_reply(&values)
-}
 
 fn rl_reset(con: &mut Connection, key: &[u8]) -> i64 {
     redis::cmd("RL.RESET")

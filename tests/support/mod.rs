@@ -535,3 +535,26 @@ pub fn watch_survives(
         .expect("EXEC");
     executed.is_some()
 }
+
+/// Every algorithm's name, as `ALGO` takes it.
+pub const ALGORITHMS: [&str; 5] = ["fixed", "sliding", "log", "token", "gcra"];
+
+/// The RESP3 field names of a decision, in reply order.
+pub const FIELDS: [&str; 5] = [
+    "allowed",
+    "limit",
+    "remaining",
+    "reset_after_ms",
+    "retry_after_ms",
+];
+
+/// Runs `command key <spec split on spaces>` and decodes the RESP2 array of five.
+pub fn rl(con: &mut Connection, command: &str, key: &[u8], spec: &str) -> Reply {
+    let args: Vec<&str> = spec.split_whitespace().collect();
+    let values: Vec<i64> = redis::cmd(command)
+        .arg(key)
+        .arg(&args)
+        .query(con)
+        .unwrap_or_else(|e| panic!("{command} {key:?} {spec}: {e}"));
+    decode_reply(&values)
+}
