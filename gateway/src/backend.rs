@@ -1,0 +1,115 @@
+//! The connection to Redis: one server through the `redis` crate's ConnectionManager
+//! (multiplexed, reconnects by itself), or Redis Cluster through its async cluster client
+//! (routes each key to its slot's primary and follows MOVED and failovers). Both speak
+//! RESP3, so that multi-tier replies name every tier.
+
+use crate::config::RedisTarget;
+use crate::logging::log;
+use crate::metrics::Failure;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ProtocolVersion, RedisError, RedisResult, Value};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// How long one connection attempt may take; a decision's own deadline is much shorter and
+/// is applied on top, so this only bounds the work done in the background.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(Clone)]
+pub enum Backend {
+    Single(ConnectionManager),
+    /// Filled by a background task once the cluster first answers.
+    Cluster(Arc<RwLock<Option<ClusterConnection>>>),
+}
+
+impl Backend {
+    /// Starts connecting; never waits for Redis, which may be down when the gateway starts.
+    pub fn connect(target: &RedisTarget) -> Result<Backend, String> {
+        match target {
+            RedisTarget::Single(url) => {
+                let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                    .map_err(|e| format!("redis url '{url}': {e}"))?;
+                let settings = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(ProtocolVersion::RESP3);
+                let client = redis::Client::open(info.set_redis_settings(settings))
+                    .map_err(|e| format!("redis url '{url}': {e}"))?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_millis(200));
+                ConnectionManager::new_lazy_with_config(client, config)
+                    .map(Backend::Single)
+                    .map_err(|e| format!("redis: {e}"))
+            }
+            RedisTarget::Cluster(urls) => {
+                let client = ClusterClientBuilder::new(urls.clone())
+                    .use_protocol(ProtocolVersion::RESP3)
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .build()
+                    .map_err(|e| format!("redis cluster: {e}"))?;
+                let slot = Arc::new(RwLock::new(None));
+                let filled = slot.clone();
+                tokio::spawn(async move {
+                    loop {
+                        match client.get_async_connection().await {
+                            Ok(connection) => {
+                                *filled.write().unwrap_or_else(|e| e.into_inner()) =
+                                    Some(connection);
+                                log!("connected to the Redis Cluster");
+                                return;
+                            }
+                            Err(e) => {
+                                log!("Redis Cluster not reachable yet ({e}); retrying");
+                                tokio::time::sleep(Duration::from_millis(500)).await;
+                            }
+                        }
+                    }
+                });
+                Ok(Backend::Cluster(slot))
+            }
+        }
+    }
+
+    pub async fn call(&self, cmd: &Cmd) -> RedisResult<Value> {
+        match self {
+            Backend::Single(manager) => cmd.query_async(&mut manager.clone()).await,
+            Backend::Cluster(slot) => {
+                let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
+                match connection {
+                    Some(mut connection) => cmd.query_async(&mut connection).await,
+                    None => Err(RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::NotConnected,
+                        "no connection to the Redis Cluster yet",
+                    ))),
+                }
+            }
+        }
+    }
+}
+
+/// The failure an error stands for. Replies saying the server cannot take writes now are
+/// `Unavailable`; other replies are `Error`; everything without a reply is `Connection`.
+pub fn classify(error: &RedisError) -> Failure {
+    const UNAVAILABLE: [&str; 8] = [
+        "OOM",
+        "LOADING",
+        "READONLY",
+        "MASTERDOWN",
+        "CLUSTERDOWN",
+        "TRYAGAIN",
+        "BUSY",
+        "NOREPLICAS",
+    ];
+    if error.is_timeout() {
+        return Failure::Timeout;
+    }
+    match error.code() {
+        Some(code) if UNAVAILABLE.contains(&code) => Failure::Unavailable,
+        Some(_) if !error.is_io_error() && !error.is_connection_dropped() => Failure::Error,
+        _ => Failure::Connection,
+    }
+}

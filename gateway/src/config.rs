@@ -1,0 +1,621 @@
+//! The configuration file: TOML read into checked settings. Every mistake is found here,
+//! at start or reload, so that a running gateway never meets a rule it cannot apply.
+
+use crate::pattern::PathPattern;
+use crate::rules::{Counting, KeySource, Limit, Rule, RuleSet, Tier};
+use ipnet::IpNet;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything the file sets. `rules` may change on reload; the rest needs a restart.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerSettings,
+    pub redis: RedisSettings,
+    pub deny_cache_capacity: usize,
+    pub rules: RuleSet,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Forward allowed requests to the upstream.
+    Proxy,
+    /// Answer whether a request may pass, for a proxy that asks first.
+    Check,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub mode: Mode,
+    /// `scheme://authority` of the upstream, without a trailing slash (proxy mode).
+    pub upstream: Option<hyper::Uri>,
+    pub trusted_proxies: Vec<IpNet>,
+    pub reload_interval: Duration,
+    pub check_deny_status: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    Single(String),
+    Cluster(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisSettings {
+    pub target: RedisTarget,
+    pub deadline: Duration,
+    pub key_prefix: String,
+    pub breaker_failures: u32,
+    pub breaker_open: Duration,
+}
+
+/// The most tiers the module takes in one call.
+const MAX_TIERS: usize = 8;
+/// The largest limit the module's sliding log keeps exactly.
+const MAX_LOG_LIMIT: u64 = 10_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    server: ServerSection,
+    #[serde(default)]
+    redis: RedisSection,
+    #[serde(default)]
+    headers: HeadersSection,
+    #[serde(default)]
+    deny_cache: DenyCacheSection,
+    #[serde(default, rename = "rule")]
+    rules: Vec<RuleSection>,
+    default: Option<RuleSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerSection {
+    listen: String,
+    #[serde(default = "default_admin_listen")]
+    admin_listen: String,
+    #[serde(default = "default_mode")]
+    mode: String,
+    upstream: Option<String>,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+    #[serde(default = "default_reload_interval_ms")]
+    reload_interval_ms: u64,
+    #[serde(default = "default_check_deny_status")]
+    check_deny_status: u16,
+}
+
+fn default_admin_listen() -> String {
+    "127.0.0.1:9090".into()
+}
+fn default_mode() -> String {
+    "proxy".into()
+}
+fn default_reload_interval_ms() -> u64 {
+    1000
+}
+fn default_check_deny_status() -> u16 {
+    429
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RedisSection {
+    url: Option<String>,
+    cluster: Option<Vec<String>>,
+    deadline_ms: u64,
+    key_prefix: String,
+    breaker_failures: u32,
+    breaker_open_ms: u64,
+}
+
+impl Default for RedisSection {
+    fn default() -> Self {
+        RedisSection {
+            url: None,
+            cluster: None,
+            deadline_ms: 5,
+            key_prefix: "rl:".into(),
+            breaker_failures: 5,
+            breaker_open_ms: 1000,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct HeadersSection {
+    legacy: bool,
+    fail_open: String,
+}
+
+impl Default for HeadersSection {
+    fn default() -> Self {
+        HeadersSection {
+            legacy: false,
+            fail_open: "X-RateLimit-Fail-Open".into(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct DenyCacheSection {
+    capacity: usize,
+}
+
+impl Default for DenyCacheSection {
+    fn default() -> Self {
+        DenyCacheSection { capacity: 10_000 }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleSection {
+    name: Option<String>,
+    methods: Option<Vec<String>>,
+    path: Option<String>,
+    #[serde(default = "default_key")]
+    key: String,
+    #[serde(default)]
+    per_endpoint: bool,
+    limits: Option<Vec<String>>,
+    algorithm: Option<String>,
+    burst: Option<u64>,
+    policy: Option<String>,
+    #[serde(default = "default_cost")]
+    cost: u64,
+    count: Option<CountSection>,
+    #[serde(default = "default_rule_mode")]
+    mode: String,
+    #[serde(default = "default_on_failure")]
+    on_redis_failure: String,
+}
+
+fn default_key() -> String {
+    "ip".into()
+}
+fn default_cost() -> u64 {
+    1
+}
+fn default_rule_mode() -> String {
+    "enforce".into()
+}
+fn default_on_failure() -> String {
+    "open".into()
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CountSection {
+    Word(String),
+    Statuses(Vec<u16>),
+}
+
+/// Reads and checks the file at `path`.
+pub fn load(path: &Path) -> Result<Config, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    parse(&text)
+}
+
+/// Checks a configuration given as TOML text.
+pub fn parse(text: &str) -> Result<Config, String> {
+    let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+    let server = server_settings(file.server)?;
+    let redis = redis_settings(file.redis)?;
+    let mut rules = Vec::with_capacity(file.rules.len());
+    for (index, section) in file.rules.into_iter().enumerate() {
+        let rule = rule(section, RulePlace::List)
+            .map_err(|e| format!("[[rule]] number {}: {e}", index + 1))?;
+        if rules.iter().any(|r: &Arc<Rule>| r.name == rule.name) {
+            return Err(format!("two rules are named '{}'", rule.name));
+        }
+        rules.push(Arc::new(rule));
+    }
+    let default = file
+        .default
+        .map(|section| rule(section, RulePlace::Default).map(Arc::new))
+        .transpose()
+        .map_err(|e| format!("[default]: {e}"))?;
+    if server.mode == Mode::Check && rules.iter().chain(&default).any(|r| r.counts_by_status()) {
+        return Err(
+            "count = [statuses] needs mode = \"proxy\": in check mode the gateway never sees \
+             the response"
+                .into(),
+        );
+    }
+    let fail_open_header = hyper::header::HeaderName::from_bytes(file.headers.fail_open.as_bytes())
+        .map_err(|_| {
+            format!(
+                "[headers] fail_open '{}' is not a header name",
+                file.headers.fail_open
+            )
+        })?;
+    Ok(Config {
+        server,
+        redis,
+        deny_cache_capacity: file.deny_cache.capacity,
+        rules: RuleSet {
+            rules,
+            default,
+            legacy_headers: file.headers.legacy,
+            fail_open_header,
+        },
+    })
+}
+
+fn server_settings(section: ServerSection) -> Result<ServerSettings, String> {
+    let address = |name: &str, value: &str| {
+        value
+            .parse::<SocketAddr>()
+            .map_err(|_| format!("[server] {name} '{value}' is not an address like 127.0.0.1:8080"))
+    };
+    let mode = match section.mode.as_str() {
+        "proxy" => Mode::Proxy,
+        "check" => Mode::Check,
+        other => {
+            return Err(format!(
+                "[server] mode '{other}' must be \"proxy\" or \"check\""
+            ))
+        }
+    };
+    let upstream = match (&section.upstream, mode) {
+        (Some(url), _) => Some(upstream_uri(url)?),
+        (None, Mode::Proxy) => return Err("[server] upstream is needed in mode = \"proxy\"".into()),
+        (None, Mode::Check) => None,
+    };
+    let trusted_proxies = section
+        .trusted_proxies
+        .iter()
+        .map(|net| {
+            net.parse::<IpNet>()
+                .or_else(|_| net.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| format!("[server] trusted_proxies: '{net}' is not an address or CIDR"))
+        })
+        .collect::<Result<_, _>>()?;
+    if !(200..=599).contains(&section.check_deny_status) {
+        return Err("[server] check_deny_status must be an HTTP status (200-599)".into());
+    }
+    Ok(ServerSettings {
+        listen: address("listen", &section.listen)?,
+        admin_listen: address("admin_listen", &section.admin_listen)?,
+        mode,
+        upstream,
+        trusted_proxies,
+        reload_interval: Duration::from_millis(section.reload_interval_ms),
+        check_deny_status: section.check_deny_status,
+    })
+}
+
+fn upstream_uri(url: &str) -> Result<hyper::Uri, String> {
+    let bad = || format!("[server] upstream '{url}' must be like http://127.0.0.1:9000");
+    let uri: hyper::Uri = url.parse().map_err(|_| bad())?;
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err(bad());
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!(
+            "[server] upstream '{url}' must have no path or query"
+        ));
+    }
+    Ok(uri)
+}
+
+fn redis_settings(section: RedisSection) -> Result<RedisSettings, String> {
+    let target = match (section.url, section.cluster) {
+        (Some(_), Some(_)) => return Err("[redis] has both url and cluster: choose one".into()),
+        (Some(url), None) => RedisTarget::Single(url),
+        (None, Some(urls)) if urls.is_empty() => {
+            return Err("[redis] cluster needs at least one node URL".into())
+        }
+        (None, Some(urls)) => RedisTarget::Cluster(urls),
+        (None, None) => RedisTarget::Single("redis://127.0.0.1:6379".into()),
+    };
+    let urls = match &target {
+        RedisTarget::Single(url) => std::slice::from_ref(url),
+        RedisTarget::Cluster(urls) => urls.as_slice(),
+    };
+    for url in urls {
+        redis::Client::open(url.as_str()).map_err(|e| format!("[redis] '{url}': {e}"))?;
+    }
+    if section.deadline_ms == 0 {
+        return Err("[redis] deadline_ms must be at least 1".into());
+    }
+    if section.breaker_failures == 0 {
+        return Err("[redis] breaker_failures must be at least 1".into());
+    }
+    Ok(RedisSettings {
+        target,
+        deadline: Duration::from_millis(section.deadline_ms),
+        key_prefix: section.key_prefix,
+        breaker_failures: section.breaker_failures,
+        breaker_open: Duration::from_millis(section.breaker_open_ms),
+    })
+}
+
+enum RulePlace {
+    List,
+    Default,
+}
+
+fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
+    let name = match place {
+        RulePlace::Default => {
+            if section.name.is_some() || section.methods.is_some() || section.path.is_some() {
+                return Err(
+                    "takes no name, methods or path (it applies to everything else)".into(),
+                );
+            }
+            "default".to_owned()
+        }
+        RulePlace::List => {
+            let name = section.name.clone().ok_or("needs a name")?;
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            {
+                return Err(format!(
+                    "name '{name}' must be letters, digits, '-', '_' or '.'"
+                ));
+            }
+            if section.path.is_none() && section.methods.is_none() {
+                return Err(format!("rule '{name}' needs a path or methods to match"));
+            }
+            name
+        }
+    };
+    let methods = section
+        .methods
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            let upper = m.to_ascii_uppercase();
+            hyper::Method::from_bytes(upper.as_bytes())
+                .map(|_| upper)
+                .map_err(|_| format!("method '{m}' is not an HTTP method"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let path = section
+        .path
+        .as_deref()
+        .map(PathPattern::parse)
+        .transpose()?;
+    let key = key_source(&section.key)?;
+    let limit = limit(&section)?;
+    let count = match section.count {
+        None => Counting::All,
+        Some(CountSection::Word(word)) if word == "all" => Counting::All,
+        Some(CountSection::Word(word)) => {
+            return Err(format!(
+                "count '{word}' must be \"all\" or a list of statuses"
+            ))
+        }
+        Some(CountSection::Statuses(statuses)) => {
+            if statuses.is_empty() || statuses.iter().any(|s| !(100..=599).contains(s)) {
+                return Err("count must list HTTP statuses (100-599)".into());
+            }
+            Counting::Statuses(statuses)
+        }
+    };
+    let shadow = match section.mode.as_str() {
+        "enforce" => false,
+        "shadow" => true,
+        other => return Err(format!("mode '{other}' must be \"enforce\" or \"shadow\"")),
+    };
+    let fail_closed = match section.on_redis_failure.as_str() {
+        "open" => false,
+        "closed" => true,
+        other => {
+            return Err(format!(
+                "on_redis_failure '{other}' must be \"open\" or \"closed\""
+            ))
+        }
+    };
+    Ok(Rule::new(
+        name,
+        methods,
+        path,
+        key,
+        section.per_endpoint,
+        limit,
+        count,
+        shadow,
+        fail_closed,
+    ))
+}
+
+fn key_source(key: &str) -> Result<KeySource, String> {
+    if key == "ip" {
+        return Ok(KeySource::ClientIp);
+    }
+    if let Some(header) = key.strip_prefix("header:") {
+        return hyper::header::HeaderName::from_bytes(header.as_bytes())
+            .map(KeySource::Header)
+            .map_err(|_| format!("key '{key}': '{header}' is not a header name"));
+    }
+    if let Some(index) = key.strip_prefix("segment:") {
+        return match index.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(KeySource::Segment(n)),
+            _ => Err(format!("key '{key}': the segment number must be 1 or more")),
+        };
+    }
+    Err(format!(
+        "key '{key}' must be \"ip\", \"header:<name>\" or \"segment:<n>\""
+    ))
+}
+
+fn limit(section: &RuleSection) -> Result<Limit, String> {
+    if section.cost == 0 {
+        return Err("cost must be at least 1".into());
+    }
+    match (&section.limits, &section.policy) {
+        (Some(_), Some(_)) => Err("has both limits and policy: choose one".into()),
+        (None, None) => Err("needs limits (e.g. [\"5/1m\"]) or a policy name".into()),
+        (None, Some(policy)) => {
+            if section.algorithm.is_some() || section.burst.is_some() {
+                return Err(
+                    "algorithm and burst belong to the policy, not to a rule naming one".into(),
+                );
+            }
+            if policy.is_empty()
+                || policy
+                    .bytes()
+                    .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+            {
+                return Err(format!("policy name '{policy}' is empty or has spaces"));
+            }
+            Ok(Limit::Policy {
+                name: policy.clone(),
+                cost: section.cost,
+            })
+        }
+        (Some(limits), None) if limits.is_empty() => Ok(Limit::Unlimited),
+        (Some(limits), None) => {
+            if limits.len() > MAX_TIERS {
+                return Err(format!("at most {MAX_TIERS} limits"));
+            }
+            let tiers = limits
+                .iter()
+                .map(|l| tier(l))
+                .collect::<Result<Vec<_>, _>>()?;
+            let algorithm = section.algorithm.clone();
+            if let Some(algorithm) = &algorithm {
+                if !["fixed", "sliding", "log", "token", "gcra"].contains(&algorithm.as_str()) {
+                    return Err(format!(
+                        "algorithm '{algorithm}' must be fixed, sliding, log, token or gcra"
+                    ));
+                }
+                if algorithm == "log" && tiers.iter().any(|t| t.limit > MAX_LOG_LIMIT) {
+                    return Err(format!("algorithm log takes limits up to {MAX_LOG_LIMIT}"));
+                }
+            }
+            if let Some(burst) = section.burst {
+                let bucket = matches!(algorithm.as_deref(), Some("token" | "gcra"));
+                if burst == 0 || !bucket || tiers.len() != 1 {
+                    return Err(
+                        "burst (>= 1) applies to algorithm token or gcra with one limit".into(),
+                    );
+                }
+            }
+            Ok(Limit::Tiers {
+                tiers,
+                algorithm,
+                burst: section.burst,
+                cost: section.cost,
+            })
+        }
+    }
+}
+
+/// `count/window`, e.g. `5/1m`.
+fn tier(text: &str) -> Result<Tier, String> {
+    let bad = || format!("limit '{text}' must be <count>/<window>, e.g. \"5/1m\"");
+    let (count, window) = text.split_once('/').ok_or_else(bad)?;
+    let limit: u64 = count.trim().parse().map_err(|_| bad())?;
+    if limit == 0 {
+        return Err(format!("limit '{text}': the count must be at least 1"));
+    }
+    let window_ms = duration_ms(window.trim()).ok_or_else(bad)?;
+    Ok(Tier { limit, window_ms })
+}
+
+/// `500ms`, `10s`, `15m`, `1h`, `1d` (a bare number is seconds), in milliseconds.
+pub fn duration_ms(text: &str) -> Option<u64> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let scale = match unit {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    number.checked_mul(scale).filter(|ms| *ms > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str =
+        "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n";
+
+    fn with(rest: &str) -> Result<Config, String> {
+        parse(&format!("{MINIMAL}{rest}"))
+    }
+
+    #[test]
+    fn the_example_file_parses() {
+        let text = include_str!("../rules.example.toml");
+        let config = parse(text).unwrap();
+        assert_eq!(config.rules.rules.len(), 3);
+        assert!(config.rules.default.is_some());
+        assert_eq!(config.redis.deadline, Duration::from_millis(5));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_ms("500ms"), Some(500));
+        assert_eq!(duration_ms("10"), Some(10_000));
+        assert_eq!(duration_ms("15m"), Some(900_000));
+        assert_eq!(duration_ms("1d"), Some(86_400_000));
+        assert_eq!(duration_ms("0s"), None);
+        assert_eq!(duration_ms("1w"), None);
+        assert_eq!(duration_ms("m"), None);
+        assert_eq!(duration_ms("99999999999999999999d"), None);
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let cases = [
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5\"]\n", "limit '5'"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"0/1m\"]\n", "at least 1"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nalgorithm = \"leaky\"\n", "algorithm 'leaky'"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\n", "needs limits"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\npolicy = \"p\"\n", "both limits and policy"),
+            ("[[rule]]\npath = \"/a\"\nlimits = [\"5/1m\"]\n", "needs a name"),
+            ("[[rule]]\nname = \"a\"\npath = \"a\"\nlimits = [\"5/1m\"]\n", "must start with '/'"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nkey = \"cookie\"\n", "key 'cookie'"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\ncount = [42]\n", "statuses"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nburst = 3\n", "burst"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nspeed = 3\n", "speed"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n[[rule]]\nname = \"a\"\npath = \"/b\"\nlimits = [\"5/1m\"]\n", "two rules"),
+            ("[default]\nname = \"x\"\nlimits = [\"5/1m\"]\n", "[default]"),
+            ("[redis]\ndeadline_ms = 0\n", "deadline_ms"),
+        ];
+        for (text, expected) in cases {
+            let error = with(text)
+                .err()
+                .unwrap_or_else(|| panic!("accepted: {text}"));
+            assert!(
+                error.contains(expected),
+                "{text}: '{error}' lacks '{expected}'"
+            );
+        }
+    }
+
+    #[test]
+    fn check_mode_refuses_status_counting() {
+        let text = "[server]\nlisten = \"127.0.0.1:8080\"\nmode = \"check\"\n[default]\nlimits = [\"5/1m\"]\ncount = [401]\n";
+        assert!(parse(text).unwrap_err().contains("check mode"));
+    }
+
+    #[test]
+    fn proxy_mode_needs_an_upstream() {
+        assert!(parse("[server]\nlisten = \"127.0.0.1:8080\"\n")
+            .unwrap_err()
+            .contains("upstream"));
+    }
+}

@@ -1,0 +1,152 @@
+//! The response fields of a limited route: `RateLimit-Policy` and `RateLimit` from the IETF
+//! draft (draft-ietf-httpapi-ratelimit-headers), `Retry-After` on a denial, and the legacy
+//! `X-RateLimit-*` trio when configured. Both IETF fields are structured-field Lists (RFC
+//! 8941) with one item per tier: `"name";q=<quota>;w=<window s>` and
+//! `"name";r=<remaining>;t=<seconds to reset>`.
+
+use crate::rules::{Limit, Rule};
+use crate::verdict::Verdict;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use std::fmt::Write;
+
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static LEGACY_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+static LEGACY_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+static LEGACY_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// Milliseconds as whole seconds, rounded up.
+fn seconds_up(ms: u64) -> u64 {
+    ms.div_ceil(1000)
+}
+
+/// `Retry-After` in whole seconds, rounded up, at least 1 (0 would invite a retry storm).
+pub fn retry_after_seconds(ms: u64) -> u64 {
+    seconds_up(ms).max(1)
+}
+
+/// The name of tier `index` of `count`: the rule's name, suffixed when there are several.
+fn tier_name(out: &mut String, rule: &Rule, index: usize, count: usize) {
+    out.push('"');
+    out.push_str(&rule.name);
+    if count > 1 {
+        let _ = write!(out, "-{}", index + 1);
+    }
+    out.push('"');
+}
+
+/// Adds the rate-limit fields for `verdict` of `rule`; with `denied`, also `Retry-After`.
+pub fn add(headers: &mut HeaderMap, rule: &Rule, verdict: &Verdict, legacy: bool, denied: bool) {
+    let tiers = verdict.tiers();
+    let windows: &[_] = match &rule.limit {
+        Limit::Tiers { tiers, .. } => tiers,
+        _ => &[],
+    };
+    let mut policy = String::with_capacity(32 * tiers.len());
+    let mut state = String::with_capacity(32 * tiers.len());
+    for (index, tier) in tiers.iter().enumerate() {
+        if index > 0 {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
+        tier_name(&mut policy, rule, index, tiers.len());
+        let _ = write!(policy, ";q={}", tier.limit);
+        // A policy stored in Redis has windows the gateway does not know; `w` is optional.
+        if let Some(window) = windows.get(index).filter(|_| windows.len() == tiers.len()) {
+            let _ = write!(policy, ";w={}", seconds_up(window.window_ms));
+        }
+        tier_name(&mut state, rule, index, tiers.len());
+        let _ = write!(
+            state,
+            ";r={};t={}",
+            tier.remaining,
+            seconds_up(tier.reset_after_ms)
+        );
+    }
+    // Names are checked to be token characters, so these values are always valid.
+    if let (Ok(policy), Ok(state)) = (
+        HeaderValue::from_str(&policy),
+        HeaderValue::from_str(&state),
+    ) {
+        headers.insert(RATELIMIT_POLICY.clone(), policy);
+        headers.insert(RATELIMIT.clone(), state);
+    }
+    let binding = verdict.binding();
+    if denied {
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from(retry_after_seconds(binding.retry_after_ms)),
+        );
+    }
+    if legacy {
+        headers.insert(LEGACY_LIMIT.clone(), HeaderValue::from(binding.limit));
+        headers.insert(
+            LEGACY_REMAINING.clone(),
+            HeaderValue::from(binding.remaining),
+        );
+        headers.insert(
+            LEGACY_RESET.clone(),
+            HeaderValue::from(seconds_up(binding.reset_after_ms)),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+    use crate::verdict::TierState;
+
+    fn rule(limits: &str) -> Rule {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\n\
+             [[rule]]\nname = \"api\"\npath = \"/a\"\nlimits = {limits}\n"
+        );
+        Rule::clone(&parse(&text).unwrap().rules.rules[0])
+    }
+
+    #[test]
+    fn retry_after_is_whole_seconds_at_least_one() {
+        assert_eq!(retry_after_seconds(0), 1);
+        assert_eq!(retry_after_seconds(1), 1);
+        assert_eq!(retry_after_seconds(1000), 1);
+        assert_eq!(retry_after_seconds(1001), 2);
+    }
+
+    #[test]
+    fn one_tier_denied_with_legacy() {
+        let rule = rule("[\"5/1m\"]");
+        let verdict = Verdict::single(TierState {
+            allowed: false,
+            limit: 5,
+            remaining: 0,
+            reset_after_ms: 59_001,
+            retry_after_ms: 1_500,
+        });
+        let mut headers = HeaderMap::new();
+        add(&mut headers, &rule, &verdict, true, true);
+        assert_eq!(headers["ratelimit-policy"], "\"api\";q=5;w=60");
+        assert_eq!(headers["ratelimit"], "\"api\";r=0;t=60");
+        assert_eq!(headers["retry-after"], "2");
+        assert_eq!(headers["x-ratelimit-limit"], "5");
+        assert_eq!(headers["x-ratelimit-remaining"], "0");
+        assert_eq!(headers["x-ratelimit-reset"], "60");
+    }
+
+    #[test]
+    fn allowed_without_legacy_has_no_retry_after() {
+        let rule = rule("[\"5/1m\"]");
+        let verdict = Verdict::single(TierState {
+            allowed: true,
+            limit: 5,
+            remaining: 3,
+            reset_after_ms: 10,
+            retry_after_ms: 0,
+        });
+        let mut headers = HeaderMap::new();
+        add(&mut headers, &rule, &verdict, false, false);
+        assert_eq!(headers["ratelimit"], "\"api\";r=3;t=1");
+        assert!(headers.get("retry-after").is_none());
+        assert!(headers.get("x-ratelimit-limit").is_none());
+    }
+}

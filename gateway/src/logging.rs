@@ -1,0 +1,17 @@
+//! One line per event on stderr, with the time: what an operator needs from a small
+//! service, without a logging framework.
+
+/// Seconds since the epoch with milliseconds, for log lines.
+pub fn timestamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{}.{:03}", now.as_secs(), now.subsec_millis())
+}
+
+macro_rules! log {
+    ($($arg:tt)*) => {
+        eprintln!("{} rl-gateway: {}", $crate::logging::timestamp(), format_args!($($arg)*))
+    };
+}
+pub(crate) use log;

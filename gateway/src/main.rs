@@ -1,0 +1,129 @@
+//! rl-gateway: the rate limiter in front of an API. Each request is matched to a rule,
+//! charged to its client's budget with one RL.HIT, and forwarded or answered 429; when
+//! Redis cannot answer in time the request goes through (fail-open) unless its rule says
+//! otherwise. See the README's gateway section and gateway/rules.example.toml.
+
+mod backend;
+mod breaker;
+mod client_ip;
+mod config;
+mod decider;
+mod deny_cache;
+mod headers;
+mod logging;
+mod metrics;
+mod pattern;
+mod reload;
+mod rules;
+mod server;
+mod service;
+mod upstream;
+mod verdict;
+
+use crate::logging::log;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+const USAGE: &str =
+    "usage: rl-gateway --config <rules.toml>\n       rl-gateway --check-config <rules.toml>";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["--config", path] => run(PathBuf::from(path)),
+        ["--check-config", path] => match config::load(path.as_ref()) {
+            Ok(config) => {
+                let count = config.rules.rules.len() + usize::from(config.rules.default.is_some());
+                println!("{path}: valid, {count} rules");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("{path}: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        _ => {
+            eprintln!("{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(path: PathBuf) -> ExitCode {
+    let config = match config::load(&path) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("rl-gateway: {}: {error}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("rl-gateway: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(path, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            log!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
+    let metrics = Arc::new(metrics::Metrics::default());
+    let backend = backend::Backend::connect(&config.redis.target)?;
+    let decider = decider::Decider::new(
+        backend,
+        &config.redis,
+        config.deny_cache_capacity,
+        metrics.clone(),
+    );
+    let gateway = Arc::new(service::Gateway::new(
+        config.server.clone(),
+        config.redis.key_prefix.clone(),
+        config.rules.clone(),
+        decider,
+        metrics,
+    ));
+    let bind = |address| async move {
+        tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|e| format!("cannot listen on {address}: {e}"))
+    };
+    let listener = bind(config.server.listen).await?;
+    let admin = bind(config.server.admin_listen).await?;
+    log!(
+        "listening on {} ({:?} mode), admin on {}; rules from {}",
+        config.server.listen,
+        config.server.mode,
+        config.server.admin_listen,
+        path.display()
+    );
+    tokio::spawn(server::serve(admin, gateway.clone(), server::admin_handler));
+    tokio::spawn(server::serve(
+        listener,
+        gateway.clone(),
+        server::main_handler,
+    ));
+    reload::spawn(path, gateway, config);
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot listen for SIGTERM: {e}"))?;
+    tokio::select! {
+        _ = terminate.recv() => log!("SIGTERM: stopping"),
+        _ = tokio::signal::ctrl_c() => log!("interrupted: stopping"),
+    }
+    Ok(())
+}

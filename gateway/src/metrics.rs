@@ -1,0 +1,296 @@
+//! Counters and the Redis latency histogram, rendered in the Prometheus text format.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// What happened to one request that a rule applied to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    Allowed,
+    Denied,
+    /// Answered from the local cache of denied keys, without Redis.
+    DeniedCached,
+    /// A shadow rule would have denied it; it went through.
+    ShadowDenied,
+    FailOpen,
+    FailClosed,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 6] = [
+        Outcome::Allowed,
+        Outcome::Denied,
+        Outcome::DeniedCached,
+        Outcome::ShadowDenied,
+        Outcome::FailOpen,
+        Outcome::FailClosed,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Denied => "denied",
+            Outcome::DeniedCached => "denied_cached",
+            Outcome::ShadowDenied => "shadow_denied",
+            Outcome::FailOpen => "fail_open",
+            Outcome::FailClosed => "fail_closed",
+        }
+    }
+}
+
+/// Why Redis could not decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// No answer within the deadline.
+    Timeout,
+    /// No connection (refused, dropped, not yet made).
+    Connection,
+    /// The server answered that it cannot take the command now: OOM, LOADING, READONLY,
+    /// MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY.
+    Unavailable,
+    /// Any other error reply, e.g. the module is not loaded or a policy does not exist.
+    Error,
+    /// The circuit breaker is open: Redis was not asked.
+    Breaker,
+}
+
+impl Failure {
+    pub const ALL: [Failure; 5] = [
+        Failure::Timeout,
+        Failure::Connection,
+        Failure::Unavailable,
+        Failure::Error,
+        Failure::Breaker,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Failure::Timeout => "timeout",
+            Failure::Connection => "connection",
+            Failure::Unavailable => "unavailable",
+            Failure::Error => "error",
+            Failure::Breaker => "breaker",
+        }
+    }
+}
+
+/// Upper bounds of the latency buckets, in seconds: 50 µs to 100 ms.
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    f64::INFINITY,
+];
+
+#[derive(Default)]
+pub struct Metrics {
+    /// Per rule, a count per [`Outcome`] (indexed by its discriminant).
+    decisions: Mutex<BTreeMap<String, [u64; Outcome::ALL.len()]>>,
+    refunds: Mutex<BTreeMap<String, u64>>,
+    fail_open: [AtomicU64; 5],
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    latency_sum_ns: AtomicU64,
+    latency_count: AtomicU64,
+    reloads_ok: AtomicU64,
+    reloads_refused: AtomicU64,
+    upstream_errors: AtomicU64,
+}
+
+impl Metrics {
+    pub fn decision(&self, rule: &str, outcome: Outcome) {
+        bump(&self.decisions, rule, |counts| {
+            counts[outcome as usize] += 1
+        });
+    }
+
+    pub fn fail_open(&self, failure: Failure) {
+        self.fail_open[failure as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn refund(&self, rule: &str) {
+        bump(&self.refunds, rule, |count| *count += 1);
+    }
+
+    pub fn redis_latency(&self, took: Duration) {
+        let seconds = took.as_secs_f64();
+        let bucket = LATENCY_BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(LATENCY_BUCKETS.len() - 1);
+        self.latency_buckets[bucket].fetch_add(1, Relaxed);
+        self.latency_sum_ns
+            .fetch_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        self.latency_count.fetch_add(1, Relaxed);
+    }
+
+    pub fn reload(&self, ok: bool) {
+        let counter = if ok {
+            &self.reloads_ok
+        } else {
+            &self.reloads_refused
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
+    pub fn upstream_error(&self) {
+        self.upstream_errors.fetch_add(1, Relaxed);
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self, breaker_open: bool) -> String {
+        let mut out = String::with_capacity(4096);
+        out.push_str(
+            "# HELP rl_gateway_decisions_total Requests a rule applied to, by rule and outcome.\n",
+        );
+        out.push_str("# TYPE rl_gateway_decisions_total counter\n");
+        for (rule, counts) in self
+            .decisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            for (outcome, count) in Outcome::ALL.iter().zip(counts) {
+                let _ = writeln!(
+                    out,
+                    "rl_gateway_decisions_total{{rule=\"{}\",outcome=\"{}\"}} {count}",
+                    escape(rule),
+                    outcome.label()
+                );
+            }
+        }
+        out.push_str(
+            "# HELP rl_gateway_fail_open_total Decisions Redis could not make, by reason.\n",
+        );
+        out.push_str("# TYPE rl_gateway_fail_open_total counter\n");
+        for failure in Failure::ALL {
+            let count = self.fail_open[failure as usize].load(Relaxed);
+            let _ = writeln!(
+                out,
+                "rl_gateway_fail_open_total{{reason=\"{}\"}} {count}",
+                failure.label()
+            );
+        }
+        out.push_str("# HELP rl_gateway_refunds_total Hits given back because the response status does not count.\n");
+        out.push_str("# TYPE rl_gateway_refunds_total counter\n");
+        for (rule, count) in self
+            .refunds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "rl_gateway_refunds_total{{rule=\"{}\"}} {count}",
+                escape(rule)
+            );
+        }
+        out.push_str(
+            "# HELP rl_gateway_redis_latency_seconds Time of each Redis call that answered.\n",
+        );
+        out.push_str("# TYPE rl_gateway_redis_latency_seconds histogram\n");
+        let mut cumulative = 0;
+        for (bound, count) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
+            cumulative += count.load(Relaxed);
+            let le = if bound.is_infinite() {
+                "+Inf".to_owned()
+            } else {
+                bound.to_string()
+            };
+            let _ = writeln!(
+                out,
+                "rl_gateway_redis_latency_seconds_bucket{{le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let sum = self.latency_sum_ns.load(Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "rl_gateway_redis_latency_seconds_sum {sum}");
+        let _ = writeln!(
+            out,
+            "rl_gateway_redis_latency_seconds_count {}",
+            self.latency_count.load(Relaxed)
+        );
+        out.push_str(
+            "# HELP rl_gateway_breaker_open Whether the circuit breaker skips Redis now.\n",
+        );
+        out.push_str("# TYPE rl_gateway_breaker_open gauge\n");
+        let _ = writeln!(out, "rl_gateway_breaker_open {}", u8::from(breaker_open));
+        out.push_str("# HELP rl_gateway_rule_reloads_total Rule file reloads, by result.\n");
+        out.push_str("# TYPE rl_gateway_rule_reloads_total counter\n");
+        let _ = writeln!(
+            out,
+            "rl_gateway_rule_reloads_total{{result=\"ok\"}} {}",
+            self.reloads_ok.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "rl_gateway_rule_reloads_total{{result=\"refused\"}} {}",
+            self.reloads_refused.load(Relaxed)
+        );
+        out.push_str("# HELP rl_gateway_upstream_errors_total Requests the upstream could not answer (502).\n");
+        out.push_str("# TYPE rl_gateway_upstream_errors_total counter\n");
+        let _ = writeln!(
+            out,
+            "rl_gateway_upstream_errors_total {}",
+            self.upstream_errors.load(Relaxed)
+        );
+        out
+    }
+}
+
+/// Updates the entry of `rule`, made on its first use; a lookup by `&str` so that the
+/// name is only copied once per rule, not per request.
+fn bump<V: Default>(map: &Mutex<BTreeMap<String, V>>, rule: &str, update: impl FnOnce(&mut V)) {
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    match map.get_mut(rule) {
+        Some(value) => update(value),
+        None => update(map.entry(rule.to_owned()).or_default()),
+    }
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counts_and_cumulative_buckets() {
+        let metrics = Metrics::default();
+        metrics.decision("login", Outcome::Allowed);
+        metrics.decision("login", Outcome::Allowed);
+        metrics.decision("login", Outcome::Denied);
+        metrics.fail_open(Failure::Timeout);
+        metrics.refund("login");
+        metrics.redis_latency(Duration::from_micros(80));
+        metrics.redis_latency(Duration::from_secs(1));
+        let text = metrics.render(true);
+        assert!(text.contains("rl_gateway_decisions_total{rule=\"login\",outcome=\"allowed\"} 2\n"));
+        assert!(text.contains("rl_gateway_decisions_total{rule=\"login\",outcome=\"denied\"} 1\n"));
+        assert!(
+            text.contains("rl_gateway_decisions_total{rule=\"login\",outcome=\"fail_open\"} 0\n")
+        );
+        assert!(text.contains("rl_gateway_fail_open_total{reason=\"timeout\"} 1\n"));
+        assert!(text.contains("rl_gateway_refunds_total{rule=\"login\"} 1\n"));
+        assert!(text.contains("rl_gateway_redis_latency_seconds_bucket{le=\"0.00005\"} 0\n"));
+        assert!(text.contains("rl_gateway_redis_latency_seconds_bucket{le=\"0.0001\"} 1\n"));
+        assert!(text.contains("rl_gateway_redis_latency_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(text.contains("rl_gateway_redis_latency_seconds_count 2\n"));
+        assert!(text.contains("rl_gateway_breaker_open 1\n"));
+    }
+}

@@ -1,0 +1,308 @@
+//! Rules: which requests a rule applies to, whose counter a request charges, and the
+//! module call that charges it. A [`RuleSet`] is what a reload swaps as a whole.
+
+use crate::pattern::PathPattern;
+use hyper::header::{HeaderMap, HeaderName};
+use std::fmt::Write;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// The rules of one version of the file, tried in order, then the default.
+#[derive(Debug, Clone)]
+pub struct RuleSet {
+    pub rules: Vec<Arc<Rule>>,
+    pub default: Option<Arc<Rule>>,
+    /// Also send `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
+    pub legacy_headers: bool,
+    /// The request header that tells the upstream a decision failed open.
+    pub fail_open_header: HeaderName,
+}
+
+impl RuleSet {
+    /// The first rule matching `method` and `path`, else the default rule.
+    pub fn find(&self, method: &str, path: &str) -> Option<&Arc<Rule>> {
+        self.rules
+            .iter()
+            .find(|rule| rule.matches(method, path))
+            .or(self.default.as_ref())
+    }
+}
+
+/// Whose budget a request spends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    ClientIp,
+    /// The header's value; the client IP when the request has none.
+    Header(HeaderName),
+    /// The n-th path segment (1-based); the client IP when the path is shorter.
+    Segment(usize),
+}
+
+/// One `<count>/<window>` tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tier {
+    pub limit: u64,
+    pub window_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Limit {
+    /// `limits = []`: matched, never limited, no Redis call.
+    Unlimited,
+    Tiers {
+        tiers: Vec<Tier>,
+        algorithm: Option<String>,
+        burst: Option<u64>,
+        cost: u64,
+    },
+    /// A policy stored in Redis (`RL.POLICY SET`).
+    Policy { name: String, cost: u64 },
+}
+
+/// Which responses spend the budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Counting {
+    All,
+    /// Only these statuses count: the hit is charged before forwarding and refunded when
+    /// the response has another status.
+    Statuses(Vec<u16>),
+}
+
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub name: String,
+    /// Upper-case method names; empty for any method.
+    methods: Vec<String>,
+    path: Option<PathPattern>,
+    key: KeySource,
+    per_endpoint: bool,
+    pub limit: Limit,
+    pub count: Counting,
+    pub shadow: bool,
+    pub fail_closed: bool,
+    /// The arguments of RL.HIT and RL.REFUND after the key, made once.
+    pub call_args: Vec<String>,
+}
+
+impl Rule {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: String,
+        methods: Vec<String>,
+        path: Option<PathPattern>,
+        key: KeySource,
+        per_endpoint: bool,
+        limit: Limit,
+        count: Counting,
+        shadow: bool,
+        fail_closed: bool,
+    ) -> Self {
+        let call_args = call_args(&limit);
+        Rule {
+            name,
+            methods,
+            path,
+            key,
+            per_endpoint,
+            limit,
+            count,
+            shadow,
+            fail_closed,
+            call_args,
+        }
+    }
+
+    fn matches(&self, method: &str, path: &str) -> bool {
+        (self.methods.is_empty() || self.methods.iter().any(|m| m == method))
+            && self.path.as_ref().is_none_or(|p| p.matches(path))
+    }
+
+    pub fn counts_by_status(&self) -> bool {
+        matches!(self.count, Counting::Statuses(_))
+    }
+
+    /// Whether a response with `status` spends the budget.
+    pub fn counts(&self, status: u16) -> bool {
+        match &self.count {
+            Counting::All => true,
+            Counting::Statuses(statuses) => statuses.contains(&status),
+        }
+    }
+
+    /// The Redis key of the budget `request` spends: `<prefix>{<subject>}:<rule>`, then
+    /// `:<METHOD> <path>` when the rule counts per endpoint. The subject is the hash tag, so
+    /// in Redis Cluster all of a client's keys are on one slot.
+    pub fn key(&self, prefix: &str, request: &RequestFacts<'_>) -> String {
+        let mut key = String::with_capacity(prefix.len() + 48);
+        key.push_str(prefix);
+        key.push('{');
+        let subject = match &self.key {
+            KeySource::ClientIp => None,
+            KeySource::Header(name) => request
+                .headers
+                .get(name)
+                .map(|value| ("h:", value.as_bytes())),
+            KeySource::Segment(n) => request
+                .path
+                .split('/')
+                .filter(|s| !s.is_empty())
+                .nth(n - 1)
+                .map(|segment| ("seg:", segment.as_bytes())),
+        };
+        match subject {
+            Some((tag, value)) => {
+                key.push_str(tag);
+                push_escaped(&mut key, value);
+            }
+            None => {
+                let _ = write!(key, "ip:{}", request.client_ip);
+            }
+        }
+        key.push_str("}:");
+        key.push_str(&self.name);
+        if self.per_endpoint {
+            key.push(':');
+            key.push_str(request.method);
+            key.push(' ');
+            push_escaped(&mut key, request.path.as_bytes());
+        }
+        key
+    }
+}
+
+/// What a key may be made of, taken from one request.
+pub struct RequestFacts<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+    pub client_ip: IpAddr,
+}
+
+/// Appends `bytes` with `%`, braces (which would move the hash tag), spaces, control and
+/// non-ASCII bytes percent-encoded.
+fn push_escaped(out: &mut String, bytes: &[u8]) {
+    for &b in bytes {
+        if b.is_ascii_graphic() && !matches!(b, b'%' | b'{' | b'}') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+}
+
+fn call_args(limit: &Limit) -> Vec<String> {
+    let mut args = Vec::new();
+    match limit {
+        Limit::Unlimited => {}
+        Limit::Tiers {
+            tiers,
+            algorithm,
+            burst,
+            cost,
+        } => {
+            for tier in tiers {
+                args.push(tier.limit.to_string());
+                args.push(format!("{}ms", tier.window_ms));
+            }
+            if let Some(algorithm) = algorithm {
+                args.extend(["ALGO".into(), algorithm.clone()]);
+            }
+            if let Some(burst) = burst {
+                args.extend(["BURST".into(), burst.to_string()]);
+            }
+            if *cost != 1 {
+                args.extend(["COST".into(), cost.to_string()]);
+            }
+        }
+        Limit::Policy { name, cost } => {
+            args.extend(["POLICY".into(), name.clone()]);
+            if *cost != 1 {
+                args.extend(["COST".into(), cost.to_string()]);
+            }
+        }
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+
+    fn rules(text: &str) -> RuleSet {
+        let head = "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n";
+        parse(&format!("{head}{text}")).unwrap().rules
+    }
+
+    fn facts<'a>(method: &'a str, path: &'a str, headers: &'a HeaderMap) -> RequestFacts<'a> {
+        RequestFacts {
+            method,
+            path,
+            headers,
+            client_ip: "10.1.2.3".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn first_matching_rule_then_default() {
+        let set = rules(
+            "[[rule]]\nname = \"login\"\nmethods = [\"post\"]\npath = \"/auth/*\"\nlimits = [\"3/15m\"]\n\
+             [[rule]]\nname = \"auth\"\npath = \"/auth/**\"\nlimits = [\"10/1m\"]\n\
+             [default]\nlimits = [\"5/1m\"]\n",
+        );
+        assert_eq!(set.find("POST", "/auth/login").unwrap().name, "login");
+        assert_eq!(set.find("GET", "/auth/login").unwrap().name, "auth");
+        assert_eq!(set.find("GET", "/home").unwrap().name, "default");
+    }
+
+    #[test]
+    fn keys_by_ip_header_and_segment() {
+        let set = rules(
+            "[[rule]]\nname = \"ip\"\npath = \"/ip/**\"\nlimits = [\"5/1m\"]\nper_endpoint = true\n\
+             [[rule]]\nname = \"hdr\"\npath = \"/h\"\nkey = \"header:X-Api-Key\"\nlimits = [\"5/1m\"]\n\
+             [[rule]]\nname = \"seg\"\npath = \"/users/*/orders\"\nkey = \"segment:2\"\nlimits = [\"5/1m\"]\n",
+        );
+        let empty = HeaderMap::new();
+        let rule = set.find("GET", "/ip/a").unwrap();
+        assert_eq!(
+            rule.key("rl:", &facts("GET", "/ip/a", &empty)),
+            "rl:{ip:10.1.2.3}:ip:GET /ip/a"
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-api-key",
+            "k{1} é".parse().unwrap_or_else(|_| {
+                hyper::header::HeaderValue::from_bytes(b"k{1} \xc3\xa9").unwrap()
+            }),
+        );
+        let rule = set.find("GET", "/h").unwrap();
+        assert_eq!(
+            rule.key("rl:", &facts("GET", "/h", &headers)),
+            "rl:{h:k%7B1%7D%20%C3%A9}:hdr"
+        );
+        assert_eq!(
+            rule.key("rl:", &facts("GET", "/h", &empty)),
+            "rl:{ip:10.1.2.3}:hdr"
+        );
+        let rule = set.find("GET", "/users/42/orders").unwrap();
+        assert_eq!(
+            rule.key("rl:", &facts("GET", "/users/42/orders", &empty)),
+            "rl:{seg:42}:seg"
+        );
+    }
+
+    #[test]
+    fn call_arguments() {
+        let set = rules(
+            "[[rule]]\nname = \"two\"\npath = \"/a\"\nlimits = [\"10/1s\", \"300/1m\"]\nalgorithm = \"gcra\"\ncost = 2\n\
+             [[rule]]\nname = \"pol\"\npath = \"/p\"\npolicy = \"login\"\n",
+        );
+        let two = set.find("GET", "/a").unwrap();
+        assert_eq!(
+            two.call_args,
+            ["10", "1000ms", "300", "60000ms", "ALGO", "gcra", "COST", "2"]
+        );
+        let pol = set.find("GET", "/p").unwrap();
+        assert_eq!(pol.call_args, ["POLICY", "login"]);
+    }
+}

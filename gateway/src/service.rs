@@ -1,0 +1,273 @@
+//! The gateway's request path. Both modes make the same decision (rule, key, RL.HIT) and
+//! differ only in what they do with it: proxy mode forwards or answers 429, check mode
+//! answers 200 or 429 to the proxy that asked.
+
+use crate::client_ip::client_ip;
+use crate::config::{Mode, ServerSettings};
+use crate::decider::{Decider, Decision};
+use crate::headers;
+use crate::metrics::{Metrics, Outcome};
+use crate::rules::{RequestFacts, Rule, RuleSet};
+use crate::upstream::Upstream;
+use crate::verdict::Verdict;
+use bytes::Bytes;
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use hyper::{Request, Response, StatusCode};
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+
+/// A response body: the upstream's, streamed, or one the gateway wrote.
+pub type Body = Either<Incoming, Full<Bytes>>;
+
+pub struct Gateway {
+    pub server: ServerSettings,
+    pub key_prefix: String,
+    rules: RwLock<Arc<RuleSet>>,
+    pub decider: Decider,
+    upstream: Option<Upstream>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// What the decision means for the request.
+struct Judgement {
+    rule: Option<Arc<Rule>>,
+    key: String,
+    decision: Decision,
+}
+
+impl Gateway {
+    pub fn new(
+        server: ServerSettings,
+        key_prefix: String,
+        rules: RuleSet,
+        decider: Decider,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let upstream = server.upstream.clone().map(Upstream::new);
+        Gateway {
+            server,
+            key_prefix,
+            rules: RwLock::new(Arc::new(rules)),
+            decider,
+            upstream,
+            metrics,
+        }
+    }
+
+    pub fn rules(&self) -> Arc<RuleSet> {
+        self.rules.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn replace_rules(&self, rules: RuleSet) {
+        *self.rules.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
+    }
+
+    pub async fn handle(&self, peer: IpAddr, request: Request<Incoming>) -> Response<Body> {
+        match self.server.mode {
+            Mode::Proxy => self.proxy(peer, request).await,
+            Mode::Check => self.check(peer, request).await,
+        }
+    }
+
+    /// Finds the rule, makes the key and asks Redis; counts the outcome.
+    async fn judge(
+        &self,
+        rules: &RuleSet,
+        peer: IpAddr,
+        method: &str,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> Judgement {
+        let Some(rule) = rules.find(method, path) else {
+            return Judgement {
+                rule: None,
+                key: String::new(),
+                decision: Decision::Unlimited,
+            };
+        };
+        let facts = RequestFacts {
+            method,
+            path,
+            headers,
+            client_ip: client_ip(peer, headers, &self.server.trusted_proxies),
+        };
+        let key = rule.key(&self.key_prefix, &facts);
+        let decision = self.decider.hit(rule, &key).await;
+        let outcome = match &decision {
+            Decision::Unlimited => None,
+            Decision::Allowed(_) => Some(Outcome::Allowed),
+            Decision::Denied { cached: false, .. } => Some(Outcome::Denied),
+            Decision::Denied { cached: true, .. } => Some(Outcome::DeniedCached),
+            Decision::ShadowDenied => Some(Outcome::ShadowDenied),
+            Decision::Failed(_) if rule.fail_closed => Some(Outcome::FailClosed),
+            Decision::Failed(failure) => {
+                self.metrics.fail_open(*failure);
+                Some(Outcome::FailOpen)
+            }
+        };
+        if let Some(outcome) = outcome {
+            self.metrics.decision(&rule.name, outcome);
+        }
+        Judgement {
+            rule: Some(rule.clone()),
+            key,
+            decision,
+        }
+    }
+
+    async fn proxy(&self, peer: IpAddr, request: Request<Incoming>) -> Response<Body> {
+        let rules = self.rules();
+        let method = request.method().as_str().to_owned();
+        let judgement = self
+            .judge(
+                &rules,
+                peer,
+                &method,
+                request.uri().path(),
+                request.headers(),
+            )
+            .await;
+        let Judgement {
+            rule,
+            key,
+            decision,
+        } = judgement;
+        let mut fail_open_mark = None;
+        let mut charged = None;
+        match (&rule, &decision) {
+            (Some(rule), Decision::Denied { verdict, .. }) => {
+                return too_many(
+                    rule,
+                    verdict,
+                    rules.legacy_headers,
+                    StatusCode::TOO_MANY_REQUESTS,
+                );
+            }
+            (Some(rule), Decision::Failed(_)) if rule.fail_closed => return unavailable(),
+            (Some(_), Decision::Failed(failure)) => {
+                fail_open_mark = Some((
+                    rules.fail_open_header.clone(),
+                    HeaderValue::from_static(failure.label()),
+                ));
+            }
+            (Some(rule), Decision::Allowed(verdict)) => charged = Some((rule, verdict)),
+            _ => {}
+        }
+        let Some(upstream) = &self.upstream else {
+            return unavailable();
+        };
+        let mut response = match upstream.forward(request, peer, fail_open_mark).await {
+            Ok(response) => response.map(Either::Left),
+            Err(error) => {
+                self.metrics.upstream_error();
+                crate::logging::log!("upstream error: {error}");
+                local(StatusCode::BAD_GATEWAY, "Bad Gateway\n")
+            }
+        };
+        if let Some((rule, verdict)) = charged {
+            let mut shown = None;
+            if !rule.counts(response.status().as_u16()) {
+                // Refunded before answering, so that the client's next request sees it.
+                shown = self.decider.refund(rule, &key).await;
+            }
+            let shown = shown.as_ref().unwrap_or(verdict);
+            add_headers(
+                response.headers_mut(),
+                rule,
+                shown,
+                rules.legacy_headers,
+                false,
+            );
+        }
+        response
+    }
+
+    async fn check(&self, peer: IpAddr, request: Request<Incoming>) -> Response<Body> {
+        let rules = self.rules();
+        let headers = request.headers();
+        let original = |names: [&str; 2]| {
+            names
+                .iter()
+                .find_map(|name| headers.get(*name).and_then(|v| v.to_str().ok()))
+                .map(str::to_owned)
+        };
+        let method = original(["x-original-method", "x-forwarded-method"])
+            .map(|m| m.to_ascii_uppercase())
+            .unwrap_or_else(|| request.method().as_str().to_owned());
+        let uri = original(["x-original-uri", "x-forwarded-uri"])
+            .unwrap_or_else(|| request.uri().path().to_owned());
+        let path = uri.split(['?', '#']).next().unwrap_or("/");
+        let Judgement { rule, decision, .. } =
+            self.judge(&rules, peer, &method, path, headers).await;
+        let Some(rule) = rule else {
+            return local(StatusCode::OK, "");
+        };
+        match &decision {
+            Decision::Denied { verdict, .. } => {
+                let status = StatusCode::from_u16(self.server.check_deny_status)
+                    .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+                too_many(&rule, verdict, rules.legacy_headers, status)
+            }
+            Decision::Failed(_) if rule.fail_closed => unavailable(),
+            Decision::Failed(failure) => {
+                let mut response = local(StatusCode::OK, "");
+                response.headers_mut().insert(
+                    rules.fail_open_header.clone(),
+                    HeaderValue::from_static(failure.label()),
+                );
+                response
+            }
+            Decision::Allowed(verdict) => {
+                let mut response = local(StatusCode::OK, "");
+                add_headers(
+                    response.headers_mut(),
+                    &rule,
+                    verdict,
+                    rules.legacy_headers,
+                    false,
+                );
+                response
+            }
+            Decision::ShadowDenied | Decision::Unlimited => local(StatusCode::OK, ""),
+        }
+    }
+}
+
+/// The headers of an enforced rule; a shadow rule shows the client nothing.
+fn add_headers(
+    headers: &mut HeaderMap,
+    rule: &Rule,
+    verdict: &Verdict,
+    legacy: bool,
+    denied: bool,
+) {
+    if !rule.shadow {
+        headers::add(headers, rule, verdict, legacy, denied);
+    }
+}
+
+fn local(status: StatusCode, body: &'static str) -> Response<Body> {
+    let mut response = Response::new(Either::Right(Full::new(Bytes::from_static(
+        body.as_bytes(),
+    ))));
+    *response.status_mut() = status;
+    if !body.is_empty() {
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+    }
+    response
+}
+
+fn too_many(rule: &Rule, verdict: &Verdict, legacy: bool, status: StatusCode) -> Response<Body> {
+    let mut response = local(status, "Too Many Requests\n");
+    headers::add(response.headers_mut(), rule, verdict, legacy, true);
+    response
+}
+
+fn unavailable() -> Response<Body> {
+    local(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable\n")
+}

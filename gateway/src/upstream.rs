@@ -1,0 +1,98 @@
+//! Forwarding an allowed request to the upstream and its response back, as a reverse proxy
+//! does: hop-by-hop headers dropped both ways, the client's address appended to
+//! `X-Forwarded-For`, bodies streamed, connections to the upstream pooled.
+
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Request, Response, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use std::net::IpAddr;
+
+pub struct Upstream {
+    client: Client<HttpConnector, Incoming>,
+    base: Uri,
+}
+
+/// Headers that concern one connection, not the message (RFC 9110, section 7.6.1).
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+impl Upstream {
+    pub fn new(base: Uri) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        Upstream { client, base }
+    }
+
+    /// Sends `request`, received from `peer`, to the upstream; `extra` (the fail-open
+    /// mark) is added to its headers.
+    pub async fn forward(
+        &self,
+        mut request: Request<Incoming>,
+        peer: IpAddr,
+        extra: Option<(HeaderName, HeaderValue)>,
+    ) -> Result<Response<Incoming>, String> {
+        let path_and_query = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        let mut parts = self.base.clone().into_parts();
+        parts.path_and_query = Some(path_and_query.parse().map_err(|e| format!("{e}"))?);
+        *request.uri_mut() = Uri::from_parts(parts).map_err(|e| e.to_string())?;
+        let headers = request.headers_mut();
+        strip_hop_by_hop(headers);
+        append_forwarded_for(headers, peer);
+        if let Some((name, value)) = extra {
+            headers.insert(name, value);
+        }
+        let mut response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        strip_hop_by_hop(response.headers_mut());
+        Ok(response)
+    }
+}
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Connection may name more headers that belong to this hop only.
+    let named: Vec<HeaderName> = headers
+        .get_all(hyper::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// Appends the peer this request came from, as one line after those already there.
+fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
+    let mut chain: Vec<String> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .collect();
+    chain.push(peer.to_string());
+    let chain = chain.join(", ");
+    if let Ok(value) = HeaderValue::from_str(&chain) {
+        headers.insert("x-forwarded-for", value);
+    }
+}

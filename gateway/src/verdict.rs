@@ -1,0 +1,208 @@
+//! What the module answered, read from its reply: RESP2 `[allowed, limit, remaining,
+//! reset_after_ms, retry_after_ms]` or the RESP3 map of the same names, whose `tiers` array
+//! gives every tier of a multi-tier call.
+
+use redis::Value;
+use smallvec::SmallVec;
+
+/// One tier's state after a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierState {
+    pub allowed: bool,
+    pub limit: u64,
+    pub remaining: u64,
+    pub reset_after_ms: u64,
+    pub retry_after_ms: u64,
+}
+
+/// The whole answer: the binding tier (the one the reply leads with) and every tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    binding: TierState,
+    /// Every tier in rule order; just the binding one for a single tier.
+    tiers: SmallVec<[TierState; 2]>,
+    /// A shadow policy would have denied (the RESP3 `shadow_denied` field).
+    pub shadow_denied: bool,
+}
+
+impl Verdict {
+    pub fn single(tier: TierState) -> Self {
+        Verdict {
+            binding: tier,
+            tiers: SmallVec::from_slice(&[tier]),
+            shadow_denied: false,
+        }
+    }
+
+    pub fn allowed(&self) -> bool {
+        self.binding.allowed
+    }
+
+    pub fn binding(&self) -> &TierState {
+        &self.binding
+    }
+
+    pub fn tiers(&self) -> &[TierState] {
+        &self.tiers
+    }
+
+    /// The same verdict `ms` later: every wait shorter by that much.
+    pub fn aged(&self, ms: u64) -> Verdict {
+        let age = |t: &TierState| TierState {
+            reset_after_ms: t.reset_after_ms.saturating_sub(ms),
+            retry_after_ms: t.retry_after_ms.saturating_sub(ms),
+            ..*t
+        };
+        Verdict {
+            binding: age(&self.binding),
+            tiers: self.tiers.iter().map(age).collect(),
+            shadow_denied: self.shadow_denied,
+        }
+    }
+
+    /// Reads a reply of RL.HIT; `None` when it is not one.
+    pub fn from_reply(value: &Value) -> Option<Verdict> {
+        match value {
+            Value::Array(items) => {
+                let tier = tier_from_array(items)?;
+                Some(Verdict::single(tier))
+            }
+            Value::Map(fields) => {
+                let binding = tier_from_map(fields)?;
+                let mut verdict = Verdict::single(binding);
+                for (name, value) in fields {
+                    match (field_name(name)?, value) {
+                        ("tiers", Value::Array(tiers)) => {
+                            verdict.tiers = tiers
+                                .iter()
+                                .map(|t| match t {
+                                    Value::Map(fields) => tier_from_map(fields),
+                                    _ => None,
+                                })
+                                .collect::<Option<_>>()?;
+                        }
+                        ("shadow_denied", Value::Int(flag)) => verdict.shadow_denied = *flag != 0,
+                        _ => {}
+                    }
+                }
+                Some(verdict)
+            }
+            _ => None,
+        }
+    }
+}
+
+fn non_negative(value: &Value) -> Option<u64> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+fn tier_from_array(items: &[Value]) -> Option<TierState> {
+    let [allowed, limit, remaining, reset, retry] = items else {
+        return None;
+    };
+    Some(TierState {
+        allowed: non_negative(allowed)? != 0,
+        limit: non_negative(limit)?,
+        remaining: non_negative(remaining)?,
+        reset_after_ms: non_negative(reset)?,
+        retry_after_ms: non_negative(retry)?,
+    })
+}
+
+fn field_name(value: &Value) -> Option<&str> {
+    match value {
+        Value::SimpleString(s) => Some(s),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+        _ => None,
+    }
+}
+
+fn tier_from_map(fields: &[(Value, Value)]) -> Option<TierState> {
+    let mut values = [None; 5];
+    for (name, value) in fields {
+        let slot = match field_name(name)? {
+            "allowed" => 0,
+            "limit" => 1,
+            "remaining" => 2,
+            "reset_after_ms" => 3,
+            "retry_after_ms" => 4,
+            _ => continue,
+        };
+        values[slot] = Some(non_negative(value)?);
+    }
+    let [allowed, limit, remaining, reset, retry] = values;
+    Some(TierState {
+        allowed: allowed? != 0,
+        limit: limit?,
+        remaining: remaining?,
+        reset_after_ms: reset?,
+        retry_after_ms: retry?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, Value)]) -> Value {
+        Value::Map(
+            pairs
+                .iter()
+                .map(|(k, v)| (Value::SimpleString((*k).into()), v.clone()))
+                .collect(),
+        )
+    }
+
+    fn fields(values: [i64; 5]) -> Vec<(&'static str, Value)> {
+        [
+            "allowed",
+            "limit",
+            "remaining",
+            "reset_after_ms",
+            "retry_after_ms",
+        ]
+        .into_iter()
+        .zip(values.map(Value::Int))
+        .collect()
+    }
+
+    #[test]
+    fn resp2_array() {
+        let reply = Value::Array([1, 5, 4, 60_000, 0].map(Value::Int).to_vec());
+        let verdict = Verdict::from_reply(&reply).unwrap();
+        assert!(verdict.allowed());
+        assert_eq!(verdict.binding().remaining, 4);
+        assert_eq!(verdict.tiers().len(), 1);
+    }
+
+    #[test]
+    fn resp3_map_with_tiers_and_shadow() {
+        let mut top = fields([0, 10, 0, 900, 100]);
+        top.push(("shadow_denied", Value::Int(1)));
+        top.push((
+            "tiers",
+            Value::Array(vec![
+                map(&fields([0, 10, 0, 900, 100])),
+                map(&fields([1, 300, 290, 60_000, 0])),
+            ]),
+        ));
+        let verdict = Verdict::from_reply(&map(&top)).unwrap();
+        assert!(!verdict.allowed());
+        assert!(verdict.shadow_denied);
+        assert_eq!(verdict.tiers().len(), 2);
+        assert_eq!(verdict.tiers()[1].remaining, 290);
+    }
+
+    #[test]
+    fn anything_else_is_refused() {
+        assert!(Verdict::from_reply(&Value::Okay).is_none());
+        assert!(Verdict::from_reply(&Value::Array(vec![Value::Int(1)])).is_none());
+        assert!(
+            Verdict::from_reply(&Value::Array([1, -5, 4, 0, 0].map(Value::Int).to_vec())).is_none()
+        );
+        assert!(Verdict::from_reply(&map(&fields([1, 5, 4, 0, 0])[..4])).is_none());
+    }
+}
