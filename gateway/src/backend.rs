@@ -41,9 +41,17 @@ impl Backend {
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_millis(200));
-                ConnectionManager::new_lazy_with_config(client, config)
-                    .map(Backend::Single)
-                    .map_err(|e| format!("redis: {e}"))
+                let manager = ConnectionManager::new_lazy_with_config(client, config)
+                    .map_err(|e| format!("redis: {e}"))?;
+                // Connect now, in the background: otherwise the first request would wait
+                // for the connection and fail open on its deadline.
+                let mut warm = manager.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = redis::cmd("PING").query_async::<Value>(&mut warm).await {
+                        log!("Redis not reachable yet ({e}); requests fail open until it is");
+                    }
+                });
+                Ok(Backend::Single(manager))
             }
             RedisTarget::Cluster(urls) => {
                 let client = ClusterClientBuilder::new(urls.clone())
