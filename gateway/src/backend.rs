@@ -43,14 +43,6 @@ impl Backend {
                     .set_max_delay(Duration::from_millis(200));
                 let manager = ConnectionManager::new_lazy_with_config(client, config)
                     .map_err(|e| format!("redis: {e}"))?;
-                // Connect now, in the background: otherwise the first request would wait
-                // for the connection and fail open on its deadline.
-                let mut warm = manager.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = redis::cmd("PING").query_async::<Value>(&mut warm).await {
-                        log!("Redis not reachable yet ({e}); requests fail open until it is");
-                    }
-                });
                 Ok(Backend::Single(manager))
             }
             RedisTarget::Cluster(urls) => {
@@ -79,6 +71,24 @@ impl Backend {
                 });
                 Ok(Backend::Cluster(slot))
             }
+        }
+    }
+
+    /// Waits up to `limit` for Redis to answer a PING, so that a gateway started together
+    /// with Redis does not fail open its first requests. Redis down is not an error: the
+    /// gateway then starts anyway and fails open until Redis answers.
+    pub async fn wait_ready(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let ping = redis::cmd("PING");
+            let answer = tokio::time::timeout(Duration::from_millis(250), self.call(&ping)).await;
+            if matches!(answer, Ok(Ok(_))) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

@@ -79,14 +79,13 @@ pub fn add(headers: &mut HeaderMap, rule: &Rule, verdict: &Verdict, legacy: bool
         );
     }
     if legacy {
-        headers.insert(LEGACY_LIMIT.clone(), HeaderValue::from(binding.limit));
-        headers.insert(
-            LEGACY_REMAINING.clone(),
-            HeaderValue::from(binding.remaining),
-        );
+        // All three describe one tier, the binding one, with its own reset.
+        let tier = verdict.binding_tier();
+        headers.insert(LEGACY_LIMIT.clone(), HeaderValue::from(tier.limit));
+        headers.insert(LEGACY_REMAINING.clone(), HeaderValue::from(tier.remaining));
         headers.insert(
             LEGACY_RESET.clone(),
-            HeaderValue::from(seconds_up(binding.reset_after_ms)),
+            HeaderValue::from(seconds_up(tier.reset_after_ms)),
         );
     }
 }

@@ -25,6 +25,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// How long a starting gateway waits for Redis before it serves anyway (failing open).
+const STARTUP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 const USAGE: &str =
     "usage: rl-gateway --config <rules.toml>\n       rl-gateway --check-config <rules.toml>";
 
@@ -85,6 +88,9 @@ fn run(path: PathBuf) -> ExitCode {
 async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
     let metrics = Arc::new(metrics::Metrics::default());
     let backend = backend::Backend::connect(&config.redis.target)?;
+    if !backend.wait_ready(STARTUP_WAIT).await {
+        log!("Redis does not answer yet; decisions fail open until it does");
+    }
     let decider = decider::Decider::new(
         backend,
         &config.redis,

@@ -147,10 +147,7 @@ impl Gateway {
             }
             (Some(rule), Decision::Failed(_)) if rule.fail_closed => return unavailable(),
             (Some(_), Decision::Failed(failure)) => {
-                fail_open_mark = Some((
-                    rules.fail_open_header.clone(),
-                    HeaderValue::from_static(failure.label()),
-                ));
+                fail_open_mark = Some(HeaderValue::from_static(failure.label()));
             }
             (Some(rule), Decision::Allowed(verdict)) => charged = Some((rule, verdict)),
             _ => {}
@@ -158,7 +155,10 @@ impl Gateway {
         let Some(upstream) = &self.upstream else {
             return unavailable();
         };
-        let mut response = match upstream.forward(request, peer, fail_open_mark).await {
+        let mut response = match upstream
+            .forward(request, peer, &rules.fail_open_header, fail_open_mark)
+            .await
+        {
             Ok(response) => response.map(Either::Left),
             Err(error) => {
                 self.metrics.upstream_error();

@@ -37,13 +37,14 @@ impl Upstream {
         Upstream { client, base }
     }
 
-    /// Sends `request`, received from `peer`, to the upstream; `extra` (the fail-open
-    /// mark) is added to its headers.
+    /// Sends `request`, received from `peer`, to the upstream, with the fail-open header
+    /// `mark_name` set to `mark` when the decision failed open, and removed otherwise.
     pub async fn forward(
         &self,
         mut request: Request<Incoming>,
         peer: IpAddr,
-        extra: Option<(HeaderName, HeaderValue)>,
+        mark_name: &HeaderName,
+        mark: Option<HeaderValue>,
     ) -> Result<Response<Incoming>, String> {
         let path_and_query = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
         let mut parts = self.base.clone().into_parts();
@@ -52,8 +53,11 @@ impl Upstream {
         let headers = request.headers_mut();
         strip_hop_by_hop(headers);
         append_forwarded_for(headers, peer);
-        if let Some((name, value)) = extra {
-            headers.insert(name, value);
+        // The mark is the gateway's to set: one the client sent is dropped, so that an
+        // upstream that trusts it cannot be fooled.
+        headers.remove(mark_name);
+        if let Some(value) = mark {
+            headers.insert(mark_name.clone(), value);
         }
         let mut response = self
             .client

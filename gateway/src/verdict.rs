@@ -38,8 +38,20 @@ impl Verdict {
         self.binding.allowed
     }
 
+    /// The reply's top-level answer: the binding tier's limit and remaining, the longest
+    /// retry_after_ms, and the latest reset over all tiers (when everything is whole again).
     pub fn binding(&self) -> &TierState {
         &self.binding
+    }
+
+    /// The binding tier itself, with its own reset: the tier the top-level limit and
+    /// remaining come from.
+    pub fn binding_tier(&self) -> &TierState {
+        let b = &self.binding;
+        self.tiers
+            .iter()
+            .find(|t| t.allowed == b.allowed && t.limit == b.limit && t.remaining == b.remaining)
+            .unwrap_or(b)
     }
 
     pub fn tiers(&self) -> &[TierState] {
@@ -194,6 +206,7 @@ mod tests {
         assert!(verdict.shadow_denied);
         assert_eq!(verdict.tiers().len(), 2);
         assert_eq!(verdict.tiers()[1].remaining, 290);
+        assert_eq!(verdict.binding_tier().limit, 10);
     }
 
     #[test]

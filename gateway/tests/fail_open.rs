@@ -237,3 +237,49 @@ fn out_of_memory_fails_open_as_unavailable() {
         assert_reason_three_times(&gateway, "unavailable", &format!("{flavor:?} OOM"));
     }
 }
+
+#[test]
+fn the_fail_open_header_name_is_configurable() {
+    let nobody = free_port();
+    let upstream = Upstream::start();
+    let gateway = Gateway::start(
+        &upstream.server_line(),
+        &format!(
+            "{}[headers]\nfail_open = \"X-Limiter-Bypassed\"\n{RULES}",
+            redis_section(nobody, "")
+        ),
+    );
+    let resp = gateway.get("/x");
+    assert_eq!(resp.status, 200, "{resp:?}");
+    let reason = resp
+        .upstream_saw_header("x-limiter-bypassed")
+        .unwrap_or_else(|| panic!("the upstream got no X-Limiter-Bypassed: {resp:?}"));
+    assert!(reason == "connection" || reason == "breaker", "{reason:?}");
+    assert!(
+        resp.fail_open_reason().is_none(),
+        "the default name is not used: {resp:?}"
+    );
+}
+
+#[test]
+fn a_fail_open_header_sent_by_the_client_never_reaches_the_upstream() {
+    for flavor in FLAVORS {
+        let redis = Server::start(ServerConfig::new(flavor));
+        let upstream = Upstream::start();
+        let gateway = Gateway::start(
+            &upstream.server_line(),
+            &format!("{}{RULES}", redis_section(redis.port(), "")),
+        );
+        let resp = gateway.send("GET", "/forged", &[("X-RateLimit-Fail-Open", "timeout")]);
+        assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
+        assert!(
+            resp.has_ratelimit_headers(),
+            "{flavor:?}: decided: {resp:?}"
+        );
+        assert_eq!(
+            resp.fail_open_reason(),
+            None,
+            "{flavor:?}: the forged mark is dropped"
+        );
+    }
+}

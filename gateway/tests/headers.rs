@@ -8,6 +8,7 @@
 
 mod common;
 use common::*;
+use std::time::Duration;
 
 const RULES: &str = r#"
 [[rule]]
@@ -20,6 +21,18 @@ algorithm = "log"
 name = "multi"
 path = "/multi/**"
 limits = ["3/1m", "10/1h"]
+algorithm = "log"
+
+[[rule]]
+name = "short"
+path = "/short/**"
+limits = ["1/900ms"]
+algorithm = "log"
+
+[[rule]]
+name = "odd"
+path = "/odd/**"
+limits = ["5/1500ms"]
 algorithm = "log"
 "#;
 
@@ -210,5 +223,57 @@ fn legacy_headers_describe_the_binding_tier_only_when_configured() {
         assert_eq!(denied.header("x-ratelimit-limit").as_deref(), Some("5"));
         assert_eq!(denied.header("x-ratelimit-remaining").as_deref(), Some("0"));
         assert!(denied.has("x-ratelimit-reset"), "{flavor:?}: {denied:?}");
+    }
+}
+
+#[test]
+fn windows_and_waits_below_whole_seconds_round_up() {
+    for flavor in FLAVORS {
+        let (_redis, _upstream, gateway) = start(flavor, "");
+
+        let resp = gateway.get("/odd/x");
+        assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
+        assert_eq!(
+            resp.policy(),
+            vec![PolicyTier {
+                name: "odd".into(),
+                q: 5,
+                w: Some(2)
+            }],
+            "{flavor:?}: 1500 ms is announced as 2 s"
+        );
+        let t = resp.limits()[0].t;
+        assert!((1..=2).contains(&t), "{flavor:?}: {resp:?}");
+
+        // A 900 ms window: whatever is left of it rounds up to 1 s, never 0. Asked until a
+        // second request lands within the window of the first (a stalled machine may miss).
+        let mut denied = None;
+        wait_until(Duration::from_secs(20), "a 429 within 900 ms", || {
+            let resp = gateway.get("/short/x");
+            match resp.status {
+                200 => {
+                    assert_eq!(
+                        resp.policy(),
+                        vec![PolicyTier {
+                            name: "short".into(),
+                            q: 1,
+                            w: Some(1)
+                        }],
+                        "{flavor:?}"
+                    );
+                    assert_eq!(resp.limits()[0].t, 1, "{flavor:?}: {resp:?}");
+                    false
+                }
+                _ => {
+                    denied = Some(resp);
+                    true
+                }
+            }
+        });
+        let denied = denied.expect("a denial");
+        assert_eq!(denied.status, 429, "{flavor:?}: {denied:?}");
+        assert_eq!(denied.retry_after(), 1, "{flavor:?}: {denied:?}");
+        let limits = denied.limits();
+        assert_eq!((limits[0].r, limits[0].t), (0, 1), "{flavor:?}: {denied:?}");
     }
 }

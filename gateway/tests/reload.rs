@@ -95,9 +95,11 @@ impl Setup {
     /// rules in force still announce `q`.
     fn wait_refused(&self, before: (f64, usize), q: i64, what: &str) {
         wait_until(RELOAD_LIMIT, what, || self.refused() > before.0);
-        wait_until(RELOAD_LIMIT, &format!("{what}: a `refused` log line"), || {
-            self.gateway.log_lines_with("refused") > before.1
-        });
+        wait_until(
+            RELOAD_LIMIT,
+            &format!("{what}: a `refused` log line"),
+            || self.gateway.log_lines_with("refused") > before.1,
+        );
         assert_eq!(self.q(), q, "{what}: the old rules stay");
     }
 }
@@ -159,8 +161,15 @@ fn a_changed_file_is_picked_up_by_the_mtime_poll() {
         setup.gateway.write_raw("this is = = not toml [");
         setup.wait_refused(before, 700, &format!("{flavor:?}: not TOML at all"));
 
-        setup.rewrite(&rules(900));
+        // [headers] reloads with the rules.
+        setup.rewrite(&format!("[headers]\nlegacy = true\n{}", rules(900)));
         setup.wait_for_q(900, &format!("{flavor:?}: the fixed file"));
+        let resp = setup.gateway.get("/thing");
+        assert_eq!(
+            resp.header("x-ratelimit-limit").as_deref(),
+            Some("900"),
+            "{flavor:?}: legacy headers after the reload: {resp:?}"
+        );
     }
 }
 
@@ -237,5 +246,8 @@ fn check_config_exits_0_on_a_good_file_and_1_with_a_message_on_a_bad_one() {
     let missing = dir.path().join("missing.toml");
     let out = check_config(&missing);
     assert_eq!(out.status.code(), Some(1), "a missing file");
-    assert!(!out.stderr.is_empty(), "a missing file: a message on stderr");
+    assert!(
+        !out.stderr.is_empty(),
+        "a missing file: a message on stderr"
+    );
 }

@@ -16,8 +16,10 @@
 #[path = "../../../tests/support/mod.rs"]
 pub mod redis_support;
 
+#[allow(unused_imports)]
 pub use redis_support::{
-    free_port, primary_with_replica, wait_until, workspace_root, Flavor, Server, ServerConfig, FLAVORS,
+    free_port, primary_with_replica, wait_until, workspace_root, Flavor, Server, ServerConfig,
+    FLAVORS,
 };
 
 use std::fs::{self, File};
@@ -146,6 +148,29 @@ pub fn send(agent: &ureq::Agent, method: &str, url: &str, headers: &[(&str, &str
         headers,
         body,
     }
+}
+
+/// Sends `GET path` over a fresh TCP connection with the raw header lines `headers` (each
+/// ending in CRLF; bytes ureq would refuse, such as obs-text, are fine) and
+/// `Connection: close`, and returns the status code of the answer.
+pub fn raw_get(port: u16, path: &str, headers: &[u8]) -> u16 {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n").into_bytes();
+    request.extend_from_slice(headers);
+    request.extend_from_slice(b"Connection: close\r\n\r\n");
+    stream.write_all(&request).expect("send the request");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("read the answer");
+    let text = String::from_utf8_lossy(&answer);
+    let status_line = text.lines().next().unwrap_or("");
+    status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("GET {path}: not an HTTP answer: {text:?}"))
 }
 
 impl Resp {

@@ -1,0 +1,197 @@
+//! `mode = "check"`: the gateway answers whether a request may pass (for a proxy such as
+//! nginx's `auth_request`), deciding on the method from `X-Original-Method` (else
+//! `X-Forwarded-Method`, else its own) and the path from `X-Original-URI` (else
+//! `X-Forwarded-Uri`, else its own): 200 with an empty body and the RateLimit headers, or
+//! `check_deny_status` (429 by default) with Retry-After; fail-open is a 200 that says so
+//! in `X-RateLimit-Fail-Open`, fail-closed a 503.
+
+mod common;
+use common::*;
+
+const RULES: &str = r#"
+[[rule]]
+name = "login"
+methods = ["POST"]
+path = "/auth/*"
+limits = ["2/1h"]
+algorithm = "log"
+on_redis_failure = "closed"
+
+[default]
+limits = ["100/1h"]
+algorithm = "log"
+"#;
+
+fn start(redis_port: u16, server_lines: &str) -> Gateway {
+    Gateway::start(
+        &format!("mode = \"check\"\n{server_lines}"),
+        &format!("{}{RULES}", redis_section(redis_port, "")),
+    )
+}
+
+/// The name of the one tier the answer announces.
+fn rule_of(resp: &Resp) -> String {
+    let policy = resp.policy();
+    assert_eq!(policy.len(), 1, "{resp:?}");
+    policy[0].name.clone()
+}
+
+const ORIGINAL_LOGIN: [(&str, &str); 2] = [
+    ("X-Original-Method", "POST"),
+    ("X-Original-URI", "/auth/login?user=alice"),
+];
+
+#[test]
+fn the_original_method_and_uri_decide_then_200_turns_into_429() {
+    for flavor in FLAVORS {
+        let redis = ServerConfig::new(flavor).start();
+        let gateway = start(redis.port(), "");
+
+        for expected in [1, 0] {
+            let resp = gateway.send("GET", "/auth-check", &ORIGINAL_LOGIN);
+            assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
+            assert_eq!(resp.body, "", "{flavor:?}: an allowed check has no body");
+            assert_eq!(
+                resp.policy(),
+                vec![PolicyTier {
+                    name: "login".into(),
+                    q: 2,
+                    w: Some(3600)
+                }],
+                "{flavor:?}"
+            );
+            assert_eq!(resp.remaining(), expected, "{flavor:?}: {resp:?}");
+        }
+        let denied = gateway.send("GET", "/auth-check", &ORIGINAL_LOGIN);
+        assert_eq!(denied.status, 429, "{flavor:?}: {denied:?}");
+        denied.retry_after();
+        assert_eq!(rule_of(&denied), "login", "{flavor:?}");
+        assert_eq!(denied.remaining(), 0, "{flavor:?}");
+
+        // The original method decides: a GET of the same URI is the default rule's.
+        let resp = gateway.send(
+            "POST",
+            "/auth/login",
+            &[
+                ("X-Original-Method", "GET"),
+                ("X-Original-URI", "/auth/login"),
+            ],
+        );
+        assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
+        assert_eq!(rule_of(&resp), "default", "{flavor:?}");
+
+        // X-Original-Method wins over X-Forwarded-Method.
+        let resp = gateway.send(
+            "GET",
+            "/",
+            &[
+                ("X-Original-Method", "GET"),
+                ("X-Forwarded-Method", "POST"),
+                ("X-Original-URI", "/auth/login"),
+            ],
+        );
+        assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
+        assert_eq!(rule_of(&resp), "default", "{flavor:?}");
+
+        // X-Forwarded-Method and X-Forwarded-Uri when there is no X-Original-*.
+        let resp = gateway.send(
+            "GET",
+            "/",
+            &[
+                ("X-Forwarded-Method", "POST"),
+                ("X-Forwarded-Uri", "/auth/other"),
+            ],
+        );
+        assert_eq!(resp.status, 429, "{flavor:?}: {resp:?}");
+        assert_eq!(rule_of(&resp), "login", "{flavor:?}");
+
+        // X-Original-URI wins over X-Forwarded-Uri.
+        let resp = gateway.send(
+            "POST",
+            "/",
+            &[
+                ("X-Original-URI", "/elsewhere"),
+                ("X-Forwarded-Uri", "/auth/login"),
+            ],
+        );
+        assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
+        assert_eq!(rule_of(&resp), "default", "{flavor:?}");
+
+        // Neither: the request's own method and path.
+        let resp = gateway.post("/auth/login");
+        assert_eq!(resp.status, 429, "{flavor:?}: {resp:?}");
+        assert_eq!(rule_of(&resp), "login", "{flavor:?}");
+        let resp = gateway.get("/auth/login");
+        assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
+        assert_eq!(rule_of(&resp), "default", "{flavor:?}");
+
+        assert_eq!(
+            keys(&redis, "*"),
+            vec![
+                "rl:{ip:127.0.0.1}:default".to_string(),
+                "rl:{ip:127.0.0.1}:login".to_string(),
+            ],
+            "{flavor:?}"
+        );
+    }
+}
+
+#[test]
+fn check_deny_status_is_honoured() {
+    for flavor in FLAVORS {
+        let redis = ServerConfig::new(flavor).start();
+        let gateway = start(redis.port(), "check_deny_status = 403\n");
+        for _ in 0..2 {
+            let resp = gateway.send("GET", "/", &ORIGINAL_LOGIN);
+            assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
+        }
+        for _ in 0..2 {
+            let denied = gateway.send("GET", "/", &ORIGINAL_LOGIN);
+            assert_eq!(denied.status, 403, "{flavor:?}: {denied:?}");
+            denied.retry_after();
+            assert_eq!(rule_of(&denied), "login", "{flavor:?}");
+            assert_eq!(denied.remaining(), 0, "{flavor:?}");
+        }
+    }
+}
+
+#[test]
+fn without_redis_a_check_fails_open_with_a_header_or_closed_with_503() {
+    let nobody = free_port();
+    let gateway = start(nobody, "");
+    let open = gateway.send(
+        "GET",
+        "/",
+        &[
+            ("X-Original-Method", "GET"),
+            ("X-Original-URI", "/anything"),
+        ],
+    );
+    assert_eq!(open.status, 200, "{open:?}");
+    let reason = open
+        .header("x-ratelimit-fail-open")
+        .unwrap_or_else(|| panic!("no X-RateLimit-Fail-Open on the answer: {open:?}"));
+    assert!(
+        reason == "connection" || reason == "breaker",
+        "reason {reason:?}"
+    );
+    assert!(!open.has_ratelimit_headers(), "{open:?}");
+
+    let closed = gateway.send("GET", "/", &ORIGINAL_LOGIN);
+    assert_eq!(closed.status, 503, "{closed:?}");
+    assert!(!closed.has_ratelimit_headers(), "{closed:?}");
+
+    let metrics = gateway.metrics();
+    assert_eq!(
+        metrics.decisions("default", "fail_open"),
+        1.0,
+        "{}",
+        metrics.text
+    );
+    assert_eq!(
+        metrics.decisions("login", "fail_closed"),
+        1.0,
+        "{}",
+        metrics.text
+    );
+}
