@@ -52,6 +52,10 @@ pub struct RedisSettings {
     pub key_prefix: String,
     pub breaker_failures: u32,
     pub breaker_open: Duration,
+    /// A Redis key holding rules (`[[rule]]`, `[default]`, `[headers]`) that, while it
+    /// exists, replace the file's; read every `rules_refresh`.
+    pub rules_key: Option<String>,
+    pub rules_refresh: Duration,
 }
 
 /// The most tiers the module takes in one call.
@@ -113,6 +117,8 @@ struct RedisSection {
     key_prefix: String,
     breaker_failures: u32,
     breaker_open_ms: u64,
+    rules_key: Option<String>,
+    rules_refresh_ms: u64,
 }
 
 impl Default for RedisSection {
@@ -124,6 +130,8 @@ impl Default for RedisSection {
             key_prefix: "rl:".into(),
             breaker_failures: 5,
             breaker_open_ms: 1000,
+            rules_key: None,
+            rules_refresh_ms: 5000,
         }
     }
 }
@@ -211,8 +219,40 @@ pub fn parse(text: &str) -> Result<Config, String> {
     let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
     let server = server_settings(file.server)?;
     let redis = redis_settings(file.redis)?;
-    let mut rules = Vec::with_capacity(file.rules.len());
-    for (index, section) in file.rules.into_iter().enumerate() {
+    let rules = rule_set(file.headers, file.rules, file.default, server.mode)?;
+    Ok(Config {
+        server,
+        redis,
+        deny_cache_capacity: file.deny_cache.capacity,
+        rules,
+    })
+}
+
+/// The rules alone, as stored in Redis under `[redis] rules_key`: `[headers]`,
+/// `[[rule]]` and `[default]` in the file's format, checked for a gateway in `mode`.
+pub fn parse_rules(text: &str, mode: Mode) -> Result<RuleSet, String> {
+    let document: RulesDocument = toml::from_str(text).map_err(|e| e.to_string())?;
+    rule_set(document.headers, document.rules, document.default, mode)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RulesDocument {
+    #[serde(default)]
+    headers: HeadersSection,
+    #[serde(default, rename = "rule")]
+    rules: Vec<RuleSection>,
+    default: Option<RuleSection>,
+}
+
+fn rule_set(
+    headers: HeadersSection,
+    sections: Vec<RuleSection>,
+    default: Option<RuleSection>,
+    mode: Mode,
+) -> Result<RuleSet, String> {
+    let mut rules = Vec::with_capacity(sections.len());
+    for (index, section) in sections.into_iter().enumerate() {
         let rule = rule(section, RulePlace::List)
             .map_err(|e| format!("[[rule]] number {}: {e}", index + 1))?;
         if rules.iter().any(|r: &Arc<Rule>| r.name == rule.name) {
@@ -220,35 +260,29 @@ pub fn parse(text: &str) -> Result<Config, String> {
         }
         rules.push(Arc::new(rule));
     }
-    let default = file
-        .default
+    let default = default
         .map(|section| rule(section, RulePlace::Default).map(Arc::new))
         .transpose()
         .map_err(|e| format!("[default]: {e}"))?;
-    if server.mode == Mode::Check && rules.iter().chain(&default).any(|r| r.counts_by_status()) {
+    if mode == Mode::Check && rules.iter().chain(&default).any(|r| r.counts_by_status()) {
         return Err(
             "count = [statuses] needs mode = \"proxy\": in check mode the gateway never sees \
              the response"
                 .into(),
         );
     }
-    let fail_open_header = hyper::header::HeaderName::from_bytes(file.headers.fail_open.as_bytes())
+    let fail_open_header = hyper::header::HeaderName::from_bytes(headers.fail_open.as_bytes())
         .map_err(|_| {
             format!(
                 "[headers] fail_open '{}' is not a header name",
-                file.headers.fail_open
+                headers.fail_open
             )
         })?;
-    Ok(Config {
-        server,
-        redis,
-        deny_cache_capacity: file.deny_cache.capacity,
-        rules: RuleSet {
-            rules,
-            default,
-            legacy_headers: file.headers.legacy,
-            fail_open_header,
-        },
+    Ok(RuleSet {
+        rules,
+        default,
+        legacy_headers: headers.legacy,
+        fail_open_header,
     })
 }
 
@@ -338,6 +372,8 @@ fn redis_settings(section: RedisSection) -> Result<RedisSettings, String> {
         key_prefix: section.key_prefix,
         breaker_failures: section.breaker_failures,
         breaker_open: Duration::from_millis(section.breaker_open_ms),
+        rules_key: section.rules_key.filter(|k| !k.is_empty()),
+        rules_refresh: Duration::from_millis(section.rules_refresh_ms.max(100)),
     })
 }
 
@@ -610,6 +646,26 @@ mod tests {
     fn check_mode_refuses_status_counting() {
         let text = "[server]\nlisten = \"127.0.0.1:8080\"\nmode = \"check\"\n[default]\nlimits = [\"5/1m\"]\ncount = [401]\n";
         assert!(parse(text).unwrap_err().contains("check mode"));
+    }
+
+    #[test]
+    fn rules_alone_as_stored_in_redis() {
+        let set = parse_rules(
+            "[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n",
+            Mode::Proxy,
+        )
+        .unwrap();
+        assert_eq!(set.rules.len(), 1);
+        assert!(
+            parse_rules("[server]\nlisten = \"127.0.0.1:1\"\n", Mode::Proxy)
+                .unwrap_err()
+                .contains("server")
+        );
+        assert!(parse_rules(
+            "[default]\nlimits = [\"5/1m\"]\ncount = [401]\n",
+            Mode::Check
+        )
+        .is_err());
     }
 
     #[test]

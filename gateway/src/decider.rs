@@ -50,6 +50,11 @@ impl Decider {
         }
     }
 
+    /// Called when the rules change: a denial under the old rules may not hold any more.
+    pub fn forget_denials(&self) {
+        self.deny_cache.clear();
+    }
+
     pub fn breaker_open(&self) -> bool {
         self.breaker.is_open(Instant::now())
     }

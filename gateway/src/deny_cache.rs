@@ -44,6 +44,13 @@ impl DenyCache {
             .put(key.to_owned(), entry);
     }
 
+    /// Forgets every denial: they were made under rules that may have just changed.
+    pub fn clear(&self) {
+        if let Some(entries) = &self.entries {
+            entries.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+    }
+
     /// The denial of `key` as it stands at `now` (its waits shortened by the time passed),
     /// if it is still in force.
     pub fn check(&self, key: &str, now: Instant) -> Option<Verdict> {
@@ -105,6 +112,8 @@ mod tests {
         let off = DenyCache::new(0);
         off.remember("a", &denied(1_000), t0);
         assert!(off.check("a", t0).is_none());
+        cache.clear();
+        assert!(cache.check("c", t0).is_none(), "cleared");
         cache.remember("z", &denied(0), t0);
         assert!(
             cache.check("z", t0).is_none(),

@@ -92,7 +92,7 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
         log!("Redis does not answer yet; decisions fail open until it does");
     }
     let decider = decider::Decider::new(
-        backend,
+        backend.clone(),
         &config.redis,
         config.deny_cache_capacity,
         metrics.clone(),
@@ -124,6 +124,16 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
         gateway.clone(),
         server::main_handler,
     ));
+    if let Some(key) = config.redis.rules_key.clone() {
+        reload::spawn_redis_refresher(
+            key,
+            config.redis.rules_refresh,
+            backend,
+            path.clone(),
+            gateway.clone(),
+            config.server.mode,
+        );
+    }
     reload::spawn(path, gateway, config);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot listen for SIGTERM: {e}"))?;

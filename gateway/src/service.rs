@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use std::net::IpAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 
 /// A response body: the upstream's, streamed, or one the gateway wrote.
@@ -25,6 +26,9 @@ pub struct Gateway {
     pub server: ServerSettings,
     pub key_prefix: String,
     rules: RwLock<Arc<RuleSet>>,
+    /// Whether the rules in force came from the Redis key `[redis] rules_key`; then a
+    /// change of the file waits until that key is deleted.
+    pub rules_from_redis: AtomicBool,
     pub decider: Decider,
     upstream: Option<Upstream>,
     pub metrics: Arc<Metrics>,
@@ -50,6 +54,7 @@ impl Gateway {
             server,
             key_prefix,
             rules: RwLock::new(Arc::new(rules)),
+            rules_from_redis: AtomicBool::new(false),
             decider,
             upstream,
             metrics,
@@ -62,6 +67,7 @@ impl Gateway {
 
     pub fn replace_rules(&self, rules: RuleSet) {
         *self.rules.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
+        self.decider.forget_denials();
     }
 
     pub async fn handle(&self, peer: IpAddr, request: Request<Incoming>) -> Response<Body> {

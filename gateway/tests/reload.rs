@@ -251,3 +251,62 @@ fn check_config_exits_0_on_a_good_file_and_1_with_a_message_on_a_bad_one() {
         "a missing file: a message on stderr"
     );
 }
+
+#[test]
+fn rules_from_a_redis_key_replace_the_files_until_it_is_deleted() {
+    for flavor in FLAVORS {
+        let redis = ServerConfig::new(flavor).start();
+        let upstream = Upstream::start();
+        let key = "rl:gateway:rules";
+        let redis_lines = format!("rules_key = \"{key}\"\nrules_refresh_ms = 100");
+        let gateway = Gateway::start(
+            &upstream.server_line(),
+            &format!(
+                "{}{}",
+                redis_section(redis.port(), &redis_lines),
+                rules(1000)
+            ),
+        );
+        let q = || {
+            let resp = gateway.get("/thing");
+            resp.policy()[0].q
+        };
+        assert_eq!(q(), 1000, "{flavor:?}: the file's rules");
+        let mut con = redis.conn();
+        let set = |con: &mut redis::Connection, text: &str| {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(text)
+                .exec(con)
+                .expect("SET rules");
+        };
+        set(&mut con, &rules(7));
+        wait_until(RELOAD_LIMIT, "the rules from Redis", || q() == 7);
+        assert!(gateway.log_lines_with(&format!("from Redis key {key}")) >= 1);
+
+        // A bad document is refused: the Redis rules in force stay.
+        let refused = gateway.metrics().reloads("refused");
+        set(&mut con, UNKNOWN_ALGORITHM);
+        wait_until(RELOAD_LIMIT, "the bad document refused", || {
+            gateway.metrics().reloads("refused") > refused
+        });
+        assert_eq!(q(), 7, "{flavor:?}");
+        assert!(gateway.log_lines_with("refused") >= 1, "{}", gateway.log());
+
+        // While the key exists, a change of the file waits.
+        gateway.rewrite(&format!(
+            "{}{}",
+            redis_section(redis.port(), &redis_lines),
+            rules(20)
+        ));
+        gateway.signal("HUP");
+        wait_until(RELOAD_LIMIT, "the file checked", || {
+            gateway.log_lines_with("stay in force") >= 1
+        });
+        assert_eq!(q(), 7, "{flavor:?}: the Redis rules stay in force");
+
+        // Deleted: the file's (new) rules come back.
+        redis::cmd("DEL").arg(key).exec(&mut con).expect("DEL");
+        wait_until(RELOAD_LIMIT, "back to the file's rules", || q() == 20);
+    }
+}
