@@ -46,10 +46,20 @@ test: ## Set up, lint, then unit and integration tests on Redis and Valkey
 	$(MAKE) unit
 	$(MAKE) integration
 
-.PHONY: bench
-bench: ## Build the module, then benchmark it against INCR, SET PXAT and Lua (bench/RESULTS.md)
+.PHONY: bench bench-gateway bench-cluster
+bench: ## Build, then run every benchmark: module, rl-gateway and cluster (bench/*RESULTS.md)
 	$(MAKE) build
 	python3 bench/run.py
+	python3 bench/gateway.py
+	python3 bench/cluster.py
+
+bench-gateway: ## Build, then benchmark rl-gateway with wrk, against the upstream alone (bench/GATEWAY-RESULTS.md)
+	$(MAKE) build
+	python3 bench/gateway.py
+
+bench-cluster: ## Build, then compare RL.HIT capacity on 1 and 3 cluster primaries (bench/CLUSTER-RESULTS.md)
+	$(MAKE) build
+	python3 bench/cluster.py
 
 clean: ## Remove build output
 	cargo clean

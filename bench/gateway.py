@@ -1,0 +1,1157 @@
+#!/usr/bin/env python3
+"""Throughput and added latency of rl-gateway, measured with wrk in one run.
+
+Starts its own redis-server (with the module), demo-upstream and two rl-gateway instances on
+free loopback ports, then loads them with wrk in interleaved rounds:
+
+    (a) upstream alone          wrk -> demo-upstream
+    (b) through the gateway     wrk -> rl-gateway -> demo-upstream; one RL.HIT per request
+                                on a local Redis, every request allowed
+    (c) denied from the cache   wrk -> rl-gateway with a 1/1h limit: after the first two
+                                requests every answer is a 429 from the local deny cache
+    (d) Redis stopped           as (b) with the redis-server frozen by SIGSTOP: the circuit
+                                breaker lets requests through (fail-open) without waiting
+
+Each round runs every scenario at every connection count once, the order rotated from round
+to round, so that the noise of a shared machine hits every scenario alike; the report gives
+the median over the rounds. It prints a Markdown report and writes it to
+bench/GATEWAY-RESULTS.md.
+
+    python3 bench/gateway.py            # what `make bench-gateway` runs, after `make build`
+    python3 bench/gateway.py --quick    # a fast smoke run of the script itself (not a result)
+
+It builds nothing: target/release/{libredis_ratelimit.so,rl-gateway,demo-upstream} must
+exist. wrk comes from Debian: when it is missing the script installs it if it runs as root
+with CI=true, and otherwise says which command would. Python 3 standard library only. Every
+process the script starts is stopped by its pid, also on an error, Ctrl-C or SIGTERM.
+"""
+
+import argparse
+import datetime
+import http.client
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+RELEASE_DIR = REPO_DIR / "target" / "release"
+MODULE = RELEASE_DIR / "libredis_ratelimit.so"
+GATEWAY = RELEASE_DIR / "rl-gateway"
+UPSTREAM = RELEASE_DIR / "demo-upstream"
+DEFAULT_OUTPUT = BENCH_DIR / "GATEWAY-RESULTS.md"
+
+# The issue's targets for (b) on this 2-core machine.
+TARGET_RPS = 20_000
+TARGET_ADDED_P99_MS = 1.0
+
+# Redis's deadline for one decision, as in the example rules.
+DEADLINE_MS = 5
+# So high that nothing is ever denied: at 50,000 requests/s a minute holds 3,000,000.
+ALLOW_LIMIT = "1000000000/1m"
+# One request per hour: the second request is denied by Redis, every later one by the cache.
+DENY_LIMIT = "1/1h"
+
+# A wrk run that has not finished by then is stuck: it is killed and counted as failed.
+RUN_TIMEOUT_S = 120
+WRK_TIMEOUT = "2s"  # wrk's own per-request timeout; a request slower than this is an error
+
+
+# ----------------------------------------------------------------------------------------
+# Processes: every one is tracked and stopped by its pid
+
+
+class Processes:
+    """The processes this script started; stop_all() ends each one by its pid."""
+
+    def __init__(self) -> None:
+        self.running: List[subprocess.Popen] = []
+
+    def start(self, command: List[str], **popen_args) -> subprocess.Popen:
+        # A session of its own keeps Ctrl-C away from the child: the script stops it itself,
+        # from its finally block.
+        process = subprocess.Popen(command, start_new_session=True, **popen_args)
+        self.running.append(process)
+        return process
+
+    def stop(self, process: subprocess.Popen) -> None:
+        if process.poll() is None:
+            # A process frozen by SIGSTOP would hold SIGTERM pending until it is continued.
+            send_signal(process, signal.SIGCONT)
+            process.terminate()  # SIGTERM to this pid only
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process in self.running:
+            self.running.remove(process)
+
+    def stop_all(self) -> None:
+        # The newest first: wrk and the gateways before the upstream and Redis they use.
+        for process in list(reversed(self.running)):
+            self.stop(process)
+
+
+def send_signal(process: subprocess.Popen, signum: int) -> None:
+    if process.poll() is None:
+        try:
+            os.kill(process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def free_ports(count: int) -> List[int]:
+    """Ports the kernel calls free right now, all different (the servers bind them a moment
+    later; a port taken in between makes that server's start fail and the script retry)."""
+    trials = []
+    try:
+        for _ in range(count):
+            trial = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            trials.append(trial)
+            trial.bind(("127.0.0.1", 0))
+        return [trial.getsockname()[1] for trial in trials]
+    finally:
+        for trial in trials:
+            trial.close()
+
+
+def log_tail(path: Path, characters: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-characters:]
+    except OSError:
+        return "(no log)"
+
+
+# ----------------------------------------------------------------------------------------
+# Talking to the servers: one Redis command, one HTTP request, the gateway's metrics
+
+
+def redis_call(port: int, *args: str, timeout: float = 2.0) -> bytes:
+    """Sends one command in RESP and returns the raw reply (enough for PING and INFO)."""
+    payload = b"*%d\r\n" % len(args) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(arg.encode()), arg.encode()) for arg in args)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+        connection.sendall(payload)
+        reply = b""
+        while True:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return reply
+            reply += chunk
+            if reply.startswith(b"$"):  # a bulk string: complete once its length has arrived
+                header, _, body = reply.partition(b"\r\n")
+                if len(body) >= int(header[1:]) + 2:
+                    return reply
+            elif reply.endswith(b"\r\n"):
+                return reply
+
+
+def http_get(port: int, path: str = "/", timeout: float = 2.0) -> Tuple[int, Dict[str, str], bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        body = response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
+    finally:
+        connection.close()
+
+
+METRIC_LINE = re.compile(r"^([a-z_]+)(\{[^}]*\})?\s+(\S+)$")
+
+
+def read_metrics(admin_port: int) -> Dict[str, float]:
+    """The gateway's /metrics as {'name{labels}': value}."""
+    status, _, body = http_get(admin_port, "/metrics")
+    if status != 200:
+        raise RuntimeError(f"GET /metrics answered {status}")
+    values = {}
+    for line in body.decode().splitlines():
+        match = METRIC_LINE.match(line)
+        if match:
+            values[match.group(1) + (match.group(2) or "")] = float(match.group(3))
+    return values
+
+
+OUTCOMES = ("allowed", "denied", "denied_cached", "shadow_denied", "fail_open", "fail_closed")
+FAIL_OPEN_REASONS = ("timeout", "connection", "unavailable", "error", "breaker")
+
+
+@dataclass
+class Decisions:
+    """How the gateway decided the requests of one run: counts by outcome of the rule."""
+
+    outcomes: Dict[str, int]
+    fail_open_reasons: Dict[str, int]
+    upstream_errors: int
+
+    @staticmethod
+    def between(before: Dict[str, float], after: Dict[str, float]) -> "Decisions":
+        def delta(name: str) -> int:
+            return int(after.get(name, 0) - before.get(name, 0))
+
+        return Decisions(
+            {o: delta(f'rl_gateway_decisions_total{{rule="default",outcome="{o}"}}') for o in OUTCOMES},
+            {r: delta(f'rl_gateway_fail_open_total{{reason="{r}"}}') for r in FAIL_OPEN_REASONS},
+            delta("rl_gateway_upstream_errors_total"),
+        )
+
+    def total(self) -> int:
+        return sum(self.outcomes.values())
+
+    def describe(self) -> str:
+        """The outcomes that happened, as shares of all decisions of the run."""
+        total = self.total()
+        if total == 0:
+            return "none"
+        parts = []
+        for outcome, count in self.outcomes.items():
+            if count == 0:
+                continue
+            text = f"{outcome} {100 * count / total:.1f}%"
+            if outcome == "fail_open":
+                reasons = ", ".join(f"{r} {c:,}" for r, c in self.fail_open_reasons.items() if c)
+                text += f" ({reasons})"
+            parts.append(text)
+        if self.upstream_errors:
+            parts.append(f"upstream errors {self.upstream_errors:,}")
+        return "; ".join(parts)
+
+
+# ----------------------------------------------------------------------------------------
+# Pinning
+
+
+@dataclass
+class Pinning:
+    """taskset prefixes for the servers and for wrk; empty when unpinned."""
+
+    name: str
+    servers: List[str]
+    wrk: List[str]
+    description: str
+
+
+PINNINGS = ("none", "wrk", "split")
+
+
+def choose_pinning(name: str) -> Pinning:
+    """none: everything unpinned. wrk: wrk on the last CPU, the servers wherever the kernel
+    puts them. split: wrk on the last CPU, Redis, the upstream and the gateways on the first."""
+    if name == "none":
+        return Pinning(name, [], [], "none: wrk, rl-gateway, demo-upstream and redis-server share "
+                                     "both CPUs as the kernel schedules them")
+    if shutil.which("taskset") is None:
+        return Pinning("none", [], [], f"none (asked for {name}, but taskset is not installed)")
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return Pinning("none", [], [], f"none (asked for {name}, but only {len(cpus)} CPU is available)")
+    first, last = cpus[0], cpus[-1]
+    for cpu in (first, last):
+        trial = subprocess.run(["taskset", "-c", str(cpu), "true"], capture_output=True, text=True)
+        if trial.returncode != 0:
+            return Pinning("none", [], [], f"none (asked for {name}, but taskset -c {cpu} failed)")
+    wrk = ["taskset", "-c", str(last)]
+    if name == "wrk":
+        return Pinning(name, [], wrk, f"wrk: wrk on CPU {last} (taskset); the servers unpinned, "
+                                      "so they share that CPU with wrk too")
+    return Pinning(name, ["taskset", "-c", str(first)], wrk,
+                   f"split (taskset): wrk alone on CPU {last}; redis-server, demo-upstream and "
+                   f"both rl-gateway instances together on CPU {first}. So the whole server side "
+                   "has one core (the gateway's and the upstream's tokio runtimes each run one "
+                   "worker thread) and wrk never takes CPU from the path measured: the latencies "
+                   "are much steadier than unpinned (where wrk, two threads of each server, Redis "
+                   "and the network stack take turns on 2 cores and p99 mostly measures the "
+                   "scheduler), at the cost of the throughput the gateway reaches with both cores. "
+                   "(a) and (c) are likely limited by wrk's one thread, not by the server: compare "
+                   "wrk's µs/req below with the others'. `--pin none` runs everything unpinned")
+
+
+# ----------------------------------------------------------------------------------------
+# The servers
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    port: int
+    admin_port: Optional[int] = None  # the gateways'
+
+
+@dataclass
+class Servers:
+    redis: Server
+    upstream: Server
+    allow_gateway: Server  # (b) and (d)
+    deny_gateway: Server  # (c)
+
+
+def wait_for(process: subprocess.Popen, ready: Callable[[], bool], timeout_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if ready():
+                return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def start_with_retries(processes: Processes, name: str, workdir: Path, ports_needed: int,
+                       command_for: Callable[[List[int]], List[str]],
+                       ready_for: Callable[[List[int]], Callable[[], bool]]) -> Tuple[subprocess.Popen, List[int]]:
+    """Starts `name` on fresh free ports; someone may take one between the check and the
+    bind, so it tries up to three times."""
+    log_path = workdir / f"{name}.log"
+    for _ in range(3):
+        ports = free_ports(ports_needed)
+        with log_path.open("ab") as log_file:
+            process = processes.start(command_for(ports), stdin=subprocess.DEVNULL,
+                                      stdout=log_file, stderr=subprocess.STDOUT)
+        if wait_for(process, ready_for(ports)):
+            return process, ports
+        processes.stop(process)
+    raise RuntimeError(f"{name} did not start; the end of its log:\n{log_tail(log_path)}")
+
+
+def start_redis(processes: Processes, workdir: Path, pinning: Pinning) -> Server:
+    def command(ports: List[int]) -> List[str]:
+        return pinning.servers + [
+            "redis-server",
+            "--bind", "127.0.0.1",
+            "--port", str(ports[0]),
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(workdir),
+            "--loadmodule", str(MODULE),
+        ]
+
+    def ready(ports: List[int]) -> Callable[[], bool]:
+        return lambda: redis_call(ports[0], "PING").startswith(b"+PONG")
+
+    process, ports = start_with_retries(processes, "redis-server", workdir, 1, command, ready)
+    return Server(process, ports[0])
+
+
+def start_upstream(processes: Processes, workdir: Path, pinning: Pinning) -> Server:
+    def command(ports: List[int]) -> List[str]:
+        return pinning.servers + [str(UPSTREAM), "--listen", f"127.0.0.1:{ports[0]}"]
+
+    def ready(ports: List[int]) -> Callable[[], bool]:
+        return lambda: http_get(ports[0], "/__requests")[0] == 200
+
+    process, ports = start_with_retries(processes, "demo-upstream", workdir, 1, command, ready)
+    return Server(process, ports[0])
+
+
+def gateway_config(listen: int, admin: int, upstream: int, redis: int, key_prefix: str,
+                   limit: str) -> str:
+    return f"""# Written by bench/gateway.py for one run.
+[server]
+listen = "127.0.0.1:{listen}"
+admin_listen = "127.0.0.1:{admin}"
+mode = "proxy"
+upstream = "http://127.0.0.1:{upstream}"
+trusted_proxies = []
+
+[redis]
+url = "redis://127.0.0.1:{redis}"
+deadline_ms = {DEADLINE_MS}
+key_prefix = "{key_prefix}"
+
+[default]
+key = "ip"
+limits = ["{limit}"]
+"""
+
+
+def start_gateway(processes: Processes, workdir: Path, pinning: Pinning, name: str,
+                  upstream: Server, redis: Server, key_prefix: str, limit: str) -> Server:
+    config_path = workdir / f"{name}.toml"
+
+    def command(ports: List[int]) -> List[str]:
+        config_path.write_text(gateway_config(ports[0], ports[1], upstream.port, redis.port,
+                                              key_prefix, limit))
+        return pinning.servers + [str(GATEWAY), "--config", str(config_path)]
+
+    def ready(ports: List[int]) -> Callable[[], bool]:
+        return lambda: http_get(ports[1], "/healthz")[0] == 200
+
+    process, ports = start_with_retries(processes, name, workdir, 2, command, ready)
+    return Server(process, ports[0], ports[1])
+
+
+def check_allow_gateway(gateway: Server, timeout_s: float = 5.0) -> None:
+    """Requests through the allowing gateway until Redis decides one: 200 from the upstream
+    with the RateLimit fields. The gateway connects to Redis on its first decision, which may
+    miss the deadline and fail open; so may a decision on a busy machine."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        before = read_metrics(gateway.admin_port)
+        status, headers, body = http_get(gateway.port)
+        decisions = Decisions.between(before, read_metrics(gateway.admin_port))
+        if status != 200 or not body.startswith(b"GET /"):
+            raise RuntimeError(f"the allowing gateway answered {status} {headers} {body[:200]!r}")
+        if decisions.outcomes["allowed"] == 1 and "ratelimit" in headers:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the allowing gateway did not decide with Redis: {decisions.describe()}")
+        time.sleep(0.05)
+
+
+def check_deny_gateway(gateway: Server, timeout_s: float = 5.0) -> None:
+    """Spends the 1/1h budget: the first request that Redis decides passes, the next is
+    denied by Redis, and from then on the deny cache answers 429 with Retry-After."""
+    deadline = time.monotonic() + timeout_s
+    statuses = []
+    while True:
+        before = read_metrics(gateway.admin_port)
+        status, headers, _ = http_get(gateway.port)
+        decisions = Decisions.between(before, read_metrics(gateway.admin_port))
+        statuses.append(status)
+        if status == 429 and "retry-after" in headers and decisions.outcomes["denied_cached"] == 1:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the denying gateway answered {statuses}; the last request: "
+                               f"{decisions.describe()}")
+        time.sleep(0.05)
+
+
+def start_servers(processes: Processes, workdir: Path, pinning: Pinning) -> Servers:
+    redis = start_redis(processes, workdir, pinning)
+    log(f"redis-server pid {redis.process.pid} on 127.0.0.1:{redis.port}")
+    upstream = start_upstream(processes, workdir, pinning)
+    log(f"demo-upstream pid {upstream.process.pid} on 127.0.0.1:{upstream.port}")
+    allow = start_gateway(processes, workdir, pinning, "rl-gateway-allow", upstream, redis,
+                          "rl-bench-allow:", ALLOW_LIMIT)
+    log(f"rl-gateway (limit {ALLOW_LIMIT}) pid {allow.process.pid} on 127.0.0.1:{allow.port}, "
+        f"admin {allow.admin_port}")
+    deny = start_gateway(processes, workdir, pinning, "rl-gateway-deny", upstream, redis,
+                         "rl-bench-deny:", DENY_LIMIT)
+    log(f"rl-gateway (limit {DENY_LIMIT}) pid {deny.process.pid} on 127.0.0.1:{deny.port}, "
+        f"admin {deny.admin_port}")
+    check_allow_gateway(allow)
+    check_deny_gateway(deny)
+    return Servers(redis, upstream, allow, deny)
+
+
+# ----------------------------------------------------------------------------------------
+# What is measured
+
+
+@dataclass
+class Scenario:
+    key: str
+    name: str
+    target: Callable[[Servers], Server]  # where wrk sends its requests
+    baseline: bool = False  # the upstream alone: what the gateway rows are compared with
+    redis_stopped: bool = False  # redis-server frozen with SIGSTOP for the run
+
+
+SCENARIOS = [
+    Scenario("a", "(a) upstream alone", lambda s: s.upstream, baseline=True),
+    Scenario("b", "(b) gateway, Redis local (allowed: RL.HIT + forward)", lambda s: s.allow_gateway),
+    Scenario("c", f"(c) gateway, limit {DENY_LIMIT} (429 from the deny cache)", lambda s: s.deny_gateway),
+    Scenario("d", "(d) gateway, Redis stopped (SIGSTOP; fail-open, breaker)",
+             lambda s: s.allow_gateway, redis_stopped=True),
+]
+BASELINE = SCENARIOS[0]
+THROUGH_REDIS = SCENARIOS[1]
+
+
+@dataclass
+class Settings:
+    threads: int
+    connections: List[int]
+    duration_s: int
+    rounds: int
+    warmup_s: int
+    budget_s: float  # no repeat of a noisy run starts if it would end after this
+
+
+@dataclass
+class WrkResult:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    non_2xx: int
+    socket_errors: Dict[str, int]
+    decisions: Optional[Decisions]  # the gateway rows
+    cpu_us_per_request: Dict[str, float]  # by CPU_ROLES: gateway, upstream, redis, wrk
+    other_cpus: float  # CPUs kept busy by processes that are not this benchmark's
+
+    def errors(self) -> int:
+        return sum(self.socket_errors.values())
+
+
+UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
+LATENCY_LINE = re.compile(r"^\s*(50|99)(?:\.0+)?%\s+([\d.]+)(us|ms|s|m|h)\s*$", re.MULTILINE)
+
+
+def parse_wrk(output: str) -> Tuple[float, float, float, int, int, Dict[str, int]]:
+    """requests/s, p50 and p99 in ms, requests, non-2xx/3xx responses and socket errors from
+    the output of `wrk --latency`."""
+    rps = re.search(r"^Requests/sec:\s+([\d.]+)", output, re.MULTILINE)
+    requests = re.search(r"^\s*(\d+) requests in ", output, re.MULTILINE)
+    latencies = {int(m.group(1)): float(m.group(2)) * UNIT_MS[m.group(3)]
+                 for m in LATENCY_LINE.finditer(output)}
+    if rps is None or requests is None or 50 not in latencies or 99 not in latencies:
+        raise RuntimeError(f"cannot read the wrk output: {output.strip()[-600:]!r}")
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
+    errors = dict(zip(("connect", "read", "write", "timeout"),
+                      (int(n) for n in socket_errors.groups()))) if socket_errors else {}
+    return (float(rps.group(1)), latencies[50], latencies[99], int(requests.group(1)),
+            int(non_2xx.group(1)) if non_2xx else 0, errors)
+
+
+# ----------------------------------------------------------------------------------------
+# CPU: per process of the benchmark, and that of everything else on this shared machine
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a running process, from /proc/<pid>/stat."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    """Busy CPU time of the whole machine, all CPUs (steal included: it is lost to us too).
+    The loopback network stack's softirq time is in it and also, as system time, in the
+    processes whose sockets it served: on this kernel the two add up to the machine's total."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class CpuSnapshot:
+    wall: float
+    machine: float
+    processes: Dict[str, float]  # the servers by role, plus wrk (finished children) and us
+
+    @staticmethod
+    def take(servers: Servers) -> "CpuSnapshot":
+        processes = {
+            "gateway": process_cpu_seconds(servers.allow_gateway.process.pid)
+            + process_cpu_seconds(servers.deny_gateway.process.pid),
+            "upstream": process_cpu_seconds(servers.upstream.process.pid),
+            "redis": process_cpu_seconds(servers.redis.process.pid),
+            "wrk": own_cpu_seconds(resource.RUSAGE_CHILDREN),
+            "script": own_cpu_seconds(resource.RUSAGE_SELF),
+        }
+        return CpuSnapshot(time.monotonic(), machine_busy_seconds(), processes)
+
+
+CPU_ROLES = ("gateway", "upstream", "redis", "wrk")
+
+
+# ----------------------------------------------------------------------------------------
+# Running wrk
+
+
+def run_wrk(processes: Processes, pinning: Pinning, servers: Servers, scenario: Scenario,
+            threads: int, connections: int, duration_s: int) -> WrkResult:
+    target = scenario.target(servers)
+    command = pinning.wrk + [
+        "wrk",
+        "-t", str(threads),
+        "-c", str(connections),
+        "-d", f"{duration_s}s",
+        "--timeout", WRK_TIMEOUT,
+        "--latency",
+        f"http://127.0.0.1:{target.port}/",
+    ]
+    metrics_before = read_metrics(target.admin_port) if target.admin_port else None
+    if scenario.redis_stopped:
+        send_signal(servers.redis.process, signal.SIGSTOP)
+    try:
+        before = CpuSnapshot.take(servers)
+        wrk = processes.start(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        try:
+            output, _ = wrk.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            processes.stop(wrk)
+        after = CpuSnapshot.take(servers)
+    finally:
+        if scenario.redis_stopped:
+            send_signal(servers.redis.process, signal.SIGCONT)
+    decisions = None
+    if metrics_before is not None:
+        decisions = Decisions.between(metrics_before, read_metrics(target.admin_port))
+    if scenario.redis_stopped:
+        # Also after a failed run, so that the next scenario finds Redis deciding again.
+        wait_for_redis_decisions(servers.allow_gateway)
+    if wrk.returncode != 0:
+        raise RuntimeError(f"wrk exit status {wrk.returncode}: {output.strip()[-600:]}")
+    rps, p50, p99, requests, non_2xx, socket_errors = parse_wrk(output)
+    used = {role: after.processes[role] - before.processes[role] for role in after.processes}
+    others = (after.machine - before.machine) - sum(used.values())
+    per_request = {role: used[role] * 1e6 / max(requests, 1) for role in CPU_ROLES}
+    wall = max(after.wall - before.wall, 1e-9)
+    return WrkResult(rps, p50, p99, requests, non_2xx, socket_errors, decisions, per_request,
+                     max(0.0, others / wall))
+
+
+def wait_for_redis_decisions(gateway: Server, timeout_s: float = 10.0) -> None:
+    """After SIGCONT: requests until the breaker has closed and Redis decides again (the
+    breaker lets a probe through once its open period, 1 s by default, is over)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = read_metrics(gateway.admin_port)
+        http_get(gateway.port)
+        after = read_metrics(gateway.admin_port)
+        if after.get("rl_gateway_breaker_open") == 0 and \
+                Decisions.between(before, after).outcomes["allowed"] == 1:
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the gateway's breaker did not close within {timeout_s:.0f} s of SIGCONT")
+
+
+@dataclass
+class Measurements:
+    """results[(scenario key, connections)][round]; failures the same way."""
+
+    results: Dict[Tuple[str, int], Dict[int, WrkResult]] = field(default_factory=dict)
+    failures: Dict[Tuple[str, int], Dict[int, str]] = field(default_factory=dict)
+    rounds: int = 0
+    repeated: int = 0  # runs repeated because other processes were busy during them
+    not_repeated: int = 0  # noisy runs left as they were: a repeat would have overrun the budget
+
+
+def round_order(units: List[Tuple[Scenario, int]], round_index: int, rounds: int) -> List[Tuple[Scenario, int]]:
+    """Every unit once, rotated so that each scenario runs early in one round and late in another."""
+    offset = (round_index * len(units)) // max(rounds, 1)
+    return units[offset:] + units[:offset]
+
+
+# A run during which other processes kept this much CPU busy is repeated once at the end of
+# its round, and the quieter of the two counts: on a shared 2-CPU machine a busy neighbour
+# takes a large share of what wrk and the servers need.
+NOISY_OTHER_CPUS = 0.25
+
+
+def measure(processes: Processes, pinning: Pinning, servers: Servers, settings: Settings,
+            started: float) -> Measurements:
+    units = [(scenario, connections) for connections in settings.connections for scenario in SCENARIOS]
+    measurements = Measurements()
+    for round_index in range(settings.rounds):
+        noisy = []
+        for scenario, connections in round_order(units, round_index, settings.rounds):
+            result = run_unit(processes, pinning, servers, settings, scenario, connections,
+                              round_index, measurements)
+            if result is not None and result.other_cpus >= NOISY_OTHER_CPUS:
+                noisy.append((scenario, connections))
+        for scenario, connections in noisy:
+            if time.monotonic() - started + settings.duration_s + 2 > settings.budget_s:
+                measurements.not_repeated += 1
+                continue
+            first = measurements.results[(scenario.key, connections)][round_index]
+            retry = run_unit(processes, pinning, servers, settings, scenario, connections,
+                             round_index, measurements, retry=True)
+            measurements.repeated += 1
+            if retry is None or retry.other_cpus > first.other_cpus:
+                measurements.results[(scenario.key, connections)][round_index] = first
+        measurements.rounds = round_index + 1
+    return measurements
+
+
+def run_unit(processes: Processes, pinning: Pinning, servers: Servers, settings: Settings,
+             scenario: Scenario, connections: int, round_index: int, measurements: Measurements,
+             retry: bool = False) -> Optional[WrkResult]:
+    """One wrk run of one scenario; records its result (or its failure) under the round."""
+    label = f"round {round_index + 1}{' (repeat)' if retry else ''}  -c{connections:<3} {scenario.name}"
+    try:
+        result = run_wrk(processes, pinning, servers, scenario, settings.threads, connections,
+                         settings.duration_s)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
+        if not retry:
+            measurements.failures.setdefault((scenario.key, connections), {})[round_index] = str(error)
+        log(f"{label}: FAILED {error}")
+        return None
+    measurements.results.setdefault((scenario.key, connections), {})[round_index] = result
+    decided = f", {result.decisions.describe()}" if result.decisions else ""
+    problems = f", non-2xx {result.non_2xx:,}" if result.non_2xx else ""
+    problems += f", socket errors {result.socket_errors}" if result.errors() else ""
+    log(f"{label}: {result.rps:,.0f} req/s, p50 {result.p50_ms:.3f} ms, p99 {result.p99_ms:.3f} ms"
+        f"{problems}{decided}, other load {result.other_cpus:.2f} CPU")
+    return result
+
+
+def warm_up(processes: Processes, pinning: Pinning, servers: Servers, settings: Settings) -> None:
+    """Every scenario once, unmeasured: connection pools, first-touch allocations, caches."""
+    for scenario in SCENARIOS:
+        result = run_wrk(processes, pinning, servers, scenario, settings.threads,
+                         max(settings.connections), settings.warmup_s)
+        log(f"warm-up  {scenario.name}: {result.rps:,.0f} req/s")
+
+
+# ----------------------------------------------------------------------------------------
+# The report
+
+
+def median_cell(values: List[float], digits: int, thousands: bool = False) -> str:
+    if not values:
+        return "–"
+    middle = statistics.median(values)
+    return f"{middle:,.{digits}f}" if thousands else f"{middle:.{digits}f}"
+
+
+def spread_cell(values: List[float], digits: int, suffix: str = "") -> str:
+    """The median, with the lowest and highest round in brackets when they differ."""
+    if not values:
+        return "–"
+    text = f"{statistics.median(values):.{digits}f}{suffix}"
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    if low != high:
+        text += f" ({low} to {high})"
+    return text
+
+
+def paired(measurements: Measurements, scenario: Scenario, connections: int,
+           of: Callable[[WrkResult, WrkResult], float]) -> List[float]:
+    """of(scenario's run, the upstream's run) for every round in which both ran."""
+    own = measurements.results.get((scenario.key, connections), {})
+    base = measurements.results.get((BASELINE.key, connections), {})
+    return [of(own[r], base[r]) for r in sorted(own) if r in base]
+
+
+RESULT_COLUMNS = ["scenario", "conns", "requests/s", "× upstream alone", "p50 ms", "p99 ms",
+                  "added p50 ms", "added p99 ms", "non-2xx", "socket errors", "how the gateway decided"]
+
+
+def result_table(measurements: Measurements, settings: Settings) -> List[str]:
+    lines = ["| " + " | ".join(RESULT_COLUMNS) + " |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for connections in settings.connections:
+        for scenario in SCENARIOS:
+            lines.append(result_line(measurements, settings, scenario, connections))
+    return lines
+
+
+def result_line(measurements: Measurements, settings: Settings, scenario: Scenario,
+                connections: int) -> str:
+    runs = measurements.results.get((scenario.key, connections), {})
+    if not runs:
+        failure = next(iter(measurements.failures.get((scenario.key, connections), {}).values()), "no run")
+        blanks = " |" * (len(RESULT_COLUMNS) - 3)
+        return f"| {scenario.name} | {connections} | failed: {markdown_cell(failure)} |{blanks}"
+    results = list(runs.values())
+    rps = median_cell([r.rps for r in results], 0, thousands=True)
+    if len(runs) < settings.rounds:
+        rps += f" ({len(runs)} of {settings.rounds} runs)"
+    if scenario.baseline:
+        ratio = added_p50 = added_p99 = "–"
+    else:
+        ratio = spread_cell(paired(measurements, scenario, connections, lambda a, b: a.rps / b.rps), 2)
+        added_p50 = spread_cell(paired(measurements, scenario, connections,
+                                       lambda a, b: a.p50_ms - b.p50_ms), 3)
+        added_p99 = spread_cell(paired(measurements, scenario, connections,
+                                       lambda a, b: a.p99_ms - b.p99_ms), 3)
+    non_2xx = sum(r.non_2xx for r in results)
+    requests = sum(r.requests for r in results)
+    non_2xx_cell = f"{non_2xx:,}" + (f" ({100 * non_2xx / requests:.2f}%)" if non_2xx else "")
+    errors = {}
+    for result in results:
+        for kind, count in result.socket_errors.items():
+            errors[kind] = errors.get(kind, 0) + count
+    errors_cell = ", ".join(f"{kind} {count:,}" for kind, count in errors.items() if count) or "0"
+    decided = "–"
+    if results[0].decisions is not None:
+        total = Decisions({o: sum(r.decisions.outcomes[o] for r in results) for o in OUTCOMES},
+                          {f: sum(r.decisions.fail_open_reasons[f] for r in results) for f in FAIL_OPEN_REASONS},
+                          sum(r.decisions.upstream_errors for r in results))
+        decided = total.describe()
+    cells = [scenario.name, str(connections), rps, ratio,
+             median_cell([r.p50_ms for r in results], 3), median_cell([r.p99_ms for r in results], 3),
+             added_p50, added_p99, non_2xx_cell, errors_cell, decided]
+    return "| " + " | ".join(cells) + " |"
+
+
+CPU_COLUMNS = ["scenario", "conns", "rl-gateway µs/req", "demo-upstream µs/req", "redis-server µs/req",
+               "wrk µs/req", "sum µs/req", "other load (CPUs)"]
+
+
+def cpu_table(measurements: Measurements, settings: Settings) -> List[str]:
+    lines = ["| " + " | ".join(CPU_COLUMNS) + " |", "|---|" + "---:|" * (len(CPU_COLUMNS) - 1)]
+    for connections in settings.connections:
+        for scenario in SCENARIOS:
+            results = list(measurements.results.get((scenario.key, connections), {}).values())
+            if not results:
+                continue
+            cells = [scenario.name, str(connections)]
+            cells += [median_cell([r.cpu_us_per_request[role] for r in results], 1) for role in CPU_ROLES]
+            cells.append(median_cell([sum(r.cpu_us_per_request[role] for role in CPU_ROLES)
+                                      for r in results], 1))
+            cells.append(median_cell([r.other_cpus for r in results], 2))
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def through_redis_figures(measurements: Measurements, connections: int) -> Optional[Tuple[float, float, float]]:
+    """(b)'s median requests/s, p50 and added p99 at one connection count, when measured."""
+    runs = measurements.results.get((THROUGH_REDIS.key, connections), {})
+    added = paired(measurements, THROUGH_REDIS, connections, lambda a, b: a.p99_ms - b.p99_ms)
+    if not runs or not added:
+        return None
+    return (statistics.median(r.rps for r in runs.values()),
+            statistics.median(r.p50_ms for r in runs.values()), statistics.median(added))
+
+
+def targets_line(measurements: Measurements, settings: Settings) -> str:
+    """Whether (b) met the issue's targets: each at every connection count, and both at once."""
+    figures = {c: through_redis_figures(measurements, c) for c in settings.connections}
+    measured = {c: f for c, f in figures.items() if f is not None}
+    if not measured:
+        return "**Targets**: not measured, (b) or (a) failed at every connection count."
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    throughput = "; ".join(f"{rps:,.0f} req/s at -c {c} ({verdict(rps >= TARGET_RPS)})"
+                           for c, (rps, _, _) in measured.items())
+    latency = "; ".join(f"{added:.3f} ms at -c {c} ({verdict(added < TARGET_ADDED_P99_MS)})"
+                        for c, (_, _, added) in measured.items())
+    both = [f"-c {c} ({rps:,.0f} req/s with {added:.3f} ms added p99)"
+            for c, (rps, _, added) in measured.items()
+            if rps >= TARGET_RPS and added < TARGET_ADDED_P99_MS]
+    return (f"**Targets** for (b), Redis local: at least {TARGET_RPS:,} requests/s through the "
+            f"gateway: {throughput}. p99 added latency under {TARGET_ADDED_P99_MS:g} ms: "
+            f"{latency}. Both at the same load: "
+            + (", ".join(both) if both else "at no connection count measured") + ".")
+
+
+def queueing_line(measurements: Measurements, settings: Settings) -> str:
+    """Little's law for (b): in a closed loop the mean latency is connections / throughput."""
+    parts = []
+    for connections in settings.connections:
+        figures = through_redis_figures(measurements, connections)
+        if figures is not None:
+            rps, p50, _ = figures
+            parts.append(f"-c {connections}: {connections} / {rps:,.0f} req/s = "
+                         f"{1000 * connections / rps:.3f} ms, p50 {p50:.3f} ms")
+    if not parts:
+        return ""
+    return ("Where (b)'s latency goes: with wrk's closed loop the mean latency is connections / "
+            "requests/s (Little's law), " + "; ".join(parts) + ". While the server CPU is "
+            "saturated, added connections only wait in line for it, so the added latency at a "
+            "high connection count is set by the throughput of the one server core; the "
+            "lowest connection count shows the path itself with the least queueing.")
+
+
+def odd_things(measurements: Measurements) -> List[str]:
+    """What should not have happened: errors, non-2xx outside (c), fail-opens in (b)."""
+    notes = []
+    for (key, connections), runs in sorted(measurements.results.items()):
+        scenario = next(s for s in SCENARIOS if s.key == key)
+        for round_index, result in sorted(runs.items()):
+            where = f"{scenario.name} at -c {connections}, round {round_index + 1}"
+            if result.errors():
+                notes.append(f"{where}: wrk socket errors {result.socket_errors}")
+            if key != "c" and result.non_2xx:
+                notes.append(f"{where}: {result.non_2xx:,} non-2xx responses")
+            if key == "b" and result.decisions and \
+                    result.decisions.outcomes["allowed"] != result.decisions.total():
+                notes.append(f"{where}: not every request was decided by Redis: "
+                             f"{result.decisions.describe()}")
+            if result.decisions and result.decisions.upstream_errors:
+                notes.append(f"{where}: {result.decisions.upstream_errors:,} upstream errors (502)")
+    for (key, connections), failures in sorted(measurements.failures.items()):
+        for round_index, failure in sorted(failures.items()):
+            notes.append(f"({key}) at -c {connections}, round {round_index + 1}: failed: {failure}")
+    return notes
+
+
+def other_load_summary(measurements: Measurements) -> str:
+    loads = [run.other_cpus for runs in measurements.results.values() for run in runs.values()]
+    if not loads:
+        return "no run"
+    return f"median {statistics.median(loads):.2f} CPUs, highest {max(loads):.2f}"
+
+
+def repeats_summary(measurements: Measurements) -> str:
+    text = f"{measurements.repeated} runs were repeated"
+    if measurements.not_repeated:
+        text += (f", {measurements.not_repeated} more were not (a repeat would have overrun the "
+                 "time budget)")
+    return text
+
+
+def machine_description() -> str:
+    models = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+              if line.startswith("model name")]
+    memory_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                      if line.startswith("MemTotal:"))
+    return (f"{len(os.sched_getaffinity(0))} CPUs (nproc; /proc/cpuinfo lists {len(models)} "
+            f"× {models[0] if models else 'unknown CPU'}), {memory_kib / 1024 / 1024:.1f} GiB RAM, "
+            f"Linux {os.uname().release}")
+
+
+def tool_version(command: List[str], pattern: str) -> str:
+    result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    match = re.search(pattern, result.stdout + result.stderr)
+    return match.group(1) if match else "unknown"
+
+
+def git_commit() -> str:
+    # rev-parse only reads: nothing here may change the repository's state.
+    result = subprocess.run(["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True)
+    return result.stdout.strip() or "unknown"
+
+
+@dataclass
+class Context:
+    started: datetime.datetime
+    elapsed_s: float
+    pinning: Pinning
+    redis_version: str
+    wrk_version: str
+    gateway_version: str
+    rustc_version: str
+
+
+def report(measurements: Measurements, settings: Settings, context: Context) -> str:
+    connections = ", ".join(f"-c {c}" for c in settings.connections)
+    lines = [
+        "# Benchmark: rl-gateway in front of a trivial upstream",
+        "",
+        f"- Date: {context.started:%Y-%m-%d %H:%M} UTC; total run time {format_duration(context.elapsed_s)}",
+        f"- Machine: {machine_description()}. These 2 cores run everything: wrk, rl-gateway, "
+        "demo-upstream, redis-server, the loopback network stack, and whatever else runs on "
+        "this VM at the time; Pinning says who gets which. A gateway with cores of its own, "
+        "and the load generator elsewhere, would do better than this",
+        f"- Versions: rl-gateway {context.gateway_version} and demo-upstream (release builds, "
+        f"{context.rustc_version}) and the module, from commit {git_commit()} (plus any "
+        f"uncommitted work in the tree); redis-server {context.redis_version}; wrk "
+        f"{context.wrk_version} (Debian)",
+        f"- Load: `wrk -t {settings.threads} {{{connections}}} -d {settings.duration_s}s --timeout "
+        f"{WRK_TIMEOUT} --latency http://127.0.0.1:PORT/` (closed loop: each connection sends its "
+        "next request when the previous answer is in, keep-alive); "
+        f"{settings.rounds} interleaved rounds, every scenario at every connection count once per "
+        "round, the order rotated each round, after an unmeasured "
+        f"{settings.warmup_s} s warm-up of every scenario at -c {max(settings.connections)}",
+        f"- Pinning: {context.pinning.description}",
+        f"- Load from other processes during the measured runs: {other_load_summary(measurements)} "
+        "(the machine is shared with other work; this is the main source of noise). A run "
+        f"during which they used {NOISY_OTHER_CPUS} CPU or more is repeated once at the end of "
+        f"its round and the quieter of the two counts: {repeats_summary(measurements)}",
+        "- Servers, all on loopback and started by the script: redis-server --save '' --appendonly "
+        f"no --loadmodule libredis_ratelimit.so; demo-upstream (answers 200 with an echo of the "
+        "request, about 100 bytes); two rl-gateway instances in mode = \"proxy\", "
+        f"trusted_proxies = [], deadline_ms = {DEADLINE_MS}, the breaker's defaults (5 failures, "
+        "1000 ms open) and one [default] rule keyed by the client IP: "
+        f"limits = [\"{ALLOW_LIMIT}\"] for (b) and (d), so every request is allowed after one "
+        f"RL.HIT, and limits = [\"{DENY_LIMIT}\"] for (c), so every request but the first two "
+        "is answered 429 from the deny cache without Redis",
+        "- (d): redis-server is frozen with SIGSTOP for the whole run and continued after it. "
+        f"The first requests wait out the {DEADLINE_MS} ms deadline until 5 failures open the "
+        "breaker; then decisions fail open at once, and one probe a second waits the deadline "
+        "again (the timeouts in the table: the first requests in flight plus one a second)",
+        "- wrk corrects its latencies for coordinated omission: for a response that took more "
+        "than twice a connection's mean interval between requests, it adds the samples that the "
+        "connection would have sent meanwhile, had it not waited. So a rare stall shows in the "
+        f"percentiles at its true weight for an open-loop load; in (d) at -c 1 every {DEADLINE_MS} "
+        "ms wait of a probe stalls the only connection and becomes dozens of samples between "
+        "0.1 and 5 ms, which can move p99 there",
+        "",
+        "## Requests per second and latency",
+        "",
+        "requests/s, p50 and p99 (wrk's latency distribution) are medians over the rounds. "
+        "× upstream alone, added p50 and added p99: the median over rounds of the scenario's "
+        "figure against (a)'s at the same connection count in the same round (a ratio, or a "
+        "difference in ms), the lowest and highest round in brackets. Latency in a closed loop "
+        "includes the wait in every queue on the way, so at a connection count that saturates "
+        "the CPUs it grows with the connections and the added latency says as much about the "
+        "throughput as about the path. non-2xx and socket errors: summed over the rounds. How "
+        "the gateway decided: its own counters (/metrics) over the rounds.",
+        "",
+    ]
+    lines += result_table(measurements, settings)
+    lines += ["", targets_line(measurements, settings), ""]
+    queueing = queueing_line(measurements, settings)
+    if queueing:
+        lines += [queueing, ""]
+    lines += [
+        "## Where the CPU went",
+        "",
+        "CPU time (user + system, /proc/PID/stat) used per request during the runs, medians over "
+        "the rounds; rl-gateway counts both instances (the idle one costs nothing). The system "
+        "time includes the loopback TCP stack's work for the process's sockets (the kernel "
+        "charges that softirq time to the process it interrupts). 1,000,000 divided by a process's "
+        "µs/req is about the requests/s it could serve with one CPU to itself. Other load: the "
+        "machine's busy time (/proc/stat) less that of the benchmark's processes and of this "
+        "script, in CPUs on average over the run: other work on this shared machine.",
+        "",
+    ]
+    lines += cpu_table(measurements, settings)
+    notes = odd_things(measurements)
+    lines += ["", "## Anything odd", ""]
+    lines += [f"- {note}" for note in notes] or [
+        "- Nothing: no wrk socket errors or timeouts, no non-2xx answer outside (c), no upstream "
+        "error, and in (b) Redis decided every request."]
+    return "\n".join(lines) + "\n"
+
+
+def markdown_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ").strip()
+
+
+def format_duration(seconds: float) -> str:
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return f"{minutes}m {rest:02d}s"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------------
+# Prerequisites
+
+
+def ensure_wrk() -> Optional[str]:
+    """None when wrk is there (installed now if it may be), else what to do about it."""
+    if shutil.which("wrk") is not None:
+        return None
+    command = ["apt-get", "install", "-y", "wrk"]
+    unattended = os.environ.get("CI", "").lower() in ("true", "1", "yes")
+    if os.geteuid() != 0 or not unattended:
+        return ("wrk is not installed. Install it with\n    sudo apt-get install -y wrk\n"
+                "(or run this script as root with CI=true to let it do so)")
+    environment = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    log("wrk is not installed; " + " ".join(command))
+    if subprocess.run(command, stdin=subprocess.DEVNULL, env=environment).returncode != 0:
+        # A machine whose package lists were never fetched finds nothing: fetch them once.
+        subprocess.run(["apt-get", "update"], stdin=subprocess.DEVNULL, env=environment)
+        subprocess.run(command, stdin=subprocess.DEVNULL, env=environment)
+    if shutil.which("wrk") is None:
+        return "apt-get could not install wrk"
+    return None
+
+
+def missing_prerequisite() -> Optional[str]:
+    for path in (MODULE, GATEWAY, UPSTREAM):
+        if not path.exists():
+            return f"no {path}; build it first (make build)"
+    if shutil.which("redis-server") is None:
+        return "redis-server is not on the PATH (make setup installs it)"
+    return ensure_wrk()
+
+
+# ----------------------------------------------------------------------------------------
+# Main
+
+
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where the Markdown goes")
+    parser.add_argument("--threads", type=int,
+                        help="wrk -t (default: 1 when wrk has a CPU of its own, else 2)")
+    parser.add_argument("--connections", default="32,8,1",
+                        help="wrk -c, one or more, comma-separated (default 32,8,1)")
+    parser.add_argument("--duration", type=int, default=6, help="seconds per measured run (default 6)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per scenario (default 2)")
+    parser.add_argument("--budget-minutes", type=float, default=5.0,
+                        help="no repeat of a noisy run starts if it would end later than this")
+    parser.add_argument("--pin", choices=PINNINGS, default="split",
+                        help="split (default): wrk on the last CPU, the servers on the first; "
+                             "wrk: only wrk pinned; none: nothing pinned")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke-test the script: 1 round of 2 s runs, 1 s warm-up")
+    return parser.parse_args()
+
+
+def settings_from(arguments: argparse.Namespace, pinning: Pinning) -> Settings:
+    connections = [int(c) for c in arguments.connections.split(",") if c.strip()]
+    # Two wrk threads on one CPU take turns, and a response that arrives while its thread
+    # waits for the CPU is timed late: with a CPU of its own, wrk runs one thread.
+    threads = arguments.threads or (1 if pinning.wrk else 2)
+    if arguments.quick:
+        return Settings(threads, connections, 2, 1, 1, arguments.budget_minutes * 60)
+    return Settings(threads, connections, arguments.duration, arguments.rounds,
+                    arguments.warmup, arguments.budget_minutes * 60)
+
+
+def stop_on_signals() -> None:
+    """SIGINT and SIGTERM unwind through the finally blocks, which stop the processes.
+
+    SIGINT is set explicitly because Python leaves it ignored when the script starts in the
+    background of a shell, and then Ctrl-C or `kill -INT` would do nothing.
+    """
+    def raise_exit(signum, frame):
+        log(f"stopping on signal {signum}")
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, raise_exit)
+    signal.signal(signal.SIGINT, raise_exit)
+
+
+def main() -> int:
+    arguments = parse_arguments()
+    stop_on_signals()
+    started = time.monotonic()
+    started_at = datetime.datetime.now(datetime.timezone.utc)
+    problem = missing_prerequisite()
+    if problem is not None:
+        log(problem)
+        return 1
+    pinning = choose_pinning(arguments.pin)
+    settings = settings_from(arguments, pinning)
+    log(f"pinning: {pinning.description}; wrk -t {settings.threads}")
+    redis_version = tool_version(["redis-server", "--version"], r"v=(\S+)")
+    wrk_version = tool_version(["wrk", "--version"], r"wrk (\S+)")
+    gateway_version = re.search(r'^version = "([^"]+)"', (REPO_DIR / "gateway" / "Cargo.toml").read_text(),
+                                re.MULTILINE)
+    rustc_version = tool_version(["rustc", "--version"], r"(rustc \S+)")
+
+    processes = Processes()
+    workdir = Path(tempfile.mkdtemp(prefix="rl-gateway-bench-"))
+    try:
+        servers = start_servers(processes, workdir, pinning)
+        warm_up(processes, pinning, servers, settings)
+        measurements = measure(processes, pinning, servers, settings, started)
+    except RuntimeError as error:
+        log(f"failed: {error}")
+        for name in ("rl-gateway-allow", "rl-gateway-deny", "demo-upstream", "redis-server"):
+            tail = log_tail(workdir / f"{name}.log", 1000).strip()
+            if tail and tail != "(no log)":
+                log(f"--- the end of {name}'s log:\n{tail}")
+        return 1
+    finally:
+        processes.stop_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    context = Context(started_at, time.monotonic() - started, pinning, redis_version, wrk_version,
+                      gateway_version.group(1) if gateway_version else "unknown", rustc_version)
+    text = report(measurements, settings, context)
+    print(text)
+    arguments.output.write_text(text)
+    log(f"wrote {arguments.output}; total run time {format_duration(context.elapsed_s)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
