@@ -16,7 +16,9 @@ pub struct Breaker {
 struct State {
     failures_in_a_row: u32,
     open_until: Option<Instant>,
-    probe_in_flight: bool,
+    /// When the probe in flight was let through. A probe whose request was dropped (its
+    /// client went away) never reports; after another `open_for` the next caller probes.
+    probe_since: Option<Instant>,
 }
 
 impl Breaker {
@@ -36,15 +38,17 @@ impl Breaker {
     /// is the probe; the others keep failing fast until the probe reports.
     pub fn allows(&self, now: Instant) -> bool {
         let mut state = self.state();
-        match state.open_until {
-            None => true,
-            Some(until) if now < until => false,
-            Some(_) if state.probe_in_flight => false,
-            Some(_) => {
-                state.probe_in_flight = true;
-                true
-            }
+        let Some(until) = state.open_until else {
+            return true;
+        };
+        let probing = state
+            .probe_since
+            .is_some_and(|since| now < since + self.open_for);
+        if now < until || probing {
+            return false;
         }
+        state.probe_since = Some(now);
+        true
     }
 
     pub fn succeeded(&self) {
@@ -57,20 +61,39 @@ impl Breaker {
     pub fn failed(&self, now: Instant) {
         let mut state = self.state();
         state.failures_in_a_row = state.failures_in_a_row.saturating_add(1);
-        if state.probe_in_flight || state.failures_in_a_row >= self.failures_to_open {
+        if state.probe_since.is_some() || state.failures_in_a_row >= self.failures_to_open {
             state.open_until = Some(now + self.open_for);
-            state.probe_in_flight = false;
+            state.probe_since = None;
         }
     }
 
-    pub fn is_open(&self, now: Instant) -> bool {
-        self.state().open_until.is_some_and(|until| now < until)
+    /// Open or half-open (waiting for a probe's answer): not closed.
+    pub fn is_open(&self) -> bool {
+        self.state().open_until.is_some()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_that_never_reports_is_replaced() {
+        let breaker = Breaker::new(1, Duration::from_millis(100));
+        let t0 = Instant::now();
+        breaker.failed(t0);
+        let t1 = t0 + Duration::from_millis(100);
+        assert!(breaker.allows(t1), "the probe");
+        // Its request is dropped: no succeeded() or failed() ever comes.
+        assert!(!breaker.allows(t1 + Duration::from_millis(99)));
+        assert!(breaker.is_open(), "half-open counts as open");
+        assert!(
+            breaker.allows(t1 + Duration::from_millis(100)),
+            "a new probe"
+        );
+        breaker.succeeded();
+        assert!(!breaker.is_open());
+    }
 
     #[test]
     fn opens_after_failures_in_a_row_then_probes_once() {
@@ -84,7 +107,7 @@ mod tests {
         assert!(breaker.allows(t0), "a success resets the count");
         breaker.failed(t0);
         assert!(!breaker.allows(t0));
-        assert!(breaker.is_open(t0));
+        assert!(breaker.is_open());
         let later = t0 + Duration::from_millis(150);
         assert!(breaker.allows(later), "the probe");
         assert!(!breaker.allows(later), "only one probe at a time");
@@ -100,6 +123,6 @@ mod tests {
             breaker.allows(after) && breaker.allows(after),
             "closed again"
         );
-        assert!(!breaker.is_open(after));
+        assert!(!breaker.is_open());
     }
 }

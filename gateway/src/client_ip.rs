@@ -8,24 +8,28 @@ use ipnet::IpNet;
 use std::net::IpAddr;
 
 pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
-    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
-    if !is_trusted(&peer) {
+    let peer = peer.to_canonical();
+    if !is_trusted(peer, trusted) {
         return peer;
     }
     // Every X-Forwarded-For line, in order, each a comma-separated list; read right to
     // left. Each trusted hop passes the question one step further left; a hop that does
     // not parse ends the trustworthy part, leaving the last trusted hop as the client.
+    // Hops are split from the raw bytes, so that junk in one cannot hide the others.
     let hops: Vec<Option<IpAddr>> = headers
         .get_all("x-forwarded-for")
         .iter()
-        .filter_map(|value: &HeaderValue| value.to_str().ok())
-        .flat_map(|line| line.split(','))
-        .map(|hop| parse_hop(hop.trim()))
+        .flat_map(|value: &HeaderValue| value.as_bytes().split(|b| *b == b','))
+        .map(|hop| {
+            std::str::from_utf8(hop)
+                .ok()
+                .and_then(|h| parse_hop(h.trim()))
+        })
         .collect();
     let mut client = peer;
     for hop in hops.into_iter().rev() {
         match hop {
-            Some(ip) if is_trusted(&ip) => client = ip,
+            Some(ip) if is_trusted(ip, trusted) => client = ip,
             Some(ip) => return ip,
             None => break,
         }
@@ -33,15 +37,19 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr
     client
 }
 
+/// Whether `ip` (an IPv4-mapped IPv6 address counts as its IPv4 address) is in `trusted`.
+pub fn is_trusted(ip: IpAddr, trusted: &[IpNet]) -> bool {
+    let ip = ip.to_canonical();
+    trusted.iter().any(|net| net.contains(&ip))
+}
+
 /// One hop: `1.2.3.4`, `1.2.3.4:5678`, `2001:db8::1` or `[2001:db8::1]:5678`.
 fn parse_hop(hop: &str) -> Option<IpAddr> {
-    if let Ok(ip) = hop.parse::<IpAddr>() {
-        return Some(ip);
-    }
-    if let Ok(socket) = hop.parse::<std::net::SocketAddr>() {
-        return Some(socket.ip());
-    }
-    None
+    let ip = match hop.parse::<IpAddr>() {
+        Ok(ip) => ip,
+        Err(_) => hop.parse::<std::net::SocketAddr>().ok()?.ip(),
+    };
+    Some(ip.to_canonical())
 }
 
 #[cfg(test)]
@@ -100,6 +108,34 @@ mod tests {
         assert_eq!(
             client_ip(peer, &with_xff(&["10.0.0.5, 10.0.0.6"]), &trusted),
             ip("10.0.0.5")
+        );
+    }
+
+    #[test]
+    fn ipv4_mapped_addresses_are_their_ipv4_address() {
+        let trusted: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap()];
+        let mapped = ip("::ffff:127.0.0.1");
+        assert_eq!(
+            client_ip(mapped, &with_xff(&["203.0.113.5"]), &trusted),
+            ip("203.0.113.5")
+        );
+        assert_eq!(
+            client_ip(ip("::ffff:192.0.2.1"), &HeaderMap::new(), &trusted),
+            ip("192.0.2.1")
+        );
+    }
+
+    #[test]
+    fn a_hop_that_is_not_text_leaves_the_others_readable() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let mut headers = HeaderMap::new();
+        headers.append(
+            "x-forwarded-for",
+            HeaderValue::from_bytes(b"caf\xc3\xa9, 203.0.113.5").unwrap(),
+        );
+        assert_eq!(
+            client_ip(ip("10.0.0.1"), &headers, &trusted),
+            ip("203.0.113.5")
         );
     }
 

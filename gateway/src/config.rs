@@ -5,7 +5,7 @@ use crate::pattern::PathPattern;
 use crate::rules::{Counting, KeySource, Limit, Rule, RuleSet, Tier};
 use ipnet::IpNet;
 use serde::Deserialize;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +37,36 @@ pub struct ServerSettings {
     pub trusted_proxies: Vec<IpNet>,
     pub reload_interval: Duration,
     pub check_deny_status: u16,
+    /// Which headers carry the request asked about in check mode.
+    pub check_headers: CheckHeaders,
+    /// How long the upstream may take to start its answer before the gateway says 504.
+    pub upstream_timeout: Duration,
+}
+
+impl ServerSettings {
+    pub fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
+        crate::client_ip::is_trusted(ip, &self.trusted_proxies)
+    }
+}
+
+/// The headers a proxy in front of check mode names the original request with. Only the
+/// configured pair is read: the other may come from the client untouched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckHeaders {
+    /// nginx (`proxy_set_header X-Original-Method / X-Original-URI`).
+    Original,
+    /// Traefik ForwardAuth (`X-Forwarded-Method / X-Forwarded-Uri`).
+    Forwarded,
+}
+
+impl CheckHeaders {
+    /// The method header and the URI header.
+    pub fn names(self) -> [&'static str; 2] {
+        match self {
+            CheckHeaders::Original => ["x-original-method", "x-original-uri"],
+            CheckHeaders::Forwarded => ["x-forwarded-method", "x-forwarded-uri"],
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +90,8 @@ pub struct RedisSettings {
 
 /// The most tiers the module takes in one call.
 const MAX_TIERS: usize = 8;
+/// The largest integer a structured header field can carry.
+const MAX_FIELD_INTEGER: u64 = 999_999_999_999_999;
 /// The largest limit the module's sliding log keeps exactly.
 const MAX_LOG_LIMIT: u64 = 10_000;
 
@@ -93,6 +125,17 @@ struct ServerSection {
     reload_interval_ms: u64,
     #[serde(default = "default_check_deny_status")]
     check_deny_status: u16,
+    #[serde(default = "default_check_headers")]
+    check_headers: String,
+    #[serde(default = "default_upstream_timeout_ms")]
+    upstream_timeout_ms: u64,
+}
+
+fn default_check_headers() -> String {
+    "x-original".into()
+}
+fn default_upstream_timeout_ms() -> u64 {
+    30_000
 }
 
 fn default_admin_listen() -> String {
@@ -318,7 +361,21 @@ fn server_settings(section: ServerSection) -> Result<ServerSettings, String> {
     if !(200..=599).contains(&section.check_deny_status) {
         return Err("[server] check_deny_status must be an HTTP status (200-599)".into());
     }
+    let check_headers = match section.check_headers.as_str() {
+        "x-original" => CheckHeaders::Original,
+        "x-forwarded" => CheckHeaders::Forwarded,
+        other => {
+            return Err(format!(
+                "[server] check_headers '{other}' must be \"x-original\" (nginx) or \"x-forwarded\" (Traefik)"
+            ))
+        }
+    };
+    if section.upstream_timeout_ms == 0 {
+        return Err("[server] upstream_timeout_ms must be at least 1".into());
+    }
     Ok(ServerSettings {
+        check_headers,
+        upstream_timeout: Duration::from_millis(section.upstream_timeout_ms),
         listen: address("listen", &section.listen)?,
         admin_listen: address("admin_listen", &section.admin_listen)?,
         mode,
@@ -359,6 +416,11 @@ fn redis_settings(section: RedisSection) -> Result<RedisSettings, String> {
     };
     for url in urls {
         redis::Client::open(url.as_str()).map_err(|e| format!("[redis] '{url}': {e}"))?;
+    }
+    if section.key_prefix.contains(['{', '}']) {
+        return Err(
+            "[redis] key_prefix must not contain '{' or '}' (the hash tag is the client's)".into(),
+        );
     }
     if section.deadline_ms == 0 {
         return Err("[redis] deadline_ms must be at least 1".into());
@@ -402,6 +464,9 @@ fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
                 return Err(format!(
                     "name '{name}' must be letters, digits, '-', '_' or '.'"
                 ));
+            }
+            if name == "default" {
+                return Err("the name 'default' belongs to the [default] rule".into());
             }
             if section.path.is_none() && section.methods.is_none() {
                 return Err(format!("rule '{name}' needs a path or methods to match"));
@@ -543,6 +608,17 @@ fn limit(section: &RuleSection) -> Result<Limit, String> {
                     );
                 }
             }
+            // A request costing more than a tier can ever hold would be denied forever.
+            let capacity = |tier: &Tier| section.burst.unwrap_or(tier.limit);
+            if let Some(tier) = tiers.iter().find(|t| section.cost > capacity(t)) {
+                return Err(format!(
+                    "cost {} is more than the {} a request can ever get under {}/{}ms",
+                    section.cost,
+                    capacity(tier),
+                    tier.limit,
+                    tier.window_ms
+                ));
+            }
             Ok(Limit::Tiers {
                 tiers,
                 algorithm,
@@ -560,6 +636,12 @@ fn tier(text: &str) -> Result<Tier, String> {
     let limit: u64 = count.trim().parse().map_err(|_| bad())?;
     if limit == 0 {
         return Err(format!("limit '{text}': the count must be at least 1"));
+    }
+    // Header integers (RFC 8941) have at most 15 digits.
+    if limit > MAX_FIELD_INTEGER {
+        return Err(format!(
+            "limit '{text}': the count must be at most {MAX_FIELD_INTEGER}"
+        ));
     }
     let window_ms = duration_ms(window.trim()).ok_or_else(bad)?;
     Ok(Tier { limit, window_ms })
@@ -630,6 +712,10 @@ mod tests {
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n[[rule]]\nname = \"a\"\npath = \"/b\"\nlimits = [\"5/1m\"]\n", "two rules"),
             ("[default]\nname = \"x\"\nlimits = [\"5/1m\"]\n", "[default]"),
             ("[redis]\ndeadline_ms = 0\n", "deadline_ms"),
+            ("[redis]\nkey_prefix = \"rl:{x}:\"\n", "key_prefix"),
+            ("[[rule]]\nname = \"default\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n", "belongs"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\ncost = 6\n", "cost 6"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"1000000000000000/1m\"]\n", "at most"),
         ];
         for (text, expected) in cases {
             let error = with(text)

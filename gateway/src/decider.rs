@@ -56,7 +56,7 @@ impl Decider {
     }
 
     pub fn breaker_open(&self) -> bool {
-        self.breaker.is_open(Instant::now())
+        self.breaker.is_open()
     }
 
     /// Charges one request of `rule` to `key`.
@@ -81,7 +81,11 @@ impl Decider {
         } else if verdict.allowed() {
             Decision::Allowed(verdict)
         } else {
-            self.deny_cache.remember(key, &verdict, Instant::now());
+            // A rule that counts by status gives hits back after the fact: a denial made
+            // while others' hits were outstanding may not last, so it is not cached.
+            if !rule.counts_by_status() {
+                self.deny_cache.remember(key, &verdict, Instant::now());
+            }
             Decision::Denied {
                 verdict,
                 cached: false,

@@ -32,7 +32,11 @@ impl DenyCache {
         if wait == 0 {
             return;
         }
-        let until = now + std::time::Duration::from_millis(wait);
+        // A wait too long to add to the clock (a request that can never pass) is not
+        // cached: Redis keeps answering it.
+        let Some(until) = now.checked_add(std::time::Duration::from_millis(wait)) else {
+            return;
+        };
         let entry = Entry {
             denied_at: now,
             until,

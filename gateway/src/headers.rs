@@ -5,7 +5,7 @@
 //! `"name";r=<remaining>;t=<seconds to reset>`.
 
 use crate::rules::{Limit, Rule};
-use crate::verdict::Verdict;
+use crate::verdict::{Verdict, NEVER};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use std::fmt::Write;
 
@@ -72,7 +72,9 @@ pub fn add(headers: &mut HeaderMap, rule: &Rule, verdict: &Verdict, legacy: bool
         headers.insert(RATELIMIT.clone(), state);
     }
     let binding = verdict.binding();
-    if denied {
+    // A request that can never pass (the module's "never") gets no Retry-After: there is
+    // no time at which retrying helps.
+    if denied && binding.retry_after_ms != NEVER {
         headers.insert(
             RETRY_AFTER,
             HeaderValue::from(retry_after_seconds(binding.retry_after_ms)),

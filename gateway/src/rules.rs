@@ -3,6 +3,7 @@
 
 use crate::pattern::PathPattern;
 use hyper::header::{HeaderMap, HeaderName};
+use sha2::{Digest, Sha256};
 use std::fmt::Write;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -152,7 +153,7 @@ impl Rule {
         match subject {
             Some((tag, value)) => {
                 key.push_str(tag);
-                push_escaped(&mut key, value);
+                push_bounded(&mut key, value);
             }
             None => {
                 let _ = write!(key, "ip:{}", request.client_ip);
@@ -162,9 +163,9 @@ impl Rule {
         key.push_str(&self.name);
         if self.per_endpoint {
             key.push(':');
-            key.push_str(request.method);
+            push_escaped(&mut key, request.method.as_bytes());
             key.push(' ');
-            push_escaped(&mut key, request.path.as_bytes());
+            push_bounded(&mut key, request.path.as_bytes());
         }
         key
     }
@@ -176,6 +177,26 @@ pub struct RequestFacts<'a> {
     pub path: &'a str,
     pub headers: &'a HeaderMap,
     pub client_ip: IpAddr,
+}
+
+/// The longest part of a key (a header value, a path segment, a path) written out; a
+/// longer one is written as its hash, so that a client cannot make keys (in Redis and in
+/// the deny cache) as large as a request's headers.
+const MAX_KEY_PART: usize = 128;
+
+/// Appends `bytes` escaped, or `#` and the hex of the first 16 bytes of their SHA-256 when
+/// that would be longer than [`MAX_KEY_PART`]. The hash is the same on every gateway, so
+/// they all charge the same budget.
+fn push_bounded(out: &mut String, bytes: &[u8]) {
+    let start = out.len();
+    push_escaped(out, bytes);
+    if out.len() - start > MAX_KEY_PART {
+        out.truncate(start);
+        out.push('#');
+        for b in &Sha256::digest(bytes)[..16] {
+            let _ = write!(out, "{b:02x}");
+        }
+    }
 }
 
 /// Appends `bytes` with `%`, braces (which would move the hash tag), spaces, control and
@@ -289,6 +310,25 @@ mod tests {
             rule.key("rl:", &facts("GET", "/users/42/orders", &empty)),
             "rl:{seg:42}:seg"
         );
+    }
+
+    #[test]
+    fn long_values_are_hashed_the_same_everywhere() {
+        let set = rules("[[rule]]\nname = \"hdr\"\npath = \"/h/**\"\nkey = \"header:X-Api-Key\"\nlimits = [\"5/1m\"]\nper_endpoint = true\n");
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", "k".repeat(10_000).parse().unwrap());
+        let path = format!("/h/{}", "p".repeat(500));
+        let rule = set.find("GET", &path).unwrap();
+        let key = rule.key("rl:", &facts("GET", &path, &headers));
+        assert!(key.len() < 120, "{key}");
+        assert!(key.starts_with("rl:{h:#"), "{key}");
+        assert_eq!(
+            key,
+            rule.key("rl:", &facts("GET", &path, &headers)),
+            "deterministic"
+        );
+        headers.insert("x-api-key", "k".repeat(10_001).parse().unwrap());
+        assert_ne!(key, rule.key("rl:", &facts("GET", &path, &headers)));
     }
 
     #[test]

@@ -10,12 +10,14 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
+
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Accepts connections forever, serving each with `handle(peer, request)`.
 pub async fn serve<F, Fut>(listener: TcpListener, gateway: Arc<Gateway>, handle: F)
@@ -41,7 +43,11 @@ where
                 async move { Ok::<_, Infallible>(handle(gateway, peer, request).await) }
             });
             // A client that goes away mid-request is not the gateway's error.
+            // A client gets HEADER_TIMEOUT to send a request's headers (the first or the
+            // next on a kept-alive connection), so idle and slow clients do not pile up.
             let _ = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });

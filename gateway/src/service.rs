@@ -7,8 +7,9 @@ use crate::config::{Mode, ServerSettings};
 use crate::decider::{Decider, Decision};
 use crate::headers;
 use crate::metrics::{Metrics, Outcome};
+use crate::pattern::canonical_path;
 use crate::rules::{RequestFacts, Rule, RuleSet};
-use crate::upstream::Upstream;
+use crate::upstream::{strip_hop_by_hop, wants_upgrade, Upstream, UpstreamError};
 use crate::verdict::Verdict;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
@@ -49,7 +50,10 @@ impl Gateway {
         decider: Decider,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let upstream = server.upstream.clone().map(Upstream::new);
+        let upstream = server
+            .upstream
+            .clone()
+            .map(|base| Upstream::new(base, server.upstream_timeout));
         Gateway {
             server,
             key_prefix,
@@ -123,17 +127,20 @@ impl Gateway {
         }
     }
 
-    async fn proxy(&self, peer: IpAddr, request: Request<Incoming>) -> Response<Body> {
+    async fn proxy(&self, peer: IpAddr, mut request: Request<Incoming>) -> Response<Body> {
+        if wants_upgrade(request.headers()) {
+            // WebSocket and other upgrades are not proxied: say so rather than turning
+            // them into plain requests.
+            return local(StatusCode::NOT_IMPLEMENTED, "Upgrades are not supported\n");
+        }
+        // Before the decision: a header the client names in Connection (say, the one the
+        // rule keys on) never reaches the upstream, so it must not choose the budget either.
+        strip_hop_by_hop(request.headers_mut());
         let rules = self.rules();
         let method = request.method().as_str().to_owned();
+        let path = canonical_path(request.uri().path());
         let judgement = self
-            .judge(
-                &rules,
-                peer,
-                &method,
-                request.uri().path(),
-                request.headers(),
-            )
+            .judge(&rules, peer, &method, &path, request.headers())
             .await;
         let Judgement {
             rule,
@@ -166,10 +173,14 @@ impl Gateway {
             .await
         {
             Ok(response) => response.map(Either::Left),
-            Err(error) => {
+            Err(UpstreamError::Failed(error)) => {
                 self.metrics.upstream_error();
                 crate::logging::log!("upstream error: {error}");
                 local(StatusCode::BAD_GATEWAY, "Bad Gateway\n")
+            }
+            Err(UpstreamError::Timeout) => {
+                self.metrics.upstream_error();
+                local(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout\n")
             }
         };
         if let Some((rule, verdict)) = charged {
@@ -193,20 +204,24 @@ impl Gateway {
     async fn check(&self, peer: IpAddr, request: Request<Incoming>) -> Response<Body> {
         let rules = self.rules();
         let headers = request.headers();
-        let original = |names: [&str; 2]| {
-            names
-                .iter()
-                .find_map(|name| headers.get(*name).and_then(|v| v.to_str().ok()))
-                .map(str::to_owned)
+        // The request asked about: from the headers the configured proxy sets, and only
+        // when the peer is a trusted proxy; else the check request's own method and path
+        // (what Envoy's ext_authz sends).
+        let trusted = self.server.is_trusted_proxy(peer);
+        let asked = |name: &str| {
+            trusted
+                .then(|| headers.get(name).and_then(|v| v.to_str().ok()))
+                .flatten()
         };
-        let method = original(["x-original-method", "x-forwarded-method"])
-            .map(|m| m.to_ascii_uppercase())
-            .unwrap_or_else(|| request.method().as_str().to_owned());
-        let uri = original(["x-original-uri", "x-forwarded-uri"])
-            .unwrap_or_else(|| request.uri().path().to_owned());
-        let path = uri.split(['?', '#']).next().unwrap_or("/");
+        let [method_header, uri_header] = self.server.check_headers.names();
+        let method = asked(method_header)
+            .and_then(|m| hyper::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
+            .unwrap_or_else(|| request.method().clone());
+        let uri = asked(uri_header).unwrap_or_else(|| request.uri().path());
+        let path = canonical_path(uri.split(['?', '#']).next().unwrap_or("/"));
+        let method = method.as_str();
         let Judgement { rule, decision, .. } =
-            self.judge(&rules, peer, &method, path, headers).await;
+            self.judge(&rules, peer, method, &path, headers).await;
         let Some(rule) = rule else {
             return local(StatusCode::OK, "");
         };

@@ -9,18 +9,30 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::net::IpAddr;
+use std::time::Duration;
 
 pub struct Upstream {
     client: Client<HttpConnector, Incoming>,
     base: Uri,
+    /// How long the upstream may take to start its answer.
+    timeout: Duration,
 }
 
-/// Headers that concern one connection, not the message (RFC 9110, section 7.6.1).
-const HOP_BY_HOP: [&str; 8] = [
+pub enum UpstreamError {
+    /// No answer within the timeout (504).
+    Timeout,
+    /// Refused, reset, or not HTTP (502).
+    Failed(String),
+}
+
+/// Headers that concern one connection or this proxy, not the message (RFC 9110,
+/// section 7.6.1).
+const HOP_BY_HOP: [&str; 9] = [
     "connection",
     "keep-alive",
     "proxy-connection",
     "proxy-authenticate",
+    "proxy-authorization",
     "te",
     "trailer",
     "transfer-encoding",
@@ -28,13 +40,17 @@ const HOP_BY_HOP: [&str; 8] = [
 ];
 
 impl Upstream {
-    pub fn new(base: Uri) -> Self {
+    pub fn new(base: Uri, timeout: Duration) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(256)
             .build(connector);
-        Upstream { client, base }
+        Upstream {
+            client,
+            base,
+            timeout,
+        }
     }
 
     /// Sends `request`, received from `peer`, to the upstream, with the fail-open header
@@ -45,13 +61,17 @@ impl Upstream {
         peer: IpAddr,
         mark_name: &HeaderName,
         mark: Option<HeaderValue>,
-    ) -> Result<Response<Incoming>, String> {
+    ) -> Result<Response<Incoming>, UpstreamError> {
         let path_and_query = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
         let mut parts = self.base.clone().into_parts();
-        parts.path_and_query = Some(path_and_query.parse().map_err(|e| format!("{e}"))?);
-        *request.uri_mut() = Uri::from_parts(parts).map_err(|e| e.to_string())?;
+        parts.path_and_query = Some(
+            path_and_query
+                .parse()
+                .map_err(|e| UpstreamError::Failed(format!("{e}")))?,
+        );
+        *request.uri_mut() =
+            Uri::from_parts(parts).map_err(|e| UpstreamError::Failed(e.to_string()))?;
         let headers = request.headers_mut();
-        strip_hop_by_hop(headers);
         append_forwarded_for(headers, peer);
         // The mark is the gateway's to set: one the client sent is dropped, so that an
         // upstream that trusts it cannot be fooled.
@@ -59,17 +79,28 @@ impl Upstream {
         if let Some(value) = mark {
             headers.insert(mark_name.clone(), value);
         }
-        let mut response = self
-            .client
-            .request(request)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut response =
+            match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+                Ok(Ok(response)) => response,
+                Ok(Err(error)) => return Err(UpstreamError::Failed(error.to_string())),
+                Err(_elapsed) => return Err(UpstreamError::Timeout),
+            };
         strip_hop_by_hop(response.headers_mut());
         Ok(response)
     }
 }
 
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
+/// Whether the request asks to switch protocols (`Connection: upgrade`).
+pub fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(hyper::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Connection may name more headers that belong to this hop only.
     let named: Vec<HeaderName> = headers
         .get_all(hyper::header::CONNECTION)

@@ -111,6 +111,18 @@ fn non_negative(value: &Value) -> Option<u64> {
     }
 }
 
+/// `retry_after_ms`: -1 is the module's "never" (the cost is more than the limit can ever
+/// hold), kept as `u64::MAX`.
+fn retry_after(value: &Value) -> Option<u64> {
+    match value {
+        Value::Int(-1) => Some(NEVER),
+        other => non_negative(other),
+    }
+}
+
+/// A wait that never ends.
+pub const NEVER: u64 = u64::MAX;
+
 fn tier_from_array(items: &[Value]) -> Option<TierState> {
     let [allowed, limit, remaining, reset, retry] = items else {
         return None;
@@ -120,7 +132,7 @@ fn tier_from_array(items: &[Value]) -> Option<TierState> {
         limit: non_negative(limit)?,
         remaining: non_negative(remaining)?,
         reset_after_ms: non_negative(reset)?,
-        retry_after_ms: non_negative(retry)?,
+        retry_after_ms: retry_after(retry)?,
     })
 }
 
@@ -143,7 +155,11 @@ fn tier_from_map(fields: &[(Value, Value)]) -> Option<TierState> {
             "retry_after_ms" => 4,
             _ => continue,
         };
-        values[slot] = Some(non_negative(value)?);
+        values[slot] = Some(if slot == 4 {
+            retry_after(value)?
+        } else {
+            non_negative(value)?
+        });
     }
     let [allowed, limit, remaining, reset, retry] = values;
     Some(TierState {
@@ -211,6 +227,8 @@ mod tests {
 
     #[test]
     fn anything_else_is_refused() {
+        let never = Verdict::from_reply(&Value::Array([0, 5, 5, 0, -1].map(Value::Int).to_vec()));
+        assert_eq!(never.unwrap().binding().retry_after_ms, NEVER);
         assert!(Verdict::from_reply(&Value::Okay).is_none());
         assert!(Verdict::from_reply(&Value::Array(vec![Value::Int(1)])).is_none());
         assert!(

@@ -38,12 +38,7 @@ fn healthz_answers_ok() {
 #[test]
 fn metrics_count_decisions_and_redis_latency() {
     for flavor in FLAVORS {
-        let redis = ServerConfig::new(flavor).start();
-        let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!("{}{RULES}", redis_section(redis.port(), "")),
-        );
+        let (_redis, _upstream, gateway) = stack(flavor, RULES);
         let statuses: Vec<u16> = (0..5).map(|_| gateway.get("/api/x").status).collect();
         assert_eq!(statuses, [200, 200, 200, 429, 429], "{flavor:?}");
         for _ in 0..2 {

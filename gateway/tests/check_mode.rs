@@ -1,7 +1,8 @@
 //! `mode = "check"`: the gateway answers whether a request may pass (for a proxy such as
-//! nginx's `auth_request`), deciding on the method from `X-Original-Method` (else
-//! `X-Forwarded-Method`, else its own) and the path from `X-Original-URI` (else
-//! `X-Forwarded-Uri`, else its own): 200 with an empty body and the RateLimit headers, or
+//! nginx's `auth_request`), deciding on the method and path from the pair of headers
+//! `check_headers` names (`X-Original-Method` / `X-Original-URI` by default,
+//! `X-Forwarded-Method` / `X-Forwarded-Uri` for Traefik), read only from a trusted proxy,
+//! else on its own method and path: 200 with an empty body and the RateLimit headers, or
 //! `check_deny_status` (429 by default) with Retry-After; fail-open is a 200 that says so
 //! in `X-RateLimit-Fail-Open`, fail-closed a 503.
 
@@ -22,9 +23,14 @@ limits = ["100/1h"]
 algorithm = "log"
 "#;
 
+/// A check-mode gateway that trusts its loopback peer (the tests play the proxy).
 fn start(redis_port: u16, server_lines: &str) -> Gateway {
+    start_trusting(redis_port, "[\"127.0.0.1/32\"]", server_lines)
+}
+
+fn start_trusting(redis_port: u16, trusted: &str, server_lines: &str) -> Gateway {
     Gateway::start(
-        &format!("mode = \"check\"\n{server_lines}"),
+        &format!("mode = \"check\"\ntrusted_proxies = {trusted}\n{server_lines}"),
         &format!("{}{RULES}", redis_section(redis_port, "")),
     )
 }
@@ -80,38 +86,14 @@ fn the_original_method_and_uri_decide_then_200_turns_into_429() {
         assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
         assert_eq!(rule_of(&resp), "default", "{flavor:?}");
 
-        // X-Original-Method wins over X-Forwarded-Method.
-        let resp = gateway.send(
-            "GET",
-            "/",
-            &[
-                ("X-Original-Method", "GET"),
-                ("X-Forwarded-Method", "POST"),
-                ("X-Original-URI", "/auth/login"),
-            ],
-        );
-        assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
-        assert_eq!(rule_of(&resp), "default", "{flavor:?}");
-
-        // X-Forwarded-Method and X-Forwarded-Uri when there is no X-Original-*.
+        // Only the configured pair is read: X-Forwarded-* (which a proxy of the other
+        // kind passes through from the client) is ignored.
         let resp = gateway.send(
             "GET",
             "/",
             &[
                 ("X-Forwarded-Method", "POST"),
                 ("X-Forwarded-Uri", "/auth/other"),
-            ],
-        );
-        assert_eq!(resp.status, 429, "{flavor:?}: {resp:?}");
-        assert_eq!(rule_of(&resp), "login", "{flavor:?}");
-
-        // X-Original-URI wins over X-Forwarded-Uri.
-        let resp = gateway.send(
-            "POST",
-            "/",
-            &[
-                ("X-Original-URI", "/elsewhere"),
-                ("X-Forwarded-Uri", "/auth/login"),
             ],
         );
         assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
@@ -132,6 +114,34 @@ fn the_original_method_and_uri_decide_then_200_turns_into_429() {
                 "rl:{ip:127.0.0.1}:login".to_string(),
             ],
             "{flavor:?}"
+        );
+    }
+}
+
+#[test]
+fn traefik_headers_when_configured_and_none_from_an_untrusted_peer() {
+    for flavor in FLAVORS {
+        let redis = ServerConfig::new(flavor).start();
+        let traefik = start(redis.port(), "check_headers = \"x-forwarded\"\n");
+        let forwarded_login = [
+            ("X-Forwarded-Method", "POST"),
+            ("X-Forwarded-Uri", "/auth/login"),
+        ];
+        let resp = traefik.send("GET", "/", &forwarded_login);
+        assert_eq!(rule_of(&resp), "login", "{flavor:?}: {resp:?}");
+        // The other pair is the client's own: ignored.
+        let resp = traefik.send("GET", "/", &ORIGINAL_LOGIN);
+        assert_eq!(rule_of(&resp), "default", "{flavor:?}: {resp:?}");
+
+        // A peer that is not a trusted proxy cannot name another request.
+        let untrusted = start_trusting(redis.port(), "[]", "");
+        let resp = untrusted.send("GET", "/", &ORIGINAL_LOGIN);
+        assert_eq!(rule_of(&resp), "default", "{flavor:?}: {resp:?}");
+        let resp = untrusted.send("POST", "/auth/login", &[]);
+        assert_eq!(
+            rule_of(&resp),
+            "login",
+            "{flavor:?}: its own method and path"
         );
     }
 }

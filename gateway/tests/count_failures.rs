@@ -35,13 +35,7 @@ fn remaining_in_redis(redis: &Server, path: &str) -> i64 {
 }
 
 fn start(flavor: Flavor) -> (Server, Upstream, Gateway) {
-    let redis = ServerConfig::new(flavor).start();
-    let upstream = Upstream::start();
-    let gateway = Gateway::start(
-        &upstream.server_line(),
-        &format!("{}{RULES}", redis_section(redis.port(), "")),
-    );
-    (redis, upstream, gateway)
+    stack(flavor, RULES)
 }
 
 #[test]

@@ -75,12 +75,7 @@ fn redis_never_started_closes_the_strict_route_only() {
 #[test]
 fn redis_going_down_closes_the_strict_route_that_worked_before() {
     for flavor in FLAVORS {
-        let redis = ServerConfig::new(flavor).start();
-        let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!("{}{RULES}", redis_section(redis.port(), "")),
-        );
+        let (redis, upstream, gateway) = stack(flavor, RULES);
         let resp = gateway.get("/strict/thing");
         assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
         assert_eq!(resp.remaining(), 99, "{flavor:?}: {resp:?}");

@@ -37,13 +37,7 @@ algorithm = "log"
 "#;
 
 fn start(flavor: Flavor, headers: &str) -> (Server, Upstream, Gateway) {
-    let redis = ServerConfig::new(flavor).start();
-    let upstream = Upstream::start();
-    let gateway = Gateway::start(
-        &upstream.server_line(),
-        &format!("{}{headers}\n{RULES}", redis_section(redis.port(), "")),
-    );
-    (redis, upstream, gateway)
+    stack(flavor, &format!("{headers}\n{RULES}"))
 }
 
 const LEGACY: [&str; 3] = [

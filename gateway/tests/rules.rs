@@ -69,13 +69,7 @@ algorithm = "log"
 "#;
 
 fn start(flavor: Flavor) -> (Server, Upstream, Gateway) {
-    let redis = server_with_policies(flavor);
-    let upstream = Upstream::start();
-    let gateway = Gateway::start(
-        &upstream.server_line(),
-        &format!("{}{RULES}", redis_section(redis.port(), "")),
-    );
-    (redis, upstream, gateway)
+    stack_on(server_with_policies(flavor), RULES)
 }
 
 /// The one tier's (name, r) of an allowed answer.

@@ -580,6 +580,22 @@ pub fn redis_section_with(port: u16, extra: &str) -> String {
     format!("[redis]\nurl = \"redis://127.0.0.1:{port}\"\n{extra}\n")
 }
 
+/// A server of `flavor` with the module, the demo upstream, and a gateway in front of it
+/// whose file is `[server]` with the upstream, `[redis]` pointing at that server, then `rest`.
+pub fn stack(flavor: Flavor, rest: &str) -> (Server, Upstream, Gateway) {
+    stack_on(ServerConfig::new(flavor).start(), rest)
+}
+
+/// [`stack`] on a server already started.
+pub fn stack_on(redis: Server, rest: &str) -> (Server, Upstream, Gateway) {
+    let upstream = Upstream::start();
+    let gateway = Gateway::start(
+        &upstream.server_line(),
+        &format!("{}{rest}", redis_section(redis.port(), "")),
+    );
+    (redis, upstream, gateway)
+}
+
 /// The gateway, killed on drop. Its config file is `[server]` with `listen` and
 /// `admin_listen` on free ports plus the caller's lines, then the caller's other sections.
 pub struct Gateway {
