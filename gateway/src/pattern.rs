@@ -95,6 +95,9 @@ fn matches_segments(pattern: &[Segment], path: &[&str]) -> bool {
 /// `/%61/b` are one endpoint, as the upstream would most likely serve them. Other escapes
 /// stay as they are.
 pub fn canonical_path(path: &str) -> String {
+    if is_canonical(path) {
+        return path.to_owned();
+    }
     let mut segments: Vec<String> = Vec::new();
     for raw in split(path) {
         let segment = decode_unreserved(raw);
@@ -115,6 +118,18 @@ pub fn canonical_path(path: &str) -> String {
         canonical.push('/');
     }
     canonical
+}
+
+/// The common case, checked without allocating: `/` then non-empty segments that are
+/// neither `.` nor `..`, no `%`, no trailing `/`.
+fn is_canonical(path: &str) -> bool {
+    path == "/"
+        || (path.starts_with('/')
+            && !path.ends_with('/')
+            && !path.contains('%')
+            && path[1..]
+                .split('/')
+                .all(|s| !s.is_empty() && s != "." && s != ".."))
 }
 
 fn decode_unreserved(segment: &str) -> String {
@@ -194,6 +209,10 @@ mod tests {
     #[test]
     fn canonical_paths() {
         assert_eq!(canonical_path("/home"), "/home");
+        assert_eq!(canonical_path("/"), "/");
+        assert_eq!(canonical_path("/a/b.c/..d"), "/a/b.c/..d");
+        assert_eq!(canonical_path("/a/"), "/a");
+        assert_eq!(canonical_path("a/b"), "/a/b");
         assert_eq!(canonical_path("//home/"), "/home");
         assert_eq!(canonical_path("/a/./b/../c"), "/a/c");
         assert_eq!(canonical_path("/../.."), "/");
