@@ -20,7 +20,6 @@ Python 3 standard library only; everything started is stopped, also on errors.
 
 import argparse
 import datetime
-import os
 import re
 import shutil
 import socket
@@ -30,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchlib import machine_description
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -147,16 +148,6 @@ def node_cpu_seconds(node):
     return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
 
 
-def cpu_model():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run, not a result")
@@ -205,7 +196,7 @@ def main():
         "",
         f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by "
         f"`python3 bench/cluster.py`{' --quick (a smoke run, not a result)' if args.quick else ''}; "
-        f"{os.cpu_count()} cores ({cpu_model()}), Redis {version.group(1) if version else '?'}, "
+        f"{machine_description()}, Redis {version.group(1) if version else '?'}, "
         f"`redis-benchmark [--cluster] -c {CLIENTS} -P {PIPELINE} -r {KEYSPACE} -n {requests}`, "
         f"median of {rounds} interleaved round(s). No replicas; keys over every slot (`{{tag}}`).",
         "",

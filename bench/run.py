@@ -23,7 +23,6 @@ import os
 import re
 import resource
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -33,6 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
+
+from benchlib import (format_duration, git_commit, log, machine_busy_seconds, machine_description, markdown_cell, Processes, stop_on_signals)
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -184,34 +185,6 @@ class Settings:
 # ----------------------------------------------------------------------------------------
 # Processes: every one is tracked and stopped by its pid
 
-
-class Processes:
-    """The processes this script started; stop_all() ends each one by its pid."""
-
-    def __init__(self) -> None:
-        self.running: List[subprocess.Popen] = []
-
-    def start(self, command: List[str], **popen_args) -> subprocess.Popen:
-        # A session of its own keeps Ctrl-C away from the child: the script stops it itself,
-        # in order, from its finally block.
-        process = subprocess.Popen(command, start_new_session=True, **popen_args)
-        self.running.append(process)
-        return process
-
-    def stop(self, process: subprocess.Popen) -> None:
-        if process.poll() is None:
-            process.terminate()  # SIGTERM to this pid only
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process in self.running:
-            self.running.remove(process)
-
-    def stop_all(self) -> None:
-        for process in list(self.running):
-            self.stop(process)
 
 
 # ----------------------------------------------------------------------------------------
@@ -438,12 +411,6 @@ def pipe_commands(bench: Bench, payload_file: Path) -> Tuple[int, int]:
 # CPU used by other processes during a run: this machine is shared, and that load is the
 # main source of noise, so every run records it.
 
-
-def machine_busy_seconds() -> float:
-    """Busy CPU time of the whole machine, all CPUs (steal included: it is lost to us too)."""
-    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_seconds() -> float:
@@ -794,26 +761,6 @@ def memory_table(results: List[MemoryResult]) -> List[str]:
     return lines
 
 
-def markdown_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ").strip()
-
-
-def machine_description() -> str:
-    model = next((line.split(":", 1)[1].strip()
-                  for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown CPU")
-    memory_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                      if line.startswith("MemTotal:"))
-    return (f"{len(os.sched_getaffinity(0))} CPUs (nproc), {model}, "
-            f"{memory_kib / 1024 / 1024:.1f} GiB RAM, Linux {os.uname().release}")
-
-
-def git_commit() -> str:
-    # rev-parse only reads: nothing here may change the repository's state.
-    result = subprocess.run(["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True)
-    return result.stdout.strip() or "unknown"
-
 
 def expiry_churn(rows: List[Row], measurements: Measurements, threshold: float = 0.1) -> str:
     """The rows whose keys the server expired during the runs, with keys expired per request."""
@@ -919,14 +866,6 @@ def rounds_rule(settings: Settings) -> str:
             f"{format_duration(settings.budget_s)} budget allows")
 
 
-def format_duration(seconds: float) -> str:
-    minutes, rest = divmod(int(round(seconds)), 60)
-    return f"{minutes}m {rest:02d}s"
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
 
 # ----------------------------------------------------------------------------------------
 # Main
@@ -957,19 +896,6 @@ def settings_from(arguments: argparse.Namespace) -> Settings:
                     arguments.budget_minutes * 60, arguments.memory_keys,
                     warmup_requests=min(100_000, arguments.requests_p16))
 
-
-def stop_on_signals() -> None:
-    """SIGINT and SIGTERM unwind through the finally blocks, which stop the processes.
-
-    SIGINT is set explicitly because Python leaves it ignored when the script starts in the
-    background of a shell, and then Ctrl-C or `kill -INT` would do nothing.
-    """
-    def raise_exit(signum, frame):
-        log(f"stopping on signal {signum}")
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, raise_exit)
-    signal.signal(signal.SIGINT, raise_exit)
 
 
 def missing_prerequisite(module: Path) -> Optional[str]:
