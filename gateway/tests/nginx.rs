@@ -10,7 +10,9 @@ use std::fs;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// nginx from Debian (`make setup` installs it), run in the foreground, killed on drop.
+/// nginx from Debian (`make setup` installs it), run in the foreground as one process
+/// (`master_process off`: a master killed on drop would leave its workers running),
+/// killed on drop.
 struct Nginx {
     child: Child,
     port: u16,
@@ -37,7 +39,7 @@ impl Nginx {
         assert_ne!(server, example, "the example's ports were found");
         let d = dir.path().display();
         let config = format!(
-            "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+            "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
              events {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d};\n  \
              proxy_temp_path {d};\n  fastcgi_temp_path {d};\n  uwsgi_temp_path {d};\n  \
              scgi_temp_path {d};\n{server}\n}}\n"
