@@ -9,7 +9,6 @@ use crate::deny_cache::DenyCache;
 use crate::metrics::{Failure, Metrics};
 use crate::rules::{Limit, Rule};
 use crate::verdict::Verdict;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub enum Decision {
@@ -31,22 +30,17 @@ pub struct Decider {
     breaker: Breaker,
     deny_cache: DenyCache,
     deadline: Duration,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Metrics,
 }
 
 impl Decider {
-    pub fn new(
-        backend: Backend,
-        redis: &RedisSettings,
-        deny_cache_capacity: usize,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+    pub fn new(backend: Backend, redis: &RedisSettings, deny_cache_capacity: usize) -> Self {
         Decider {
             backend,
             breaker: Breaker::new(redis.breaker_failures, redis.breaker_open),
             deny_cache: DenyCache::new(deny_cache_capacity),
             deadline: redis.deadline,
-            metrics,
+            metrics: Metrics::default(),
         }
     }
 

@@ -42,7 +42,7 @@ fn main() -> ExitCode {
         ["--config", path] => run(PathBuf::from(path)),
         ["--check-config", path] => match config::load(path.as_ref()) {
             Ok(config) => {
-                let count = config.rules.rules.len() + usize::from(config.rules.default.is_some());
+                let count = config.rules.count();
                 println!("{path}: valid, {count} rules");
                 ExitCode::SUCCESS
             }
@@ -86,23 +86,16 @@ fn run(path: PathBuf) -> ExitCode {
 }
 
 async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
-    let metrics = Arc::new(metrics::Metrics::default());
     let backend = backend::Backend::connect(&config.redis.target)?;
     if !backend.wait_ready(STARTUP_WAIT).await {
         log!("Redis does not answer yet; decisions fail open until it does");
     }
-    let decider = decider::Decider::new(
-        backend.clone(),
-        &config.redis,
-        config.deny_cache_capacity,
-        metrics.clone(),
-    );
+    let decider = decider::Decider::new(backend.clone(), &config.redis, config.deny_cache_capacity);
     let gateway = Arc::new(service::Gateway::new(
         config.server.clone(),
         config.redis.key_prefix.clone(),
         config.rules.clone(),
         decider,
-        metrics,
     ));
     let bind = |address| async move {
         tokio::net::TcpListener::bind(address)

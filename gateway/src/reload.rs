@@ -74,7 +74,7 @@ fn reload(path: &Path, gateway: &Gateway, started_with: &Config, why: &str) {
                     path.display()
                 );
             }
-            gateway.metrics.reload(true);
+            gateway.metrics().reload(true);
             if gateway.rules_from_redis.load(Ordering::Relaxed) {
                 log!(
                     "rules file {} checked ({why}); the rules from Redis stay in force until their key is deleted",
@@ -89,7 +89,7 @@ fn reload(path: &Path, gateway: &Gateway, started_with: &Config, why: &str) {
             );
         }
         Err(error) => {
-            gateway.metrics.reload(false);
+            gateway.metrics().reload(false);
             log!(
                 "rules file {} refused ({why}): {error}; the previous rules stay",
                 path.display()
@@ -99,7 +99,7 @@ fn reload(path: &Path, gateway: &Gateway, started_with: &Config, why: &str) {
 }
 
 fn apply(gateway: &Gateway, rules: crate::rules::RuleSet, from: &str) {
-    let count = rules.rules.len() + usize::from(rules.default.is_some());
+    let count = rules.count();
     gateway.replace_rules(rules);
     log!("rules reloaded from {from}: {count} rules");
 }
@@ -129,11 +129,11 @@ pub fn spawn_redis_refresher(
                     {
                         Ok(rules) => {
                             gateway.rules_from_redis.store(true, Ordering::Relaxed);
-                            gateway.metrics.reload(true);
+                            gateway.metrics().reload(true);
                             apply(&gateway, rules, &from);
                         }
                         Err(error) => {
-                            gateway.metrics.reload(false);
+                            gateway.metrics().reload(false);
                             log!("rules in {from} refused: {error}; the previous rules stay");
                         }
                     }

@@ -20,6 +20,11 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
+    /// How many rules, the default included.
+    pub fn count(&self) -> usize {
+        self.rules.len() + usize::from(self.default.is_some())
+    }
+
     /// The first rule matching `method` and `path`, else the default rule.
     pub fn find(&self, method: &str, path: &str) -> Option<&Arc<Rule>> {
         self.rules

@@ -76,7 +76,7 @@ pub async fn admin_handler(
         (&Method::GET, "/metrics") => (
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            gateway.metrics.render(gateway.decider.breaker_open()),
+            gateway.metrics().render(gateway.decider.breaker_open()),
         ),
         _ => (
             StatusCode::NOT_FOUND,

@@ -32,7 +32,6 @@ pub struct Gateway {
     pub rules_from_redis: AtomicBool,
     pub decider: Decider,
     upstream: Option<Upstream>,
-    pub metrics: Arc<Metrics>,
 }
 
 /// What the decision means for the request.
@@ -48,7 +47,6 @@ impl Gateway {
         key_prefix: String,
         rules: RuleSet,
         decider: Decider,
-        metrics: Arc<Metrics>,
     ) -> Self {
         let upstream = server
             .upstream
@@ -61,8 +59,12 @@ impl Gateway {
             rules_from_redis: AtomicBool::new(false),
             decider,
             upstream,
-            metrics,
         }
+    }
+
+    /// The counters, kept by the decider, which counts its own work too.
+    pub fn metrics(&self) -> &Metrics {
+        &self.decider.metrics
     }
 
     pub fn rules(&self) -> Arc<RuleSet> {
@@ -113,12 +115,12 @@ impl Gateway {
             Decision::ShadowDenied => Some(Outcome::ShadowDenied),
             Decision::Failed(_) if rule.fail_closed => Some(Outcome::FailClosed),
             Decision::Failed(failure) => {
-                self.metrics.fail_open(*failure);
+                self.metrics().fail_open(*failure);
                 Some(Outcome::FailOpen)
             }
         };
         if let Some(outcome) = outcome {
-            self.metrics.decision(&rule.name, outcome);
+            self.metrics().decision(&rule.name, outcome);
         }
         Judgement {
             rule: Some(rule.clone()),
@@ -137,10 +139,10 @@ impl Gateway {
         // rule keys on) never reaches the upstream, so it must not choose the budget either.
         strip_hop_by_hop(request.headers_mut());
         let rules = self.rules();
-        let method = request.method().as_str().to_owned();
+        let method = request.method().clone();
         let path = canonical_path(request.uri().path());
         let judgement = self
-            .judge(&rules, peer, &method, &path, request.headers())
+            .judge(&rules, peer, method.as_str(), &path, request.headers())
             .await;
         let Judgement {
             rule,
@@ -174,12 +176,12 @@ impl Gateway {
         {
             Ok(response) => response.map(Either::Left),
             Err(UpstreamError::Failed(error)) => {
-                self.metrics.upstream_error();
+                self.metrics().upstream_error();
                 crate::logging::log!("upstream error: {error}");
                 local(StatusCode::BAD_GATEWAY, "Bad Gateway\n")
             }
             Err(UpstreamError::Timeout) => {
-                self.metrics.upstream_error();
+                self.metrics().upstream_error();
                 local(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout\n")
             }
         };
