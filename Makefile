@@ -30,10 +30,11 @@ demo: ## Set up, build, then run Redis, a demo upstream and rl-gateway with the 
 lint: ## cargo fmt --check and clippy with warnings as errors
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	scripts/check-core-pure.sh
 
 unit: ## Unit and property tests of the pure core and of the gateway
-	cargo test --lib
-	cargo test -p rl-gateway --bins
+	cargo test -p ratelimit-core
+	cargo test -p rl-gateway --lib --bins
 
 integration: ## Integration tests against real Redis 7.0 and Valkey 8.1 servers (module and gateway)
 	cargo build --lib

@@ -13,10 +13,10 @@
 //! unchecked); commands read the current values on every call, so a `CONFIG SET` applies to
 //! the next call.
 
-use crate::core::args::Settings;
-use crate::core::duration::{LARGEST_WINDOW_MS, MAX_WINDOW_MS};
-use crate::core::limiter::AlgorithmKind;
-use crate::core::sliding_log::MAX_LOG_LIMIT;
+use ratelimit_core::args::Settings;
+use ratelimit_core::duration::{LARGEST_WINDOW_MS, MAX_WINDOW_MS};
+use ratelimit_core::limiter::AlgorithmKind;
+use ratelimit_core::sliding_log::MAX_LOG_LIMIT;
 use redis_module::configuration::ConfigurationContext;
 use redis_module::enum_configuration;
 use redis_module::{ConfigurationValue, RedisError};

@@ -1,12 +1,12 @@
 //! redis-ratelimit: rate limiting as one atomic server-side command for Redis and Valkey.
 //!
 //! This file only registers things: the commands table, the allocator and the load-time
-//! checks. The logic lives in `core` (pure) under `command` (handlers) and `store`.
+//! checks. The logic lives in the `ratelimit-core` crate (pure, in `core/`) under `command`
+//! (handlers) and `store`.
 
 mod clock;
 mod command;
 mod config;
-mod core;
 mod ffi;
 mod metrics;
 mod persist;

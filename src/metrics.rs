@@ -4,7 +4,7 @@
 //! to be readable from the INFO callback (which runs there too) and cost next to nothing
 //! on the hot path.
 
-use crate::core::limiter::AlgorithmKind;
+use ratelimit_core::limiter::AlgorithmKind;
 use redis_module::{InfoContext, RedisResult};
 use std::sync::atomic::{AtomicU64, Ordering};
 

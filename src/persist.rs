@@ -11,10 +11,10 @@
 //! arguments that define it (as `RL.POLICY GET` shows them), parsed again on load.
 
 use crate::config;
-use crate::core::args::{parse_policy, policy_arguments, Settings};
-use crate::core::duration::LARGEST_WINDOW_MS;
 use crate::ffi::api;
 use crate::policies;
+use ratelimit_core::args::{parse_policy, policy_arguments, Settings};
+use ratelimit_core::duration::LARGEST_WINDOW_MS;
 use redis_module::raw::{self, RedisModuleIO};
 use redis_module::Context;
 use std::os::raw::{c_int, c_void};
@@ -143,7 +143,7 @@ extern "C" fn aux_load(rdb: *mut RedisModuleIO, encver: c_int, _when: c_int) -> 
 fn load_all(
     rdb: *mut RedisModuleIO,
     encver: c_int,
-) -> Option<Vec<(Vec<u8>, crate::core::args::PolicyArgs)>> {
+) -> Option<Vec<(Vec<u8>, ratelimit_core::args::PolicyArgs)>> {
     if encver > ENCODING_VERSION {
         return None;
     }

@@ -5,7 +5,7 @@
 //! (a key lives on one shard). They reach replicas and the AOF as the `RL.POLICY` commands
 //! that changed them (deterministic: no clock), and are saved with the RDB (see `persist`).
 
-use crate::core::args::PolicyArgs;
+use ratelimit_core::args::PolicyArgs;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 

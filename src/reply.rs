@@ -1,8 +1,8 @@
 //! Decisions as replies: a RESP2 array of integers, or a RESP3 map with named fields.
 
-use crate::core::decision::Decision;
-use crate::core::limiter::Outcome;
 use crate::ffi::api;
+use ratelimit_core::decision::Decision;
+use ratelimit_core::limiter::Outcome;
 use redis_module::{raw, Context};
 use std::ffi::CStr;
 use std::os::raw::c_long;

@@ -7,10 +7,10 @@
 //! without reading any clock, and can do so without the module loaded.
 
 use crate::command::CommandError;
-use crate::core::encoding::decode_count;
-use crate::core::limiter::Write;
 use crate::ffi::api;
 use crate::strings;
+use ratelimit_core::encoding::decode_count;
+use ratelimit_core::limiter::Write;
 use redis_module::raw::{self, RedisModuleString};
 use redis_module::Context;
 use std::cell::Cell;

@@ -6,8 +6,8 @@
 //! a fixed window stores, and the latest expiry time (shared by every key whose window
 //! ends at the same moment) are made once and kept.
 
-use crate::core::encoding::encode_count;
 use crate::ffi::api;
+use ratelimit_core::encoding::encode_count;
 use redis_module::raw::RedisModuleString;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};

@@ -9,9 +9,11 @@ pub fn timestamp() -> String {
     format!("{}.{:03}", now.as_secs(), now.subsec_millis())
 }
 
-macro_rules! log {
+/// Writes one log line (`log!("...", args)`) to stderr with the time.
+#[macro_export]
+macro_rules! gateway_log {
     ($($arg:tt)*) => {
         eprintln!("{} rl-gateway: {}", $crate::logging::timestamp(), format_args!($($arg)*))
     };
 }
-pub(crate) use log;
+pub use crate::gateway_log as log;

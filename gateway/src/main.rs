@@ -3,24 +3,8 @@
 //! Redis cannot answer in time the request goes through (fail-open) unless its rule says
 //! otherwise. See the README's gateway section and gateway/rules.example.toml.
 
-mod backend;
-mod breaker;
-mod client_ip;
-mod config;
-mod decider;
-mod deny_cache;
-mod headers;
-mod logging;
-mod metrics;
-mod pattern;
-mod reload;
-mod rules;
-mod server;
-mod service;
-mod upstream;
-mod verdict;
-
-use crate::logging::log;
+use rl_gateway::logging::log;
+use rl_gateway::{backend, config, decider, reload, server, service};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;

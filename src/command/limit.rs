@@ -6,10 +6,10 @@
 
 use super::policy::no_such_policy;
 use super::{command_handler, Args, CommandError, CommandResult};
-use crate::core::args::{parse_limits, parse_policy_call, Mode};
-use crate::core::limiter::{self, Action, LimiterError, Limits, Outcome};
 use crate::store::{self, Access, StoredKey};
 use crate::{clock, config, metrics, policies, reply};
+use ratelimit_core::args::{parse_limits, parse_policy_call, Mode};
+use ratelimit_core::limiter::{self, Action, LimiterError, Limits, Outcome};
 use redis_module::Context;
 
 command_handler!(rl_hit, |ctx, args| run(ctx, args, |cost| Action::Hit {

@@ -12,8 +12,8 @@ pub mod reset;
 pub mod testing;
 pub mod throttle;
 
-use crate::core::args::ArgError;
 use crate::ffi::api;
+use ratelimit_core::args::ArgError;
 use redis_module::{raw, Context};
 use std::borrow::Cow;
 use std::ffi::{CStr, CString};

@@ -7,9 +7,9 @@
 
 use super::CommandResult;
 use super::{command_handler, from_primary_or_aof, read_only_replica, Args, CommandError};
-use crate::core::args::{parse_policy, policy_arguments, Settings};
-use crate::core::duration::LARGEST_WINDOW_MS;
 use crate::{config, metrics, persist, policies, reply, store};
+use ratelimit_core::args::{parse_policy, policy_arguments, Settings};
+use ratelimit_core::duration::LARGEST_WINDOW_MS;
 use redis_module::{Context, RedisValue};
 
 command_handler!(rl_policy, run_policy);

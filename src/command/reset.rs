@@ -1,9 +1,9 @@
 //! `RL.RESET key`: forget a key's rate-limit state.
 
 use super::{command_handler, Args, CommandError, CommandResult};
-use crate::core::limiter::{is_state, Write};
 use crate::reply;
 use crate::store::{Access, StoredKey, NOT_OURS};
+use ratelimit_core::limiter::{is_state, Write};
 use redis_module::Context;
 
 command_handler!(rl_reset, run);

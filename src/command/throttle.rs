@@ -3,10 +3,10 @@
 
 use super::limit::decide;
 use super::{command_handler, Args, CommandError, CommandResult};
-use crate::core::args::ArgError;
-use crate::core::cell::{cell_reply, parse_throttle, ThrottleArgError};
-use crate::core::limiter::Action;
 use crate::{metrics, reply};
+use ratelimit_core::args::ArgError;
+use ratelimit_core::cell::{cell_reply, parse_throttle, ThrottleArgError};
+use ratelimit_core::limiter::Action;
 use redis_module::Context;
 use smallvec::SmallVec;
 

@@ -51,12 +51,12 @@ bucket::bucket_algorithm!(Gcra, 5);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::algorithm::{Algorithm, OutOfRange, Quota};
-    use crate::core::bucket::BucketState;
-    use crate::core::codec::{Bytes, Reader};
-    use crate::core::decision::NEVER;
-    use crate::core::duration::MAX_WINDOW_MS;
-    use crate::core::scenario::{self, case, Case};
+    use crate::algorithm::{Algorithm, OutOfRange, Quota};
+    use crate::bucket::BucketState;
+    use crate::codec::{Bytes, Reader};
+    use crate::decision::NEVER;
+    use crate::duration::MAX_WINDOW_MS;
+    use crate::scenario::{self, case, Case};
     use proptest::prelude::*;
 
     /// 2026-11-30T00:00:00Z.

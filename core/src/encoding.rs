@@ -221,7 +221,7 @@ pub fn encode_count(count: i64, buf: &mut [u8; 20]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::fixed_window::{Fixed, WindowState};
+    use crate::fixed_window::{Fixed, WindowState};
     use proptest::prelude::*;
 
     #[test]

@@ -174,7 +174,7 @@ impl Algorithm for Fixed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::scenario::{self, case, Case};
+    use crate::scenario::{self, case, Case};
     use proptest::prelude::*;
     use std::collections::HashMap;
 

@@ -581,7 +581,7 @@ fn combine(tiers: &[Decision], allowed: bool) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::encoding::FORMAT_V1;
+    use crate::encoding::FORMAT_V1;
 
     const T0: i64 = 1_796_083_200_000;
     const HOUR: i64 = 3_600_000;

@@ -185,9 +185,9 @@ pub fn cell_reply(decision: &Decision) -> [i64; 5] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::algorithm::{Algorithm, OutOfRange, TierCheck};
-    use crate::core::bucket::BucketState;
-    use crate::core::gcra::Gcra;
+    use crate::algorithm::{Algorithm, OutOfRange, TierCheck};
+    use crate::bucket::BucketState;
+    use crate::gcra::Gcra;
     use proptest::prelude::*;
 
     /// Answers CL.THROTTLE for one key holding `state` at `now_ms`: [`Gcra::check`] with the

@@ -313,81 +313,75 @@ pub fn decode(reader: &mut Reader<'_>) -> Option<BucketState> {
 /// names, so they share one implementation.
 macro_rules! bucket_algorithm {
     ($name:ident, $id:expr) => {
-        impl $crate::core::algorithm::Algorithm for $name {
-            type State = $crate::core::bucket::BucketState;
+        impl $crate::algorithm::Algorithm for $name {
+            type State = $crate::bucket::BucketState;
             const ID: u8 = $id;
 
             fn check(
                 state: Option<&Self::State>,
                 now_ms: i64,
-                quota: &$crate::core::algorithm::Quota,
+                quota: &$crate::algorithm::Quota,
                 cost: i64,
-            ) -> Result<
-                $crate::core::algorithm::TierCheck<Self::State>,
-                $crate::core::algorithm::OutOfRange,
-            > {
-                $crate::core::bucket::check(state, now_ms, quota, cost)
+            ) -> Result<$crate::algorithm::TierCheck<Self::State>, $crate::algorithm::OutOfRange>
+            {
+                $crate::bucket::check(state, now_ms, quota, cost)
             }
 
             fn view(
                 state: Option<&Self::State>,
                 now_ms: i64,
-                quota: &$crate::core::algorithm::Quota,
-            ) -> Result<$crate::core::algorithm::View, $crate::core::algorithm::OutOfRange> {
-                $crate::core::bucket::view(state, now_ms, quota)
+                quota: &$crate::algorithm::Quota,
+            ) -> Result<$crate::algorithm::View, $crate::algorithm::OutOfRange> {
+                $crate::bucket::view(state, now_ms, quota)
             }
 
-            fn capacity(quota: &$crate::core::algorithm::Quota) -> i64 {
-                $crate::core::bucket::capacity(quota)
+            fn capacity(quota: &$crate::algorithm::Quota) -> i64 {
+                $crate::bucket::capacity(quota)
             }
 
-            fn span_ms(quota: &$crate::core::algorithm::Quota) -> i64 {
-                $crate::core::bucket::span_ms(quota)
+            fn span_ms(quota: &$crate::algorithm::Quota) -> i64 {
+                $crate::bucket::span_ms(quota)
             }
 
             fn refund(
                 state: Option<&Self::State>,
                 now_ms: i64,
-                quota: &$crate::core::algorithm::Quota,
+                quota: &$crate::algorithm::Quota,
                 amount: i64,
             ) -> Option<Self::State> {
-                $crate::core::bucket::refund(state, now_ms, quota, amount)
+                $crate::bucket::refund(state, now_ms, quota, amount)
             }
 
-            fn used(
-                state: &Self::State,
-                now_ms: i64,
-                quota: &$crate::core::algorithm::Quota,
-            ) -> i64 {
-                $crate::core::bucket::used(state, now_ms, quota)
+            fn used(state: &Self::State, now_ms: i64, quota: &$crate::algorithm::Quota) -> i64 {
+                $crate::bucket::used(state, now_ms, quota)
             }
 
             fn seeded(
                 used: i64,
                 now_ms: i64,
-                quota: &$crate::core::algorithm::Quota,
-            ) -> Result<Self::State, $crate::core::algorithm::OutOfRange> {
-                $crate::core::bucket::seeded(used, now_ms, quota)
+                quota: &$crate::algorithm::Quota,
+            ) -> Result<Self::State, $crate::algorithm::OutOfRange> {
+                $crate::bucket::seeded(used, now_ms, quota)
             }
 
-            fn expires_at_ms(state: &Self::State, _quota: &$crate::core::algorithm::Quota) -> i64 {
-                $crate::core::bucket::expires_at_ms(state)
+            fn expires_at_ms(state: &Self::State, _quota: &$crate::algorithm::Quota) -> i64 {
+                $crate::bucket::expires_at_ms(state)
             }
 
             fn to_short(state: &Self::State, expires_at_ms: i64) -> Option<i64> {
-                $crate::core::bucket::to_short(state, expires_at_ms)
+                $crate::bucket::to_short(state, expires_at_ms)
             }
 
             fn from_short(short: i64, expires_at_ms: i64) -> Option<Self::State> {
-                $crate::core::bucket::from_short(short, expires_at_ms)
+                $crate::bucket::from_short(short, expires_at_ms)
             }
 
-            fn encode(state: &Self::State, out: &mut $crate::core::codec::Bytes) {
-                $crate::core::bucket::encode(state, out);
+            fn encode(state: &Self::State, out: &mut $crate::codec::Bytes) {
+                $crate::bucket::encode(state, out);
             }
 
-            fn decode(reader: &mut $crate::core::codec::Reader<'_>) -> Option<Self::State> {
-                $crate::core::bucket::decode(reader)
+            fn decode(reader: &mut $crate::codec::Reader<'_>) -> Option<Self::State> {
+                $crate::bucket::decode(reader)
             }
         }
     };

@@ -360,7 +360,7 @@ impl Algorithm for Log {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::scenario::{self, case, op, Case, Op};
+    use crate::scenario::{self, case, op, Case, Op};
     use proptest::prelude::*;
 
     const SECOND: i64 = 1_000;

@@ -1,9 +1,10 @@
-//! The pure rate-limiting core.
+//! ratelimit-core: the pure rate-limiting core of redis-ratelimit.
 //!
 //! Nothing in here knows about Redis: no import of the Redis module API, no clock, no I/O.
 //! Commands parse their arguments with [`args`], read the stored state, hand the core plain
 //! numbers together with the server's clock reading, and store what the core returns. That
 //! keeps every decision unit- and property-testable with a clock the test controls.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod algorithm;

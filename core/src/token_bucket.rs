@@ -49,11 +49,11 @@ bucket::bucket_algorithm!(Token, 4);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::algorithm::{Algorithm, Quota};
-    use crate::core::bucket::BucketState;
-    use crate::core::codec::Bytes;
-    use crate::core::decision::NEVER;
-    use crate::core::gcra::Gcra;
+    use crate::algorithm::{Algorithm, Quota};
+    use crate::bucket::BucketState;
+    use crate::codec::Bytes;
+    use crate::decision::NEVER;
+    use crate::gcra::Gcra;
     use proptest::prelude::*;
 
     /// 2026-11-30T00:00:00Z.

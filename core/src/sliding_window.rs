@@ -327,7 +327,7 @@ impl Algorithm for Sliding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::scenario::{self, case, op, Case, Op};
+    use crate::scenario::{self, case, op, Case, Op};
     use proptest::prelude::*;
     use std::collections::HashMap;
 

@@ -1,0 +1,20 @@
+//! rl-gateway as a library: everything but the binary's start-up, so that the fuzz targets
+//! and the benchmarks reach the same request parsing, rule matching and key building that
+//! the service runs. `src/main.rs` is the binary.
+
+pub mod backend;
+pub mod breaker;
+pub mod client_ip;
+pub mod config;
+pub mod decider;
+pub mod deny_cache;
+pub mod headers;
+pub mod logging;
+pub mod metrics;
+pub mod pattern;
+pub mod reload;
+pub mod rules;
+pub mod server;
+pub mod service;
+pub mod upstream;
+pub mod verdict;
