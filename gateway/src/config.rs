@@ -2,7 +2,7 @@
 //! at start or reload, so that a running gateway never meets a rule it cannot apply.
 
 use crate::pattern::PathPattern;
-use crate::rules::{Counting, KeySource, Limit, Rule, RuleSet, Tier};
+use crate::rules::{call_args, Counting, KeySource, Limit, OnFailure, Rule, RuleSet, Tier};
 use ipnet::IpNet;
 use serde::Deserialize;
 use std::net::{IpAddr, SocketAddr};
@@ -88,12 +88,8 @@ pub struct RedisSettings {
     pub rules_refresh: Duration,
 }
 
-/// The most tiers the module takes in one call.
-const MAX_TIERS: usize = 8;
 /// The largest integer a structured header field can carry.
 const MAX_FIELD_INTEGER: u64 = 999_999_999_999_999;
-/// The largest limit the module's sliding log keeps exactly.
-const MAX_LOG_LIMIT: u64 = 10_000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -228,6 +224,9 @@ struct RuleSection {
     mode: String,
     #[serde(default = "default_on_failure")]
     on_redis_failure: String,
+    /// An error reply means a misconfiguration: closed unless the rule says otherwise.
+    #[serde(default = "default_on_module_error")]
+    on_module_error: String,
 }
 
 fn default_key() -> String {
@@ -241,6 +240,9 @@ fn default_rule_mode() -> String {
 }
 fn default_on_failure() -> String {
     "open".into()
+}
+fn default_on_module_error() -> String {
+    "closed".into()
 }
 
 #[derive(Deserialize)]
@@ -513,14 +515,9 @@ fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
         "shadow" => true,
         other => return Err(format!("mode '{other}' must be \"enforce\" or \"shadow\"")),
     };
-    let fail_closed = match section.on_redis_failure.as_str() {
-        "open" => false,
-        "closed" => true,
-        other => {
-            return Err(format!(
-                "on_redis_failure '{other}' must be \"open\" or \"closed\""
-            ))
-        }
+    let on_failure = OnFailure {
+        redis_closed: open_or_closed("on_redis_failure", &section.on_redis_failure)?,
+        error_closed: open_or_closed("on_module_error", &section.on_module_error)?,
     };
     Ok(Rule::new(
         name,
@@ -531,8 +528,17 @@ fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
         limit,
         count,
         shadow,
-        fail_closed,
+        on_failure,
     ))
+}
+
+/// `"open"` (false) or `"closed"` (true), the value of the setting `name`.
+fn open_or_closed(name: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "open" => Ok(false),
+        "closed" => Ok(true),
+        other => Err(format!("{name} '{other}' must be \"open\" or \"closed\"")),
+    }
 }
 
 fn key_source(key: &str) -> Result<KeySource, String> {
@@ -575,39 +581,29 @@ fn limit(section: &RuleSection) -> Result<Limit, String> {
             {
                 return Err(format!("policy name '{policy}' is empty or has spaces"));
             }
-            Ok(Limit::Policy {
+            let limit = Limit::Policy {
                 name: policy.clone(),
                 cost: section.cost,
-            })
+            };
+            crate::module_grammar::check_call(&call_args(&limit))?;
+            Ok(limit)
         }
         (Some(limits), None) if limits.is_empty() => Ok(Limit::Unlimited),
         (Some(limits), None) => {
-            if limits.len() > MAX_TIERS {
-                return Err(format!("at most {MAX_TIERS} limits"));
-            }
+            // The tier count, the algorithm's name, the sliding log's cap and where BURST
+            // applies are the module's grammar: `check_call` applies it to the call.
             let tiers = limits
                 .iter()
                 .map(|l| tier(l))
                 .collect::<Result<Vec<_>, _>>()?;
             let algorithm = section.algorithm.clone();
-            if let Some(algorithm) = &algorithm {
-                if !["fixed", "sliding", "log", "token", "gcra"].contains(&algorithm.as_str()) {
-                    return Err(format!(
-                        "algorithm '{algorithm}' must be fixed, sliding, log, token or gcra"
-                    ));
-                }
-                if algorithm == "log" && tiers.iter().any(|t| t.limit > MAX_LOG_LIMIT) {
-                    return Err(format!("algorithm log takes limits up to {MAX_LOG_LIMIT}"));
-                }
-            }
-            if let Some(burst) = section.burst {
-                let bucket = matches!(algorithm.as_deref(), Some("token" | "gcra"));
-                if burst == 0 || !bucket || tiers.len() != 1 {
-                    return Err(
-                        "burst (>= 1) applies to algorithm token or gcra with one limit".into(),
-                    );
-                }
-            }
+            let limit = Limit::Tiers {
+                tiers: tiers.clone(),
+                algorithm,
+                burst: section.burst,
+                cost: section.cost,
+            };
+            crate::module_grammar::check_call(&call_args(&limit))?;
             // A request costing more than a tier can ever hold would be denied forever.
             let capacity = |tier: &Tier| section.burst.unwrap_or(tier.limit);
             if let Some(tier) = tiers.iter().find(|t| section.cost > capacity(t)) {
@@ -619,12 +615,7 @@ fn limit(section: &RuleSection) -> Result<Limit, String> {
                     tier.window_ms
                 ));
             }
-            Ok(Limit::Tiers {
-                tiers,
-                algorithm,
-                burst: section.burst,
-                cost: section.cost,
-            })
+            Ok(limit)
         }
     }
 }
@@ -643,29 +634,21 @@ fn tier(text: &str) -> Result<Tier, String> {
             "limit '{text}': the count must be at most {MAX_FIELD_INTEGER}"
         ));
     }
-    let window_ms = duration_ms(window.trim()).ok_or_else(bad)?;
+    // The module's duration grammar; its cap on windows is checked with the whole call.
+    let window_ms =
+        ratelimit_core::duration::parse_duration_ms(window.trim().as_bytes()).map_err(|error| {
+            let reason =
+                crate::module_grammar::reason(&ratelimit_core::args::ArgError::Window(error));
+            format!("limit '{text}': {reason}")
+        })?;
+    let window_ms = u64::try_from(window_ms).map_err(|_| bad())?;
     Ok(Tier { limit, window_ms })
-}
-
-/// `500ms`, `10s`, `15m`, `1h`, `1d` (a bare number is seconds), in milliseconds.
-pub fn duration_ms(text: &str) -> Option<u64> {
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let (number, unit) = text.split_at(digits);
-    let number: u64 = number.parse().ok()?;
-    let scale = match unit {
-        "ms" => 1,
-        "" | "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return None,
-    };
-    number.checked_mul(scale).filter(|ms| *ms > 0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Failure;
 
     const MINIMAL: &str =
         "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n";
@@ -684,30 +667,16 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(duration_ms("500ms"), Some(500));
-        assert_eq!(duration_ms("10"), Some(10_000));
-        assert_eq!(duration_ms("15m"), Some(900_000));
-        assert_eq!(duration_ms("1d"), Some(86_400_000));
-        assert_eq!(duration_ms("0s"), None);
-        assert_eq!(duration_ms("1w"), None);
-        assert_eq!(duration_ms("m"), None);
-        assert_eq!(duration_ms("99999999999999999999d"), None);
-    }
-
-    #[test]
     fn mistakes_are_named() {
         let cases = [
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5\"]\n", "limit '5'"),
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"0/1m\"]\n", "at least 1"),
-            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nalgorithm = \"leaky\"\n", "algorithm 'leaky'"),
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\n", "needs limits"),
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\npolicy = \"p\"\n", "both limits and policy"),
             ("[[rule]]\npath = \"/a\"\nlimits = [\"5/1m\"]\n", "needs a name"),
             ("[[rule]]\nname = \"a\"\npath = \"a\"\nlimits = [\"5/1m\"]\n", "must start with '/'"),
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nkey = \"cookie\"\n", "key 'cookie'"),
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\ncount = [42]\n", "statuses"),
-            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nburst = 3\n", "burst"),
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nspeed = 3\n", "speed"),
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n[[rule]]\nname = \"a\"\npath = \"/b\"\nlimits = [\"5/1m\"]\n", "two rules"),
             ("[default]\nname = \"x\"\nlimits = [\"5/1m\"]\n", "[default]"),
@@ -726,6 +695,84 @@ mod tests {
                 "{text}: '{error}' lacks '{expected}'"
             );
         }
+    }
+
+    /// What the module refuses is refused when the rules load, with the module's own
+    /// reason: the expected texts come from the core's parser, not from a copy here.
+    #[test]
+    fn the_module_grammar_is_the_cores() {
+        use ratelimit_core::args::{ArgError, Settings};
+        use ratelimit_core::duration::DurationError;
+        use ratelimit_core::limiter::AlgorithmKind;
+        let rule = |rest: &str| format!("[[rule]]\nname = \"a\"\npath = \"/a\"\n{rest}\n");
+        let settings = Settings::default();
+        let nine = ["\"1/1s\""; 9].join(", ");
+        let cases = [
+            (
+                "limits = [\"5/400d\"]".to_owned(),
+                ArgError::WindowAboveMax(settings.max_window_ms),
+            ),
+            (
+                "limits = [\"5/367d\"]".to_owned(),
+                ArgError::WindowAboveMax(settings.max_window_ms),
+            ),
+            (
+                "limits = [\"5/1w\"]".to_owned(),
+                ArgError::Window(DurationError::UnknownUnit),
+            ),
+            (
+                "limits = [\"5/0s\"]".to_owned(),
+                ArgError::Window(DurationError::TooShort),
+            ),
+            (format!("limits = [{nine}]"), ArgError::TooManyTiers),
+            (
+                "limits = [\"5/1m\"]\nalgorithm = \"leaky\"".to_owned(),
+                ArgError::Algo,
+            ),
+            (
+                "limits = [\"5/1m\"]\nburst = 3".to_owned(),
+                ArgError::BurstNotApplicable,
+            ),
+            (
+                "limits = [\"5/1m\", \"9/1h\"]\nalgorithm = \"gcra\"\nburst = 3".to_owned(),
+                ArgError::BurstNotApplicable,
+            ),
+            (
+                "limits = [\"5/1m\"]\nalgorithm = \"token\"\nburst = 0".to_owned(),
+                ArgError::Burst,
+            ),
+            (
+                "limits = [\"10001/1m\"]\nalgorithm = \"log\"".to_owned(),
+                ArgError::LimitTooLarge(AlgorithmKind::Log, settings.max_log_limit),
+            ),
+        ];
+        for (rest, expected) in cases {
+            let text = rule(&rest);
+            let error = with(&text)
+                .err()
+                .unwrap_or_else(|| panic!("accepted: {text}"));
+            let reason = crate::module_grammar::reason(&expected);
+            assert!(
+                error.contains(&reason),
+                "{text}: '{error}' lacks '{reason}'"
+            );
+        }
+        assert!(with(&rule("limits = [\"5/366d\"]\nalgorithm = \"log\"")).is_ok());
+        assert!(with(&rule("limits = [\"10000/1m\"]\nalgorithm = \"log\"")).is_ok());
+        let error = with(&rule("limits = [\"5/1m\"]\non_module_error = \"maybe\"")).unwrap_err();
+        assert!(error.contains("on_module_error 'maybe'"), "{error}");
+    }
+
+    #[test]
+    fn module_errors_close_a_rule_unless_it_says_open() {
+        let rule = |rest: &str| {
+            let text = format!("[default]\nlimits = [\"5/1m\"]\n{rest}\n");
+            with(&text).unwrap().rules.default.unwrap().on_failure
+        };
+        let default = rule("");
+        assert!(default.closes(Failure::Error) && !default.closes(Failure::Timeout));
+        let open = rule("on_module_error = \"open\"\non_redis_failure = \"closed\"");
+        assert!(!open.closes(Failure::Error) && open.closes(Failure::Connection));
     }
 
     #[test]

@@ -6,7 +6,9 @@ use crate::backend::{classify, Backend};
 use crate::breaker::Breaker;
 use crate::config::RedisSettings;
 use crate::deny_cache::DenyCache;
+use crate::logging::log;
 use crate::metrics::{Failure, Metrics};
+use crate::module_errors::ModuleErrorLog;
 use crate::rules::{Limit, Rule};
 use crate::verdict::Verdict;
 use std::time::{Duration, Instant};
@@ -31,6 +33,7 @@ pub struct Decider {
     deny_cache: DenyCache,
     deadline: Duration,
     pub metrics: Metrics,
+    module_errors: ModuleErrorLog,
 }
 
 impl Decider {
@@ -41,6 +44,7 @@ impl Decider {
             deny_cache: DenyCache::new(deny_cache_capacity),
             deadline: redis.deadline,
             metrics: Metrics::default(),
+            module_errors: ModuleErrorLog::default(),
         }
     }
 
@@ -95,6 +99,23 @@ impl Decider {
         Some(verdict)
     }
 
+    /// Counts an error reply of `rule`'s call and logs it, rate-limited per rule.
+    fn module_error(&self, command: &str, rule: &Rule, error: &str) {
+        self.metrics.module_error(&rule.name);
+        if let Some(unlogged) = self.module_errors.record(&rule.name, Instant::now()) {
+            let meaning = if rule.on_failure.closes(Failure::Error) {
+                "closed: answering 503"
+            } else {
+                "open: letting requests through"
+            };
+            log!(
+                "rule '{}': {command} answered an error, the rule is misconfigured \
+                 (on_module_error = {meaning}): {error} ({unlogged} more since the last line)",
+                rule.name
+            );
+        }
+    }
+
     /// `command key args...` under the deadline, through the breaker.
     async fn call(&self, command: &str, rule: &Rule, key: &str) -> Result<Verdict, Failure> {
         if !self.breaker.allows(Instant::now()) {
@@ -109,12 +130,18 @@ impl Decider {
             Ok(Ok(value)) => {
                 self.metrics.redis_latency(started.elapsed());
                 self.breaker.succeeded();
-                return Verdict::from_reply(&value).ok_or(Failure::Error);
+                return Verdict::from_reply(&value).ok_or_else(|| {
+                    self.module_error(command, rule, "a reply that is not a decision");
+                    Failure::Error
+                });
             }
             Ok(Err(error)) => {
                 let failure = classify(&error);
                 if failure != Failure::Connection {
                     self.metrics.redis_latency(started.elapsed());
+                }
+                if failure == Failure::Error {
+                    self.module_error(command, rule, &error.to_string());
                 }
                 failure
             }

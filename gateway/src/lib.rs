@@ -11,6 +11,8 @@ pub mod deny_cache;
 pub mod headers;
 pub mod logging;
 pub mod metrics;
+pub mod module_errors;
+pub mod module_grammar;
 pub mod pattern;
 pub mod reload;
 pub mod rules;

@@ -105,6 +105,8 @@ pub struct Metrics {
     reloads_ok: AtomicU64,
     reloads_refused: AtomicU64,
     upstream_errors: AtomicU64,
+    /// Per rule, the error replies of the module (misconfigurations, not outages).
+    module_errors: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Metrics {
@@ -141,6 +143,10 @@ impl Metrics {
             &self.reloads_refused
         };
         counter.fetch_add(1, Relaxed);
+    }
+
+    pub fn module_error(&self, rule: &str) {
+        bump(&self.module_errors, rule, |count| *count += 1);
     }
 
     pub fn upstream_error(&self) {
@@ -243,6 +249,20 @@ impl Metrics {
             "rl_gateway_upstream_errors_total {}",
             self.upstream_errors.load(Relaxed)
         );
+        out.push_str("# HELP rl_gateway_module_errors_total Error replies of the module (a misconfiguration: a missing policy, a refused rule), by rule.\n");
+        out.push_str("# TYPE rl_gateway_module_errors_total counter\n");
+        for (rule, count) in self
+            .module_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "rl_gateway_module_errors_total{{rule=\"{}\"}} {count}",
+                escape(rule)
+            );
+        }
         out
     }
 }
@@ -277,6 +297,8 @@ mod tests {
         metrics.decision("login", Outcome::Denied);
         metrics.fail_open(Failure::Timeout);
         metrics.refund("login");
+        metrics.module_error("login");
+        metrics.module_error("login");
         metrics.redis_latency(Duration::from_micros(80));
         metrics.redis_latency(Duration::from_secs(1));
         let text = metrics.render(true);
@@ -292,5 +314,6 @@ mod tests {
         assert!(text.contains("rl_gateway_redis_latency_seconds_bucket{le=\"+Inf\"} 2\n"));
         assert!(text.contains("rl_gateway_redis_latency_seconds_count 2\n"));
         assert!(text.contains("rl_gateway_breaker_open 1\n"));
+        assert!(text.contains("rl_gateway_module_errors_total{rule=\"login\"} 2\n"));
     }
 }

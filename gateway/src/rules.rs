@@ -1,6 +1,7 @@
 //! Rules: which requests a rule applies to, whose counter a request charges, and the
 //! module call that charges it. A [`RuleSet`] is what a reload swaps as a whole.
 
+use crate::metrics::Failure;
 use crate::pattern::PathPattern;
 use hyper::header::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
@@ -74,6 +75,30 @@ pub enum Counting {
     Statuses(Vec<u16>),
 }
 
+/// What a rule does when Redis cannot decide: forward the request (open) or answer 503
+/// (closed), chosen apart for the two kinds of failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OnFailure {
+    /// `on_redis_failure`: Redis unreachable, too slow, or unable to take the call now.
+    pub redis_closed: bool,
+    /// `on_module_error`: the module answered an error (a policy deleted in Redis, a
+    /// window above the server's `ratelimit.max-window-ms`): a misconfiguration, which
+    /// must not silently become "no limit".
+    pub error_closed: bool,
+}
+
+impl OnFailure {
+    /// Whether `failure` closes the route.
+    pub fn closes(self, failure: Failure) -> bool {
+        match failure {
+            Failure::Error => self.error_closed,
+            Failure::Timeout | Failure::Connection | Failure::Unavailable | Failure::Breaker => {
+                self.redis_closed
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub name: String,
@@ -85,7 +110,7 @@ pub struct Rule {
     pub limit: Limit,
     pub count: Counting,
     pub shadow: bool,
-    pub fail_closed: bool,
+    pub on_failure: OnFailure,
     /// The arguments of RL.HIT and RL.REFUND after the key, made once.
     pub call_args: Vec<String>,
 }
@@ -101,7 +126,7 @@ impl Rule {
         limit: Limit,
         count: Counting,
         shadow: bool,
-        fail_closed: bool,
+        on_failure: OnFailure,
     ) -> Self {
         let call_args = call_args(&limit);
         Rule {
@@ -113,7 +138,7 @@ impl Rule {
             limit,
             count,
             shadow,
-            fail_closed,
+            on_failure,
             call_args,
         }
     }
@@ -216,7 +241,8 @@ fn push_escaped(out: &mut String, bytes: &[u8]) {
     }
 }
 
-fn call_args(limit: &Limit) -> Vec<String> {
+/// The words after the key of RL.HIT and RL.REFUND for `limit`.
+pub fn call_args(limit: &Limit) -> Vec<String> {
     let mut args = Vec::new();
     match limit {
         Limit::Unlimited => {}

@@ -113,7 +113,9 @@ impl Gateway {
             Decision::Denied { cached: false, .. } => Some(Outcome::Denied),
             Decision::Denied { cached: true, .. } => Some(Outcome::DeniedCached),
             Decision::ShadowDenied => Some(Outcome::ShadowDenied),
-            Decision::Failed(_) if rule.fail_closed => Some(Outcome::FailClosed),
+            Decision::Failed(failure) if rule.on_failure.closes(*failure) => {
+                Some(Outcome::FailClosed)
+            }
             Decision::Failed(failure) => {
                 self.metrics().fail_open(*failure);
                 Some(Outcome::FailOpen)
@@ -160,7 +162,9 @@ impl Gateway {
                     StatusCode::TOO_MANY_REQUESTS,
                 );
             }
-            (Some(rule), Decision::Failed(_)) if rule.fail_closed => return unavailable(),
+            (Some(rule), Decision::Failed(failure)) if rule.on_failure.closes(*failure) => {
+                return unavailable()
+            }
             (Some(_), Decision::Failed(failure)) => {
                 fail_open_mark = Some(HeaderValue::from_static(failure.label()));
             }
@@ -233,7 +237,7 @@ impl Gateway {
                     .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
                 too_many(&rule, verdict, rules.legacy_headers, status)
             }
-            Decision::Failed(_) if rule.fail_closed => unavailable(),
+            Decision::Failed(failure) if rule.on_failure.closes(*failure) => unavailable(),
             Decision::Failed(failure) => {
                 let mut response = local(StatusCode::OK, "");
                 response.headers_mut().insert(

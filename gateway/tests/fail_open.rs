@@ -16,6 +16,7 @@ name = "api"
 path = "/**"
 limits = ["100/1h"]
 algorithm = "log"
+on_module_error = "open"
 "#;
 
 /// What a debug build on a busy machine may add to `deadline_ms` for one whole request

@@ -1,0 +1,76 @@
+//! The module's grammar, applied when the rules load. A rule is checked by parsing the very
+//! words it will send after the key of RL.HIT and RL.REFUND with the parser the module
+//! itself runs (`ratelimit_core::args`, with the module's default settings), so that the
+//! gateway refuses at `--check-config` and at reload whatever the module would refuse at
+//! every request, and keeps no copy of the rules to drift apart from the module's.
+
+use ratelimit_core::args::{parse_limits, parse_policy_call, ArgError, Settings};
+
+/// Whether the module, with its default settings, takes `args` (the words after the key).
+/// The error names the words and gives the module's reason without its `ERR ` prefix.
+pub fn check_call(args: &[String]) -> Result<(), String> {
+    let words = || args.iter().map(|word| word.as_bytes());
+    let refused: Option<ArgError> = match parse_policy_call(words()) {
+        Some(call) => call.err(),
+        None => parse_limits(words(), &Settings::default()).err(),
+    };
+    match refused {
+        None => Ok(()),
+        Some(error) => Err(format!(
+            "RL.HIT would refuse '{}': {}",
+            args.join(" "),
+            reason(&error)
+        )),
+    }
+}
+
+/// The module's error reply for `error`, without the `ERR ` that only a reply needs.
+pub fn reason(error: &ArgError) -> String {
+    let message = error.message();
+    message.strip_prefix("ERR ").unwrap_or(&message).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(args: &[&str]) -> Vec<String> {
+        args.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn what_the_module_takes_passes() {
+        assert_eq!(check_call(&words(&["5", "60000ms"])), Ok(()));
+        assert_eq!(
+            check_call(&words(&[
+                "3", "1000ms", "ALGO", "gcra", "BURST", "6", "COST", "2"
+            ])),
+            Ok(())
+        );
+        assert_eq!(
+            check_call(&words(&["POLICY", "login", "COST", "2"])),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn what_the_module_refuses_is_refused_with_its_reason() {
+        let cases: [(&[&str], ArgError); 4] = [
+            (
+                &["5", "34560000000ms"],
+                ArgError::WindowAboveMax(Settings::default().max_window_ms),
+            ),
+            (&["5", "60000ms", "ALGO", "leaky"], ArgError::Algo),
+            (
+                &["5", "60000ms", "BURST", "2"],
+                ArgError::BurstNotApplicable,
+            ),
+            (&["POLICY"], ArgError::PolicyName),
+        ];
+        for (args, expected) in cases {
+            let error = check_call(&words(args)).unwrap_err();
+            assert!(error.ends_with(&reason(&expected)), "{args:?}: {error}");
+            assert!(!error.contains("ERR "), "{error}");
+        }
+    }
+}
