@@ -2,10 +2,74 @@
 //! proxy, and then only as far back as the chain of trusted proxies goes: the client is
 //! the right-most address that is not a trusted proxy. Anything to its left was written by
 //! the client itself and may be forged.
+//!
+//! Whose budget it is: not the address itself but its network, [`Prefixes`] long. One
+//! host commonly holds a whole IPv6 /64 (2^64 addresses), so counting per /128 would give
+//! it 2^64 budgets; by default an IPv6 client is its /64 and an IPv4 client its /32.
 
 use hyper::header::{HeaderMap, HeaderValue};
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use serde::Deserialize;
 use std::net::IpAddr;
+
+/// How many leading bits of a client's address name its budget (`[client_ip]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prefixes {
+    pub ipv4: u8,
+    pub ipv6: u8,
+}
+
+impl Default for Prefixes {
+    fn default() -> Self {
+        Prefixes { ipv4: 32, ipv6: 64 }
+    }
+}
+
+impl Prefixes {
+    /// The network of `ip` (its host bits zeroed) that stands for the client: what a
+    /// `key = "ip"` rule counts. An IPv4-mapped IPv6 address counts as its IPv4 address.
+    pub fn aggregate(self, ip: IpAddr) -> IpAddr {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => Ipv4Net::new(v4, self.ipv4).map_or(ip, |net| net.network().into()),
+            IpAddr::V6(v6) => Ipv6Net::new(v6, self.ipv6).map_or(ip, |net| net.network().into()),
+        }
+    }
+}
+
+/// The `[client_ip]` section of the file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrefixSection {
+    ipv4_prefix: u8,
+    ipv6_prefix: u8,
+}
+
+impl Default for PrefixSection {
+    fn default() -> Self {
+        let prefixes = Prefixes::default();
+        PrefixSection {
+            ipv4_prefix: prefixes.ipv4,
+            ipv6_prefix: prefixes.ipv6,
+        }
+    }
+}
+
+impl PrefixSection {
+    /// The checked prefixes: 1-32 for IPv4, 1-128 for IPv6 (0 would put every client on
+    /// one budget, which a rule without `key = "ip"` says more plainly).
+    pub fn prefixes(self) -> Result<Prefixes, String> {
+        if !(1..=32).contains(&self.ipv4_prefix) {
+            return Err("[client_ip] ipv4_prefix must be 1 to 32".into());
+        }
+        if !(1..=128).contains(&self.ipv6_prefix) {
+            return Err("[client_ip] ipv6_prefix must be 1 to 128".into());
+        }
+        Ok(Prefixes {
+            ipv4: self.ipv4_prefix,
+            ipv6: self.ipv6_prefix,
+        })
+    }
+}
 
 pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
     let peer = peer.to_canonical();
@@ -136,6 +200,64 @@ mod tests {
         assert_eq!(
             client_ip(ip("10.0.0.1"), &headers, &trusted),
             ip("203.0.113.5")
+        );
+    }
+
+    #[test]
+    fn addresses_count_as_their_network() {
+        let default = Prefixes::default();
+        assert_eq!(
+            default.aggregate(ip("2001:db8:1:2:3:4:5:6")),
+            ip("2001:db8:1:2::")
+        );
+        assert_eq!(
+            default.aggregate(ip("2001:db8:1:2::1")),
+            default.aggregate(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")),
+            "one /64, one budget"
+        );
+        assert_ne!(
+            default.aggregate(ip("2001:db8:1:2::1")),
+            default.aggregate(ip("2001:db8:1:3::1"))
+        );
+        assert_eq!(default.aggregate(ip("192.0.2.77")), ip("192.0.2.77"));
+        assert_eq!(default.aggregate(ip("::ffff:192.0.2.77")), ip("192.0.2.77"));
+        let wide = Prefixes { ipv4: 24, ipv6: 48 };
+        assert_eq!(wide.aggregate(ip("192.0.2.77")), ip("192.0.2.0"));
+        assert_eq!(wide.aggregate(ip("::ffff:192.0.2.77")), ip("192.0.2.0"));
+        assert_eq!(wide.aggregate(ip("2001:db8:1:2::1")), ip("2001:db8:1::"));
+        let exact = Prefixes {
+            ipv4: 32,
+            ipv6: 128,
+        };
+        assert_eq!(exact.aggregate(ip("2001:db8::7")), ip("2001:db8::7"));
+    }
+
+    #[test]
+    fn prefixes_are_checked() {
+        let section = |ipv4_prefix, ipv6_prefix| PrefixSection {
+            ipv4_prefix,
+            ipv6_prefix,
+        };
+        assert_eq!(PrefixSection::default().prefixes(), Ok(Prefixes::default()));
+        assert!(section(0, 64)
+            .prefixes()
+            .unwrap_err()
+            .contains("ipv4_prefix"));
+        assert!(section(33, 64)
+            .prefixes()
+            .unwrap_err()
+            .contains("ipv4_prefix"));
+        assert!(section(32, 0)
+            .prefixes()
+            .unwrap_err()
+            .contains("ipv6_prefix"));
+        assert!(section(32, 129)
+            .prefixes()
+            .unwrap_err()
+            .contains("ipv6_prefix"));
+        assert_eq!(
+            section(24, 56).prefixes(),
+            Ok(Prefixes { ipv4: 24, ipv6: 56 })
         );
     }
 

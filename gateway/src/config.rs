@@ -41,6 +41,10 @@ pub struct ServerSettings {
     pub check_headers: CheckHeaders,
     /// How long the upstream may take to start its answer before the gateway says 504.
     pub upstream_timeout: Duration,
+    /// `[connections]`.
+    pub connections: crate::connection_limits::ConnectionLimits,
+    /// `[client_ip]`: the network a `key = "ip"` rule counts a client by.
+    pub client_prefixes: crate::client_ip::Prefixes,
 }
 
 impl ServerSettings {
@@ -104,6 +108,10 @@ struct FileConfig {
     #[serde(default, rename = "rule")]
     rules: Vec<RuleSection>,
     default: Option<RuleSection>,
+    #[serde(default)]
+    connections: crate::connection_limits::ConnectionSection,
+    #[serde(default)]
+    client_ip: crate::client_ip::PrefixSection,
 }
 
 #[derive(Deserialize)]
@@ -262,7 +270,9 @@ pub fn load(path: &Path) -> Result<Config, String> {
 /// Checks a configuration given as TOML text.
 pub fn parse(text: &str) -> Result<Config, String> {
     let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
-    let server = server_settings(file.server)?;
+    let mut server = server_settings(file.server)?;
+    server.connections = file.connections.limits()?;
+    server.client_prefixes = file.client_ip.prefixes()?;
     let redis = redis_settings(file.redis)?;
     let rules = rule_set(file.headers, file.rules, file.default, server.mode)?;
     Ok(Config {
@@ -385,6 +395,8 @@ fn server_settings(section: ServerSection) -> Result<ServerSettings, String> {
         trusted_proxies,
         reload_interval: Duration::from_millis(section.reload_interval_ms),
         check_deny_status: section.check_deny_status,
+        connections: Default::default(),
+        client_prefixes: Default::default(),
     })
 }
 

@@ -6,6 +6,8 @@ pub mod backend;
 pub mod breaker;
 pub mod client_ip;
 pub mod config;
+pub mod connection_limits;
+pub mod connection_watch;
 pub mod decider;
 pub mod deny_cache;
 pub mod headers;

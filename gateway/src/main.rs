@@ -50,6 +50,7 @@ fn run(path: PathBuf) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    rl_gateway::connection_limits::raise_open_file_limit(&config.server.connections);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -105,6 +105,8 @@ pub struct Metrics {
     reloads_ok: AtomicU64,
     reloads_refused: AtomicU64,
     upstream_errors: AtomicU64,
+    /// Connections over `max_connections`, closed at once.
+    connections_refused: AtomicU64,
     /// Per rule, the error replies of the module (misconfigurations, not outages).
     module_errors: Mutex<BTreeMap<String, u64>>,
 }
@@ -147,6 +149,10 @@ impl Metrics {
 
     pub fn module_error(&self, rule: &str) {
         bump(&self.module_errors, rule, |count| *count += 1);
+    }
+
+    pub fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Relaxed);
     }
 
     pub fn upstream_error(&self) {
@@ -248,6 +254,13 @@ impl Metrics {
             out,
             "rl_gateway_upstream_errors_total {}",
             self.upstream_errors.load(Relaxed)
+        );
+        out.push_str("# HELP rl_gateway_connections_refused_total Connections over max_connections, answered 503 and closed.\n");
+        out.push_str("# TYPE rl_gateway_connections_refused_total counter\n");
+        let _ = writeln!(
+            out,
+            "rl_gateway_connections_refused_total {}",
+            self.connections_refused.load(Relaxed)
         );
         out.push_str("# HELP rl_gateway_module_errors_total Error replies of the module (a misconfiguration: a missing policy, a refused rule), by rule.\n");
         out.push_str("# TYPE rl_gateway_module_errors_total counter\n");

@@ -1,6 +1,9 @@
 //! Listening: the main listener (proxy or check) and the admin listener (`/metrics`,
-//! `/healthz`), each connection served by hyper's HTTP/1.1 with keep-alive.
+//! `/healthz`), each connection served by hyper's HTTP/1.1 with keep-alive, within the
+//! limits of `[connections]` (each listener has its own `max_connections`, so that clients
+//! filling the main listener cannot keep `/metrics` from answering).
 
+use crate::connection_watch::{Tracked, Watch, WatchedIo};
 use crate::logging::log;
 use crate::service::{Body, Gateway};
 use bytes::Bytes;
@@ -16,15 +19,23 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
-const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// What a connection over `max_connections` is told before it is closed.
+const OVER_CAPACITY: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
-/// Accepts connections forever, serving each with `handle(peer, request)`.
+/// Accepts connections forever, serving each with `handle(peer, request)`, at most
+/// `max_connections` at once, each under the head and idle timeouts of `[connections]`.
 pub async fn serve<F, Fut>(listener: TcpListener, gateway: Arc<Gateway>, handle: F)
 where
     F: Fn(Arc<Gateway>, SocketAddr, Request<Incoming>) -> Fut + Copy + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
+    let limits = gateway.server.connections;
+    let slots = Arc::new(Semaphore::new(
+        limits.max_connections.min(Semaphore::MAX_PERMITS),
+    ));
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -35,21 +46,38 @@ where
                 continue;
             }
         };
+        // Over the cap: accepted and closed at once rather than left in the kernel's
+        // queue, so that a client learns it now and the queue keeps moving.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            gateway.metrics().connection_refused();
+            let _ = stream.try_write(OVER_CAPACITY);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let gateway = gateway.clone();
         tokio::spawn(async move {
+            let _slot = slot;
+            let watch = Watch::new();
+            let requests = watch.clone();
             let service = service_fn(move |request| {
                 let gateway = gateway.clone();
-                async move { Ok::<_, Infallible>(handle(gateway, peer, request).await) }
+                let in_progress = requests.request_started();
+                async move {
+                    let response = handle(gateway, peer, request).await;
+                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_progress)))
+                }
             });
             // A client that goes away mid-request is not the gateway's error.
-            // A client gets HEADER_TIMEOUT to send a request's headers (the first or the
-            // next on a kept-alive connection), so idle and slow clients do not pile up.
-            let _ = http1::Builder::new()
+            let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+                .header_read_timeout(limits.head_timeout + limits.idle_timeout)
+                .serve_connection(TokioIo::new(WatchedIo::new(stream, watch.clone())), service);
+            tokio::select! {
+                _ = connection => {}
+                // Dropping the connection closes it: idle or stuck in a head, it has no
+                // response in progress to cut short.
+                () = watch.expired(limits) => {}
+            }
         });
     }
 }

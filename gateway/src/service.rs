@@ -103,7 +103,11 @@ impl Gateway {
             method,
             path,
             headers,
-            client_ip: client_ip(peer, headers, &self.server.trusted_proxies),
+            client_ip: self.server.client_prefixes.aggregate(client_ip(
+                peer,
+                headers,
+                &self.server.trusted_proxies,
+            )),
         };
         let key = rule.key(&self.key_prefix, &facts);
         let decision = self.decider.hit(rule, &key).await;

@@ -1,0 +1,139 @@
+//! What one client's connections may hold (`[connections]`): how many connections are
+//! served at once, how long a request head may take, and how long a kept-alive connection
+//! may sit idle. Without them, clients that open connections and never finish a request
+//! (slowloris) would hold the gateway's sockets and memory for as long as they like.
+
+use crate::logging::log;
+use serde::Deserialize;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections served at once, per listener. One more is accepted, answered 503 and
+    /// closed at once, so that it neither waits in the kernel's queue nor holds a slot.
+    pub max_connections: usize,
+    /// From the first byte of a request head to its end.
+    pub head_timeout: Duration,
+    /// With no request in progress: from the connection's start, or the end of the last
+    /// response, to the first byte of the next request.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: 10_000,
+            head_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The `[connections]` section of the file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionSection {
+    max_connections: usize,
+    head_timeout_ms: u64,
+    idle_timeout_ms: u64,
+}
+
+impl Default for ConnectionSection {
+    fn default() -> Self {
+        let limits = ConnectionLimits::default();
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        ConnectionSection {
+            max_connections: limits.max_connections,
+            head_timeout_ms: ms(limits.head_timeout),
+            idle_timeout_ms: ms(limits.idle_timeout),
+        }
+    }
+}
+
+/// A day: longer timeouts are a mistake, and would overflow nothing but help nobody.
+const LONGEST_MS: u64 = 86_400_000;
+
+impl ConnectionSection {
+    pub fn limits(self) -> Result<ConnectionLimits, String> {
+        if self.max_connections == 0 {
+            return Err("[connections] max_connections must be at least 1".into());
+        }
+        let timeout = |name: &str, ms: u64| {
+            if (1..=LONGEST_MS).contains(&ms) {
+                Ok(Duration::from_millis(ms))
+            } else {
+                Err(format!("[connections] {name} must be 1 to {LONGEST_MS}"))
+            }
+        };
+        Ok(ConnectionLimits {
+            max_connections: self.max_connections,
+            head_timeout: timeout("head_timeout_ms", self.head_timeout_ms)?,
+            idle_timeout: timeout("idle_timeout_ms", self.idle_timeout_ms)?,
+        })
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit (the kernel's default soft limit,
+/// 1024, is far below `max_connections`), and says so when even that is too low: each
+/// proxied connection may hold a client socket and an upstream socket.
+pub fn raise_open_file_limit(limits: &ConnectionLimits) {
+    let wanted = u64::try_from(limits.max_connections)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(2)
+        .saturating_add(256);
+    match rlimit::increase_nofile_limit(wanted) {
+        Ok(got) if got < wanted => log!(
+            "open-file limit {got} is below the {wanted} that max_connections = {} may need; \
+             raise the hard limit (ulimit -Hn) or lower max_connections",
+            limits.max_connections
+        ),
+        Ok(_) => {}
+        Err(error) => log!("cannot raise the open-file limit: {error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(max_connections: usize, head: u64, idle: u64) -> ConnectionSection {
+        ConnectionSection {
+            max_connections,
+            head_timeout_ms: head,
+            idle_timeout_ms: idle,
+        }
+    }
+
+    #[test]
+    fn defaults_are_below_the_old_30_seconds() {
+        let limits = ConnectionSection::default().limits().unwrap();
+        assert_eq!(limits, ConnectionLimits::default());
+        assert!(limits.head_timeout < Duration::from_secs(30));
+        assert!(limits.idle_timeout <= limits.head_timeout);
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        assert!(section(0, 1, 1)
+            .limits()
+            .unwrap_err()
+            .contains("max_connections"));
+        assert!(section(1, 0, 1)
+            .limits()
+            .unwrap_err()
+            .contains("head_timeout_ms"));
+        assert!(section(1, 1, 0)
+            .limits()
+            .unwrap_err()
+            .contains("idle_timeout_ms"));
+        assert!(section(1, 1, LONGEST_MS + 1).limits().is_err());
+        assert_eq!(
+            section(7, 250, 500).limits(),
+            Ok(ConnectionLimits {
+                max_connections: 7,
+                head_timeout: Duration::from_millis(250),
+                idle_timeout: Duration::from_millis(500),
+            })
+        );
+    }
+}
