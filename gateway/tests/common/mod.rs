@@ -613,6 +613,12 @@ impl Gateway {
     /// Starts `rl-gateway --config <file>` and waits until `/healthz` answers 200 on the
     /// admin listener and the main listener accepts connections.
     pub fn start(server_lines: &str, rest: &str) -> Gateway {
+        Gateway::start_listening("127.0.0.1", server_lines, rest)
+    }
+
+    /// As [`Gateway::start`], the main listener on `host` (e.g. `[::]`, which takes IPv6
+    /// and, dual-stack, 127.0.0.1 too) instead of 127.0.0.1.
+    pub fn start_listening(host: &str, server_lines: &str, rest: &str) -> Gateway {
         let dir = tempfile::Builder::new()
             .prefix("rl-gateway-")
             .tempdir()
@@ -620,7 +626,7 @@ impl Gateway {
         let port = free_port();
         let admin_port = free_port();
         let server_lines = format!(
-            "listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n{server_lines}"
+            "listen = \"{host}:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n{server_lines}"
         );
         let config_path = dir.path().join("rules.toml");
         let log_path = dir.path().join("gateway.log");

@@ -1,0 +1,202 @@
+//! `[connections]`: connections that never finish their head do not keep others from being
+//! served, and are closed after `head_timeout_ms`; kept-alive connections with nothing to
+//! do are closed after `idle_timeout_ms`; past `max_connections` a connection is answered
+//! 503 and closed at once (counted in `rl_gateway_connections_refused_total`).
+
+mod common;
+use common::*;
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const RULES: &str = "[default]\nlimits = [\"1000000/1h\"]\n";
+
+/// A request head that never ends.
+const STALLED: &[u8] = b"GET /stalled HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: 1";
+
+/// Lets this process (and the gateway it starts, which inherits it) open `wanted` files.
+fn raise_open_file_limit(wanted: u64) -> bool {
+    use rlimit::Resource;
+    let Ok((soft, hard)) = rlimit::getrlimit(Resource::NOFILE) else {
+        return false;
+    };
+    if soft >= wanted {
+        return true;
+    }
+    // Raising the hard limit needs root (CAP_SYS_RESOURCE), which CI has.
+    rlimit::setrlimit(Resource::NOFILE, wanted, hard.max(wanted)).is_ok()
+}
+
+fn stalled_connection(port: u16) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.write_all(STALLED).expect("send half a head");
+    stream
+}
+
+/// Whether the gateway closed `stream` (end of file or reset), without waiting.
+fn closed(stream: &mut TcpStream) -> bool {
+    stream.set_nonblocking(true).expect("non-blocking");
+    let mut byte = [0u8; 512];
+    let answer = stream.read(&mut byte);
+    stream.set_nonblocking(false).expect("blocking");
+    match answer {
+        Ok(0) => true,
+        Ok(_) => closed(stream),
+        Err(error) => error.kind() != ErrorKind::WouldBlock,
+    }
+}
+
+/// Waits up to `limit` for the gateway to close every one of `streams`.
+fn wait_all_closed(streams: &mut [TcpStream], limit: Duration, what: &str) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let open = streams.iter_mut().map(closed).filter(|c| !c).count();
+        if open == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {open} of {} still open after {limit:?}",
+            streams.len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `GET /` on a fresh connection: the status, `None` when the connection was refused.
+fn try_get(port: u16) -> Option<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .ok()?;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).ok()?;
+    String::from_utf8_lossy(&answer)
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn two_thousand_stalled_heads_do_not_delay_a_request_and_are_closed() {
+    const STALLED_COUNT: usize = 2000;
+    if !raise_open_file_limit(3 * STALLED_COUNT as u64 + 1000) {
+        eprintln!("SKIPPED: cannot raise the open-file limit to hold {STALLED_COUNT} connections");
+        return;
+    }
+    for flavor in FLAVORS {
+        let connections = "[connections]\nmax_connections = 2500\nhead_timeout_ms = 2000\n";
+        let (_redis, upstream, gateway) = stack(flavor, &format!("{connections}{RULES}"));
+        let mut stalled: Vec<TcpStream> = (0..STALLED_COUNT)
+            .map(|_| stalled_connection(gateway.port))
+            .collect();
+        let mut took: Vec<Duration> = (0..5)
+            .map(|_| {
+                let (status, took) = timed(|| raw_get(gateway.port, "/ok", b""));
+                assert_eq!(status, 200, "{flavor:?}");
+                took
+            })
+            .collect();
+        took.sort();
+        eprintln!("{flavor:?}: 5 requests beside {STALLED_COUNT} stalled connections: {took:?}");
+        // The median, so that one unlucky slice of a loaded machine does not decide.
+        assert!(
+            took[2] < Duration::from_millis(100),
+            "{flavor:?}: answered in {took:?} beside {STALLED_COUNT} stalled connections"
+        );
+        assert_eq!(upstream.requests(), 5, "{flavor:?}");
+        assert_eq!(
+            gateway
+                .metrics()
+                .counter("rl_gateway_connections_refused_total", &[]),
+            0.0,
+            "{flavor:?}"
+        );
+        // head_timeout_ms = 2000 (the old fixed timeout was 30 s).
+        wait_all_closed(
+            &mut stalled,
+            Duration::from_secs(20),
+            &format!("{flavor:?}"),
+        );
+    }
+}
+
+#[test]
+fn idle_connections_are_closed_after_the_idle_timeout_and_heads_get_the_head_timeout() {
+    let redis = ServerConfig::new(Flavor::Valkey).start();
+    let (_redis, _upstream, gateway) = stack_on(
+        redis,
+        &format!("[connections]\nidle_timeout_ms = 500\nhead_timeout_ms = 60000\n{RULES}"),
+    );
+    // Kept alive after one answered request, then idle.
+    let mut kept = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
+    kept.write_all(b"GET /one HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .expect("send");
+    kept.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    let mut first = [0u8; 12];
+    kept.read_exact(&mut first).expect("the answer starts");
+    assert_eq!(
+        &first,
+        b"HTTP/1.1 200",
+        "{}",
+        String::from_utf8_lossy(&first)
+    );
+    // Connected, silent.
+    let silent = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
+    // In the middle of a head: the head timeout (60 s) applies, not the idle one.
+    let mut heading = stalled_connection(gateway.port);
+
+    let mut idle = [kept, silent];
+    wait_all_closed(&mut idle, Duration::from_secs(20), "idle connections");
+    assert!(
+        !closed(&mut heading),
+        "a connection sending a head is not idle"
+    );
+}
+
+#[test]
+fn connections_over_max_connections_are_refused_at_once() {
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let (_redis, _upstream, gateway) = stack_on(
+        redis,
+        &format!("[connections]\nmax_connections = 20\n{RULES}"),
+    );
+    let stalled: Vec<TcpStream> = (0..20).map(|_| stalled_connection(gateway.port)).collect();
+
+    let mut extra = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
+    extra
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("read timeout");
+    let _ = extra.write_all(b"GET /extra HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut answer = Vec::new();
+    let read = extra.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    // Closed at once: a 503 read before the close, or a reset (the request was unread).
+    match read {
+        Ok(_) => assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}"),
+        Err(error) => assert!(
+            matches!(
+                error.kind(),
+                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+            ),
+            "{error:?}: {answer:?}"
+        ),
+    }
+    assert!(
+        gateway
+            .metrics()
+            .counter("rl_gateway_connections_refused_total", &[])
+            >= 1.0,
+        "the admin listener has its own slots"
+    );
+
+    drop(stalled);
+    wait_until(Duration::from_secs(20), "slots come free", || {
+        try_get(gateway.port) == Some(200)
+    });
+}
