@@ -127,76 +127,77 @@ fn two_thousand_stalled_heads_do_not_delay_a_request_and_are_closed() {
 
 #[test]
 fn idle_connections_are_closed_after_the_idle_timeout_and_heads_get_the_head_timeout() {
-    let redis = ServerConfig::new(Flavor::Valkey).start();
-    let (_redis, _upstream, gateway) = stack_on(
-        redis,
-        &format!("[connections]\nidle_timeout_ms = 500\nhead_timeout_ms = 60000\n{RULES}"),
-    );
-    // Kept alive after one answered request, then idle.
-    let mut kept = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
-    kept.write_all(b"GET /one HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        .expect("send");
-    kept.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("read timeout");
-    let mut first = [0u8; 12];
-    kept.read_exact(&mut first).expect("the answer starts");
-    assert_eq!(
-        &first,
-        b"HTTP/1.1 200",
-        "{}",
-        String::from_utf8_lossy(&first)
-    );
-    // Connected, silent.
-    let silent = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
-    // In the middle of a head: the head timeout (60 s) applies, not the idle one.
-    let mut heading = stalled_connection(gateway.port);
+    for flavor in FLAVORS {
+        let (_redis, _upstream, gateway) = stack(
+            flavor,
+            &format!("[connections]\nidle_timeout_ms = 500\nhead_timeout_ms = 60000\n{RULES}"),
+        );
+        // Kept alive after one answered request, then idle.
+        let mut kept = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
+        kept.write_all(b"GET /one HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .expect("send");
+        kept.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("read timeout");
+        let mut first = [0u8; 12];
+        kept.read_exact(&mut first).expect("the answer starts");
+        assert_eq!(&first, b"HTTP/1.1 200", "{flavor:?}");
+        // Connected, silent.
+        let silent = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
+        // In the middle of a head: the head timeout (60 s) applies, not the idle one.
+        let mut heading = stalled_connection(gateway.port);
 
-    let mut idle = [kept, silent];
-    wait_all_closed(&mut idle, Duration::from_secs(20), "idle connections");
-    assert!(
-        !closed(&mut heading),
-        "a connection sending a head is not idle"
-    );
+        let mut idle = [kept, silent];
+        wait_all_closed(
+            &mut idle,
+            Duration::from_secs(20),
+            &format!("{flavor:?} idle"),
+        );
+        assert!(
+            !closed(&mut heading),
+            "{flavor:?}: a connection sending a head is not idle"
+        );
+    }
 }
 
 #[test]
 fn connections_over_max_connections_are_refused_at_once() {
-    let redis = ServerConfig::new(Flavor::Redis).start();
-    let (_redis, _upstream, gateway) = stack_on(
-        redis,
-        &format!("[connections]\nmax_connections = 20\n{RULES}"),
-    );
-    let stalled: Vec<TcpStream> = (0..20).map(|_| stalled_connection(gateway.port)).collect();
+    for flavor in FLAVORS {
+        let (_redis, _upstream, gateway) = stack(
+            flavor,
+            &format!("[connections]\nmax_connections = 20\n{RULES}"),
+        );
+        let stalled: Vec<TcpStream> = (0..20).map(|_| stalled_connection(gateway.port)).collect();
 
-    let mut extra = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
-    extra
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("read timeout");
-    let _ = extra.write_all(b"GET /extra HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-    let mut answer = Vec::new();
-    let read = extra.read_to_end(&mut answer);
-    let answer = String::from_utf8_lossy(&answer);
-    // Closed at once: a 503 read before the close, or a reset (the request was unread).
-    match read {
-        Ok(_) => assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}"),
-        Err(error) => assert!(
-            matches!(
-                error.kind(),
-                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+        let mut extra = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
+        extra
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("read timeout");
+        let _ = extra.write_all(b"GET /extra HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        let mut answer = Vec::new();
+        let read = extra.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer);
+        // Closed at once: a 503 read before the close, or a reset (the request was unread).
+        match read {
+            Ok(_) => assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}"),
+            Err(error) => assert!(
+                matches!(
+                    error.kind(),
+                    ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+                ),
+                "{error:?}: {answer:?}"
             ),
-            "{error:?}: {answer:?}"
-        ),
-    }
-    assert!(
-        gateway
-            .metrics()
-            .counter("rl_gateway_connections_refused_total", &[])
-            >= 1.0,
-        "the admin listener has its own slots"
-    );
+        }
+        assert!(
+            gateway
+                .metrics()
+                .counter("rl_gateway_connections_refused_total", &[])
+                >= 1.0,
+            "the admin listener has its own slots"
+        );
 
-    drop(stalled);
-    wait_until(Duration::from_secs(20), "slots come free", || {
-        try_get(gateway.port) == Some(200)
-    });
+        drop(stalled);
+        wait_until(Duration::from_secs(20), "slots come free", || {
+            try_get(gateway.port) == Some(200)
+        });
+    }
 }

@@ -208,3 +208,62 @@ fn two_addresses_of_one_ipv6_64_share_a_budget() {
         );
     }
 }
+
+/// The same through a trusted proxy, which needs no namespace: the client named by
+/// X-Forwarded-For is counted by its /64 too, and IPv4 by `ipv4_prefix` when set.
+#[test]
+fn clients_behind_a_trusted_proxy_are_counted_by_their_network() {
+    for flavor in FLAVORS {
+        let redis = ServerConfig::new(flavor).start();
+        let upstream = Upstream::start();
+        let gateway = Gateway::start(
+            &format!(
+                "{}trusted_proxies = [\"127.0.0.1/32\"]\n",
+                upstream.server_line()
+            ),
+            &format!(
+                "{}[client_ip]\nipv4_prefix = 24\n{RULES}",
+                redis_section(redis.port(), "")
+            ),
+        );
+        let from = |client: &str| {
+            let resp = gateway.send("GET", "/thing", &[("X-Forwarded-For", client)]);
+            (resp.status, resp.has("ratelimit").then(|| resp.remaining()))
+        };
+        let answers: Vec<(u16, Option<i64>)> = [
+            "2001:db8:1:2::1",
+            "2001:db8:1:2:ffff:ffff:ffff:ffff",
+            "[2001:db8:1:2::77]:4321",
+            "2001:db8:1:2::1",
+        ]
+        .into_iter()
+        .map(from)
+        .collect();
+        assert_eq!(
+            answers,
+            [
+                (200, Some(2)),
+                (200, Some(1)),
+                (200, Some(0)),
+                (429, Some(0))
+            ],
+            "{flavor:?}: one /64, one budget"
+        );
+        assert_eq!(from("2001:db8:1:3::1"), (200, Some(2)), "{flavor:?}");
+        assert_eq!(from("198.51.100.7"), (200, Some(2)), "{flavor:?}");
+        assert_eq!(
+            from("198.51.100.200"),
+            (200, Some(1)),
+            "{flavor:?}: one /24"
+        );
+        assert_eq!(
+            keys(&redis, "*"),
+            [
+                "rl:{ip:198.51.100.0}:api",
+                "rl:{ip:2001:db8:1:2::}:api",
+                "rl:{ip:2001:db8:1:3::}:api"
+            ],
+            "{flavor:?}"
+        );
+    }
+}
