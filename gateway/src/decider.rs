@@ -108,9 +108,14 @@ impl Decider {
             } else {
                 "open: letting requests through"
             };
+            let more = if unlogged > 0 {
+                format!(" ({unlogged} more since the last line)")
+            } else {
+                String::new()
+            };
             log!(
                 "rule '{}': {command} answered an error, the rule is misconfigured \
-                 (on_module_error = {meaning}): {error} ({unlogged} more since the last line)",
+                 (on_module_error = {meaning}): {error}{more}",
                 rule.name
             );
         }

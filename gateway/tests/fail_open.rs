@@ -2,7 +2,8 @@
 //! `X-RateLimit-Fail-Open: <reason>` added for the upstream, and the client's answer has no
 //! RateLimit headers: Redis never started (`connection`), stopped with SIGSTOP (`timeout`,
 //! every answer within the deadline plus a margin), error replies (`error` for an unknown
-//! command, `unavailable` for READONLY and OOM), and the circuit breaker (`breaker`) that
+//! command, on a rule with `on_module_error = "open"`, since an error reply closes a rule
+//! by default; `unavailable` for READONLY and OOM), and the circuit breaker (`breaker`) that
 //! stops calling Redis after `breaker_failures` failures in a row and closes again once
 //! Redis answers.
 
