@@ -81,7 +81,7 @@ pub fn raise_open_file_limit(limits: &ConnectionLimits) {
         .unwrap_or(u64::MAX)
         .saturating_mul(2)
         .saturating_add(256);
-    match rlimit::increase_nofile_limit(wanted) {
+    match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(got) if got < wanted => log!(
             "open-file limit {got} is below the {wanted} that max_connections = {} may need; \
              raise the hard limit (ulimit -Hn) or lower max_connections",
