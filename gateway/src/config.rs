@@ -41,6 +41,8 @@ pub struct ServerSettings {
     pub check_headers: CheckHeaders,
     /// How long the upstream may take to start its answer before the gateway says 504.
     pub upstream_timeout: Duration,
+    /// `[requests]`: path canonicalisation and the head size cap.
+    pub requests: crate::request_policy::RequestPolicy,
 }
 
 impl ServerSettings {
@@ -108,6 +110,8 @@ struct FileConfig {
     #[serde(default, rename = "rule")]
     rules: Vec<RuleSection>,
     default: Option<RuleSection>,
+    #[serde(default)]
+    requests: crate::request_policy::RequestsSection,
 }
 
 #[derive(Deserialize)]
@@ -260,7 +264,8 @@ pub fn load(path: &Path) -> Result<Config, String> {
 /// Checks a configuration given as TOML text.
 pub fn parse(text: &str) -> Result<Config, String> {
     let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
-    let server = server_settings(file.server)?;
+    let mut server = server_settings(file.server)?;
+    server.requests = crate::request_policy::request_policy(file.requests)?;
     let redis = redis_settings(file.redis)?;
     let rules = rule_set(file.headers, file.rules, file.default, server.mode)?;
     Ok(Config {
@@ -383,6 +388,7 @@ fn server_settings(section: ServerSection) -> Result<ServerSettings, String> {
         trusted_proxies,
         reload_interval: Duration::from_millis(section.reload_interval_ms),
         check_deny_status: section.check_deny_status,
+        requests: Default::default(),
     })
 }
 
@@ -421,6 +427,12 @@ fn redis_settings(section: RedisSection) -> Result<RedisSettings, String> {
         return Err(
             "[redis] key_prefix must not contain '{' or '}' (the hash tag is the client's)".into(),
         );
+    }
+    if section.key_prefix.len() > crate::rules::MAX_KEY_PREFIX_BYTES {
+        return Err(format!(
+            "[redis] key_prefix is longer than {} bytes",
+            crate::rules::MAX_KEY_PREFIX_BYTES
+        ));
     }
     if section.deadline_ms == 0 {
         return Err("[redis] deadline_ms must be at least 1".into());
@@ -465,6 +477,12 @@ fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
                     "name '{name}' must be letters, digits, '-', '_' or '.'"
                 ));
             }
+            if name.len() > crate::rules::MAX_RULE_NAME_BYTES {
+                return Err(format!(
+                    "name '{name}' is longer than {} bytes",
+                    crate::rules::MAX_RULE_NAME_BYTES
+                ));
+            }
             if name == "default" {
                 return Err("the name 'default' belongs to the [default] rule".into());
             }
@@ -482,8 +500,10 @@ fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
         .map(|m| {
             let upper = m.to_ascii_uppercase();
             hyper::Method::from_bytes(upper.as_bytes())
+                .ok()
+                .filter(|_| upper.len() <= crate::methods::MAX_METHOD_BYTES)
                 .map(|_| upper)
-                .map_err(|_| format!("method '{m}' is not an HTTP method"))
+                .ok_or_else(|| format!("method '{m}' is not an HTTP method of at most 32 bytes"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let path = section
@@ -716,6 +736,10 @@ mod tests {
             ("[[rule]]\nname = \"default\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n", "belongs"),
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\ncost = 6\n", "cost 6"),
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"1000000000000000/1m\"]\n", "at most"),
+            ("[[rule]]\nname = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n", "longer than 48"),
+            ("[redis]\nkey_prefix = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\n", "longer than 32"),
+            ("[[rule]]\nname = \"a\"\nmethods = [\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"]\nlimits = [\"5/1m\"]\n", "at most 32"),
+            ("[requests]\nmax_path_segments = 0\n", "max_path_segments"),
         ];
         for (text, expected) in cases {
             let error = with(text)

@@ -4,15 +4,18 @@
 
 pub mod backend;
 pub mod breaker;
+pub mod canonical;
 pub mod client_ip;
 pub mod config;
 pub mod decider;
 pub mod deny_cache;
 pub mod headers;
 pub mod logging;
+pub mod methods;
 pub mod metrics;
 pub mod pattern;
 pub mod reload;
+pub mod request_policy;
 pub mod rules;
 pub mod server;
 pub mod service;

@@ -37,6 +37,8 @@ where
         };
         let _ = stream.set_nodelay(true);
         let gateway = gateway.clone();
+        // A head (request line and headers) larger than this gets 431 from hyper.
+        let max_header_bytes = gateway.server.requests.max_header_bytes;
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let gateway = gateway.clone();
@@ -48,6 +50,7 @@ where
             let _ = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
+                .max_header_size(max_header_bytes)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
