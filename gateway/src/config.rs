@@ -701,6 +701,8 @@ mod tests {
         assert_eq!(config.rules.rules.len(), 3);
         assert!(config.rules.default.is_some());
         assert_eq!(config.redis.deadline, Duration::from_millis(5));
+        // The example spells out the [requests] defaults.
+        assert_eq!(config.server.requests, Default::default());
     }
 
     #[test]

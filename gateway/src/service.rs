@@ -334,12 +334,16 @@ fn rewrite_target(
     method: &hyper::Method,
     path: &str,
 ) -> Result<(), PathRefusal> {
+    *request.method_mut() = method.clone();
+    // The common case: already canonical, in origin form.
+    if request.uri().scheme().is_none() && request.uri().path() == path {
+        return Ok(());
+    }
     let target = match request.uri().query() {
         Some(query) => format!("{path}?{query}"),
         None => path.to_owned(),
     };
     *request.uri_mut() = target.parse().map_err(|_| PathRefusal::NotAPath)?;
-    *request.method_mut() = method.clone();
     Ok(())
 }
 

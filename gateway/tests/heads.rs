@@ -75,7 +75,15 @@ fn hostile_requests_make_no_key_longer_than_256_bytes() {
         let many_segments = "/s".repeat(128);
         let key_header = format!("X-Api-Key: {long_value}\r\n");
         let odd_key = b"X-Api-Key: {\xff\xfe}\x80{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}\r\n";
-        let requests: [(&[u8], &[u8], &[u8]); 6] = [
+        // The longest parts written out rather than hashed: 64 bytes each.
+        let widest_path = format!("/{}", "w".repeat(63));
+        let widest_key = format!("X-Api-Key: {}\r\n", "k".repeat(64));
+        let requests: [(&[u8], &[u8], &[u8]); 7] = [
+            (
+                b"VERY-LONG-METHOD-OF-32-BYTES-XYZ",
+                widest_path.as_bytes(),
+                widest_key.as_bytes(),
+            ),
             (b"POST", long_path.as_bytes(), key_header.as_bytes()),
             (
                 b"VERY-LONG-METHOD-OF-32-BYTES-XYZ",
