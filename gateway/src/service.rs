@@ -310,11 +310,14 @@ fn path_of_target(target: &[u8]) -> &[u8] {
         .position(|b| matches!(b, b'?' | b'#'))
         .unwrap_or(target.len());
     let target = target.get(..end).unwrap_or(target);
-    let lower: Vec<u8> = target.iter().take(8).map(u8::to_ascii_lowercase).collect();
     let after_scheme = [&b"http://"[..], b"https://"]
         .into_iter()
-        .find(|scheme| lower.starts_with(scheme))
-        .map(|scheme| scheme.len());
+        .find(|scheme| {
+            target
+                .get(..scheme.len())
+                .is_some_and(|start| start.eq_ignore_ascii_case(scheme))
+        })
+        .map(<[u8]>::len);
     match after_scheme {
         Some(start) => {
             let rest = target.get(start..).unwrap_or_default();
