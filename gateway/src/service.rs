@@ -224,8 +224,16 @@ impl Gateway {
         // when the peer is a trusted proxy; else the check request's own method and path
         // (what Envoy's ext_authz sends).
         let trusted = self.server.is_trusted_proxy(peer);
-        let asked = |name: &str| trusted.then(|| headers.get(name)).flatten();
         let [method_header, uri_header] = self.server.check_headers.names();
+        // Two values of one header leave open which one the proxy wrote: refused.
+        let repeated = |name: &str| headers.get_all(name).iter().nth(1).is_some();
+        if trusted && (repeated(method_header) || repeated(uri_header)) {
+            return refused(
+                400,
+                "Bad Request: the proxy's request header appears twice\n",
+            );
+        }
+        let asked = |name: &str| trusted.then(|| headers.get(name)).flatten();
         // A header the trusted proxy sent is used as it is, whatever its bytes (nginx passes
         // raw UTF-8 from $request_uri); one that cannot be a method or a path is refused,
         // never replaced by the check request's own method or path, which no rule expects.

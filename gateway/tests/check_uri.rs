@@ -102,6 +102,14 @@ fn a_trusted_header_that_cannot_be_a_request_is_refused_not_ignored() {
                 String::from_utf8_lossy(uri)
             );
         }
+        // A second URI header (say, the client's, passed through beside the proxy's).
+        let answer = raw_http::request(
+            gateway.port,
+            b"GET",
+            b"/_ratelimit",
+            b"X-Original-Method: POST\r\nX-Original-URI: /auth/login\r\nX-Original-URI: /other\r\n",
+        );
+        assert_eq!(answer.status, 400, "{flavor:?}: {answer:?}");
         assert!(keys(&redis, "*").is_empty(), "{flavor:?}: nothing counted");
     }
 }
