@@ -126,12 +126,14 @@ pub fn canonicalize(raw: &[u8], policy: &PathPolicy) -> Result<String, PathRefus
         match byte {
             b'/' => writer.end_segment()?,
             b'%' => {
-                let value = rest
+                // Two hex digits, checked as such (`from_str_radix` alone takes "+F").
+                let sent = rest
                     .get(i..i + 2)
-                    .and_then(|hex| std::str::from_utf8(hex).ok())
-                    .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                    .filter(|hex| hex.iter().all(u8::is_ascii_hexdigit))
                     .ok_or(PathRefusal::BadEscape)?;
-                let sent = rest.get(i..i + 2).unwrap_or_default();
+                let value = sent
+                    .iter()
+                    .fold(0u8, |value, &digit| (value << 4) | hex_value(digit));
                 i += 2;
                 writer.escape(value, sent)?;
             }
@@ -271,6 +273,18 @@ impl Writer<'_> {
     }
 }
 
+/// The value of a hex digit (checked to be one).
+fn hex_value(digit: u8) -> u8 {
+    match digit {
+        b'0'..=b'9' => digit - b'0',
+        b'a'..=b'f' => digit - b'a' + 10,
+        _ => digit
+            .to_ascii_uppercase()
+            .wrapping_sub(b'A')
+            .wrapping_add(10),
+    }
+}
+
 /// RFC 3986 unreserved: letters, digits, `-._~`.
 fn is_unreserved(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || b"-._~".contains(&byte)
@@ -331,7 +345,7 @@ mod tests {
 
     #[test]
     fn malformed_and_non_paths_are_refused() {
-        for bad in ["/%", "/%4", "/%zz", "/a%g1"] {
+        for bad in ["/%", "/%4", "/%zz", "/a%g1", "/%+F", "/%-1", "/% 1"] {
             assert_eq!(canonical_path(bad), Err(PathRefusal::BadEscape), "{bad}");
         }
         for bad in ["", "*", "a/b", "http://x/"] {
