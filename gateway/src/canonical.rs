@@ -124,7 +124,7 @@ pub fn canonicalize(raw: &[u8], policy: &PathPolicy) -> Result<String, PathRefus
     while let Some(&byte) = rest.get(i) {
         i += 1;
         match byte {
-            b'/' => writer.end_segment()?,
+            b'/' => writer.end_segment(false)?,
             b'%' => {
                 // Two hex digits, checked as such (`from_str_radix` alone takes "+F").
                 let sent = rest
@@ -143,7 +143,7 @@ pub fn canonicalize(raw: &[u8], policy: &PathPolicy) -> Result<String, PathRefus
             _ => writer.literal(byte),
         }
     }
-    writer.end_segment()?;
+    writer.end_segment(true)?;
     Ok(writer.finish())
 }
 
@@ -167,10 +167,12 @@ impl Writer<'_> {
         self.in_parameters = false;
     }
 
-    fn end_segment(&mut self) -> Result<(), PathRefusal> {
+    /// Ends the segment being written; the `last` one, when empty, is only the path's
+    /// trailing `/`, not a segment, whether slashes merge or not.
+    fn end_segment(&mut self, last: bool) -> Result<(), PathRefusal> {
         let segment = self.out.get(self.mark + 1..).unwrap_or_default();
         let normalize = self.policy.normalize_path;
-        let merged = segment.is_empty() && self.policy.merge_slashes;
+        let merged = segment.is_empty() && (self.policy.merge_slashes || last);
         if merged || (normalize && segment == ".") {
             self.out.truncate(self.mark);
             self.trailing_slash = true;
@@ -247,7 +249,7 @@ impl Writer<'_> {
                 self.push_escape(value);
                 Ok(())
             }
-            EscapedSlashes::Unescape => self.end_segment(),
+            EscapedSlashes::Unescape => self.end_segment(false),
         }
     }
 
@@ -420,6 +422,62 @@ mod tests {
             ..PathPolicy::default()
         };
         assert_eq!(with(raw, "/a/../%62%3a").unwrap(), "/a/../%62%3a");
+    }
+
+    /// Many generated paths under every policy: no panic, and a canonical path is its own
+    /// canonical form (what is forwarded is decided on again the same way), ASCII, with
+    /// no more segments than the cap.
+    #[test]
+    fn canonical_paths_are_fixed_points() {
+        const PIECES: [&str; 22] = [
+            "/", "//", "a", "B", ".", "..", "%2e", "%2E%2e", ";", ";x=1", "%2F", "%5c", "\\",
+            "%41", "%3b", "%c3%a9", "é", " ", "{", "%", "%zz", "~",
+        ];
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut policies = Vec::new();
+        for bits in 0..(2 * 2 * 3 * 3 * 2) {
+            policies.push(PathPolicy {
+                normalize_path: bits % 2 == 0,
+                merge_slashes: (bits / 2) % 2 == 0,
+                escaped_slashes: [
+                    EscapedSlashes::Reject,
+                    EscapedSlashes::Keep,
+                    EscapedSlashes::Unescape,
+                ][(bits / 4) % 3],
+                path_parameters: [
+                    PathParameters::Strip,
+                    PathParameters::Reject,
+                    PathParameters::Keep,
+                ][(bits / 12) % 3],
+                case_insensitive: (bits / 36) % 2 == 0,
+                max_segments: 6,
+            });
+        }
+        let mut accepted = 0;
+        for _ in 0..20_000 {
+            let mut path = String::from("/");
+            for _ in 0..next() % 12 {
+                path.push_str(PIECES[(next() % PIECES.len() as u64) as usize]);
+            }
+            let policy = &policies[(next() % policies.len() as u64) as usize];
+            let Ok(canonical) = canonicalize(path.as_bytes(), policy) else {
+                continue;
+            };
+            accepted += 1;
+            assert!(canonical.is_ascii(), "{path:?} -> {canonical:?}");
+            assert_eq!(
+                canonicalize(canonical.as_bytes(), policy).as_deref(),
+                Ok(canonical.as_str()),
+                "{path:?} under {policy:?}"
+            );
+        }
+        assert!(accepted > 5_000, "{accepted}");
     }
 
     #[test]
