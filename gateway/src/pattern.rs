@@ -1,6 +1,9 @@
 //! Path patterns of rules: literal segments, `*` for exactly one segment and `**` for any
 //! number of segments (none included). `/auth/*` matches `/auth/login` but neither `/auth`
-//! nor `/auth/a/b`; `/api/**` matches `/api`, `/api/x` and `/api/x/y`.
+//! nor `/auth/a/b`; `/api/**` matches `/api`, `/api/x` and `/api/x/y`. Paths are matched
+//! in their canonical form (`canonical.rs`, re-exported here): a trailing `/` is ignored,
+//! and an empty segment (kept only when `merge_slashes` is off) is matched by nothing but
+//! `**`.
 
 use std::fmt;
 
