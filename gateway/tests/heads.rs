@@ -133,6 +133,9 @@ fn a_head_over_max_header_bytes_gets_431() {
             answer.status, 431,
             "{flavor:?}: a long request line is head too"
         );
+        let many: String = (0..150).map(|i| format!("X-H{i}: v\r\n")).collect();
+        let answer = raw_http::request(gateway.port, b"GET", b"/", many.as_bytes());
+        assert_eq!(answer.status, 431, "{flavor:?}: more than 100 headers");
         assert_eq!(
             upstream.requests(),
             1,
