@@ -45,6 +45,8 @@ pub struct ServerSettings {
     pub connections: crate::connection_limits::ConnectionLimits,
     /// `[client_ip]`: the network a `key = "ip"` rule counts a client by.
     pub client_prefixes: crate::client_ip::Prefixes,
+    /// `[requests]`: path canonicalisation and the head size cap.
+    pub requests: crate::request_policy::RequestPolicy,
 }
 
 impl ServerSettings {
@@ -112,6 +114,8 @@ struct FileConfig {
     connections: crate::connection_limits::ConnectionSection,
     #[serde(default)]
     client_ip: crate::client_ip::PrefixSection,
+    #[serde(default)]
+    requests: crate::request_policy::RequestsSection,
 }
 
 #[derive(Deserialize)]
@@ -273,6 +277,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
     let mut server = server_settings(file.server)?;
     server.connections = file.connections.limits()?;
     server.client_prefixes = file.client_ip.prefixes()?;
+    server.requests = crate::request_policy::request_policy(file.requests)?;
     let redis = redis_settings(file.redis)?;
     let rules = rule_set(file.headers, file.rules, file.default, server.mode)?;
     Ok(Config {
@@ -397,6 +402,7 @@ fn server_settings(section: ServerSection) -> Result<ServerSettings, String> {
         check_deny_status: section.check_deny_status,
         connections: Default::default(),
         client_prefixes: Default::default(),
+        requests: Default::default(),
     })
 }
 
@@ -435,6 +441,12 @@ fn redis_settings(section: RedisSection) -> Result<RedisSettings, String> {
         return Err(
             "[redis] key_prefix must not contain '{' or '}' (the hash tag is the client's)".into(),
         );
+    }
+    if section.key_prefix.len() > crate::rules::MAX_KEY_PREFIX_BYTES {
+        return Err(format!(
+            "[redis] key_prefix is longer than {} bytes",
+            crate::rules::MAX_KEY_PREFIX_BYTES
+        ));
     }
     if section.deadline_ms == 0 {
         return Err("[redis] deadline_ms must be at least 1".into());
@@ -479,6 +491,12 @@ fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
                     "name '{name}' must be letters, digits, '-', '_' or '.'"
                 ));
             }
+            if name.len() > crate::rules::MAX_RULE_NAME_BYTES {
+                return Err(format!(
+                    "name '{name}' is longer than {} bytes",
+                    crate::rules::MAX_RULE_NAME_BYTES
+                ));
+            }
             if name == "default" {
                 return Err("the name 'default' belongs to the [default] rule".into());
             }
@@ -496,8 +514,10 @@ fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
         .map(|m| {
             let upper = m.to_ascii_uppercase();
             hyper::Method::from_bytes(upper.as_bytes())
+                .ok()
+                .filter(|_| upper.len() <= crate::methods::MAX_METHOD_BYTES)
                 .map(|_| upper)
-                .map_err(|_| format!("method '{m}' is not an HTTP method"))
+                .ok_or_else(|| format!("method '{m}' is not an HTTP method of at most 32 bytes"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let path = section
@@ -676,6 +696,8 @@ mod tests {
         assert_eq!(config.rules.rules.len(), 3);
         assert!(config.rules.default.is_some());
         assert_eq!(config.redis.deadline, Duration::from_millis(5));
+        // The example spells out the [requests] defaults.
+        assert_eq!(config.server.requests, Default::default());
     }
 
     #[test]
@@ -697,6 +719,10 @@ mod tests {
             ("[[rule]]\nname = \"default\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n", "belongs"),
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\ncost = 6\n", "cost 6"),
             ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"1000000000000000/1m\"]\n", "at most"),
+            ("[[rule]]\nname = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n", "longer than 48"),
+            ("[redis]\nkey_prefix = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\n", "longer than 32"),
+            ("[[rule]]\nname = \"a\"\nmethods = [\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"]\nlimits = [\"5/1m\"]\n", "at most 32"),
+            ("[requests]\nmax_path_segments = 0\n", "max_path_segments"),
         ];
         for (text, expected) in cases {
             let error = with(text)

@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod breaker;
+pub mod canonical;
 pub mod client_ip;
 pub mod config;
 pub mod connection_limits;
@@ -12,11 +13,13 @@ pub mod decider;
 pub mod deny_cache;
 pub mod headers;
 pub mod logging;
+pub mod methods;
 pub mod metrics;
 pub mod module_errors;
 pub mod module_grammar;
 pub mod pattern;
 pub mod reload;
+pub mod request_policy;
 pub mod rules;
 pub mod server;
 pub mod service;

@@ -1,6 +1,9 @@
 //! Path patterns of rules: literal segments, `*` for exactly one segment and `**` for any
 //! number of segments (none included). `/auth/*` matches `/auth/login` but neither `/auth`
-//! nor `/auth/a/b`; `/api/**` matches `/api`, `/api/x` and `/api/x/y`.
+//! nor `/auth/a/b`; `/api/**` matches `/api`, `/api/x` and `/api/x/y`. Paths are matched
+//! in their canonical form (`canonical.rs`, re-exported here): a trailing `/` is ignored,
+//! and an empty segment (kept only when `merge_slashes` is off) is matched by nothing but
+//! `**`.
 
 use std::fmt;
 
@@ -40,10 +43,22 @@ impl PathPattern {
         })
     }
 
-    /// Whether `path` (canonical, see [`canonical_path`]) matches.
+    /// Whether `path` (canonical, see [`canonical_path`]) matches, segment by segment as
+    /// written.
     pub fn matches(&self, path: &str) -> bool {
-        let path: Vec<&str> = split(path).collect();
-        matches_segments(&self.segments, &path)
+        self.matches_with(path, false)
+    }
+
+    /// Whether `path` matches with ASCII letters compared regardless of case (for
+    /// `case_insensitive_paths`, where the canonical path is lower-cased but a pattern may
+    /// be written in any case).
+    pub fn matches_ignoring_case(&self, path: &str) -> bool {
+        self.matches_with(path, true)
+    }
+
+    fn matches_with(&self, path: &str, ignore_case: bool) -> bool {
+        let path: Vec<&str> = path_segments(path).collect();
+        matches_segments(&self.segments, &path, ignore_case)
     }
 }
 
@@ -53,14 +68,23 @@ impl fmt::Display for PathPattern {
     }
 }
 
-/// The non-empty segments of a path: `//a/` and `/a` are the same path.
+/// The non-empty segments of a pattern: `//a/` and `/a` are the same pattern.
 fn split(path: &str) -> impl Iterator<Item = &str> {
     path.split('/').filter(|s| !s.is_empty())
 }
 
+/// The segments of a request path: what lies between its slashes, a trailing `/` not
+/// making one more. An empty segment inside (`/a//b`) stays one: it is there only when
+/// `merge_slashes` is off, and then `/a//b` is not `/a/b` for the upstream either.
+fn path_segments(path: &str) -> impl Iterator<Item = &str> {
+    let path = path.strip_prefix('/').unwrap_or(path);
+    let path = path.strip_suffix('/').unwrap_or(path);
+    path.split('/').filter(move |_| !path.is_empty())
+}
+
 /// Dynamic programming over (pattern position, path position): linear in the path for
 /// each pattern segment, however many `**` there are and however long the path.
-fn matches_segments(pattern: &[Segment], path: &[&str]) -> bool {
+fn matches_segments(pattern: &[Segment], path: &[&str], ignore_case: bool) -> bool {
     // reachable[j]: the pattern read so far can have consumed exactly path[..j].
     let mut reachable = vec![false; path.len() + 1];
     reachable[0] = true;
@@ -77,8 +101,12 @@ fn matches_segments(pattern: &[Segment], path: &[&str]) -> bool {
             Segment::One | Segment::Literal(_) => {
                 for j in 0..path.len() {
                     let fits = match segment {
+                        Segment::Literal(literal) if ignore_case => {
+                            literal.eq_ignore_ascii_case(path[j])
+                        }
                         Segment::Literal(literal) => literal == path[j],
-                        _ => true,
+                        // `*` stands for a segment, and an empty one is none.
+                        _ => !path[j].is_empty(),
                     };
                     next[j + 1] = reachable[j] && fits;
                 }
@@ -89,77 +117,9 @@ fn matches_segments(pattern: &[Segment], path: &[&str]) -> bool {
     reachable[path.len()]
 }
 
-/// The path a rule sees and a key names: one `/` between segments, no empty, `.` or `..`
-/// segments (`..` removes the one before it), no trailing `/`, and percent-encoded
-/// unreserved characters (letters, digits, `-._~`) decoded, so that `//a/./b/`, `/a/b` and
-/// `/%61/b` are one endpoint, as the upstream would most likely serve them. Other escapes
-/// stay as they are.
-pub fn canonical_path(path: &str) -> String {
-    if is_canonical(path) {
-        return path.to_owned();
-    }
-    let mut segments: Vec<String> = Vec::new();
-    for raw in split(path) {
-        let segment = decode_unreserved(raw);
-        match segment.as_str() {
-            "." => {}
-            ".." => {
-                segments.pop();
-            }
-            _ => segments.push(segment),
-        }
-    }
-    let mut canonical = String::with_capacity(path.len());
-    for segment in &segments {
-        canonical.push('/');
-        canonical.push_str(segment);
-    }
-    if canonical.is_empty() {
-        canonical.push('/');
-    }
-    canonical
-}
-
-/// The common case, checked without allocating: `/` then non-empty segments that are
-/// neither `.` nor `..`, no `%`, no trailing `/`.
-fn is_canonical(path: &str) -> bool {
-    path == "/"
-        || (path.starts_with('/')
-            && !path.ends_with('/')
-            && !path.contains('%')
-            && path[1..]
-                .split('/')
-                .all(|s| !s.is_empty() && s != "." && s != ".."))
-}
-
-fn decode_unreserved(segment: &str) -> String {
-    if !segment.contains('%') {
-        return segment.to_owned();
-    }
-    let bytes = segment.as_bytes();
-    let mut out = String::with_capacity(segment.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let decoded = (bytes[i] == b'%')
-            .then(|| segment.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok())
-            .filter(|b| b.is_ascii_alphanumeric() || b"-._~".contains(b));
-        match decoded {
-            Some(b) => {
-                out.push(char::from(b));
-                i += 3;
-            }
-            None => {
-                // Copy one whole character (the path is UTF-8, as `&str`).
-                let width = segment[i..].chars().next().map_or(1, char::len_utf8);
-                out.push_str(&segment[i..i + width]);
-                i += width;
-            }
-        }
-    }
-    out
-}
+pub use crate::canonical::{
+    canonical_path, canonicalize, EscapedSlashes, PathParameters, PathPolicy, PathRefusal,
+};
 
 #[cfg(test)]
 mod tests {
@@ -207,20 +167,15 @@ mod tests {
     }
 
     #[test]
-    fn canonical_paths() {
-        assert_eq!(canonical_path("/home"), "/home");
-        assert_eq!(canonical_path("/"), "/");
-        assert_eq!(canonical_path("/a/b.c/..d"), "/a/b.c/..d");
-        assert_eq!(canonical_path("/a/"), "/a");
-        assert_eq!(canonical_path("a/b"), "/a/b");
-        assert_eq!(canonical_path("//home/"), "/home");
-        assert_eq!(canonical_path("/a/./b/../c"), "/a/c");
-        assert_eq!(canonical_path("/../.."), "/");
-        assert_eq!(canonical_path(""), "/");
-        assert_eq!(canonical_path("/%68ome/%7e%2Fx"), "/home/~%2Fx");
-        assert_eq!(canonical_path("/caf%C3%A9/%"), "/caf%C3%A9/%");
-        assert_eq!(canonical_path("/a%2e%2e/%2e%2e/b"), "/b");
-        assert_eq!(canonical_path("/é/%4"), "/é/%4");
+    fn empty_segments_and_case() {
+        assert!(!check("/auth/*", "/auth//login"));
+        assert!(!check("/auth/*", "/auth//"));
+        assert!(check("/auth/*", "/auth/login/"));
+        assert!(!check("/auth/*", "/AUTH/login"));
+        let pattern = PathPattern::parse("/Auth/*").unwrap();
+        assert!(pattern.matches_ignoring_case("/auth/login"));
+        assert!(!pattern.matches("/auth/login"));
+        assert!(check("/**", ""));
     }
 
     #[test]

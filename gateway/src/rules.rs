@@ -28,10 +28,29 @@ impl RuleSet {
 
     /// The first rule matching `method` and `path`, else the default rule.
     pub fn find(&self, method: &str, path: &str) -> Option<&Arc<Rule>> {
+        self.find_with_case(method, path, false)
+    }
+
+    /// [`RuleSet::find`], with path letters compared regardless of case when
+    /// `ignore_case` (`case_insensitive_paths`).
+    pub fn find_with_case(
+        &self,
+        method: &str,
+        path: &str,
+        ignore_case: bool,
+    ) -> Option<&Arc<Rule>> {
         self.rules
             .iter()
-            .find(|rule| rule.matches(method, path))
+            .find(|rule| rule.matches(method, path, ignore_case))
             .or(self.default.as_ref())
+    }
+
+    /// Whether a rule names `method` (any case), which then is accepted even if it is not
+    /// a registered method.
+    pub fn names_method(&self, method: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|rule| rule.methods.iter().any(|m| m.eq_ignore_ascii_case(method)))
     }
 }
 
@@ -143,9 +162,13 @@ impl Rule {
         }
     }
 
-    fn matches(&self, method: &str, path: &str) -> bool {
-        (self.methods.is_empty() || self.methods.iter().any(|m| m == method))
-            && self.path.as_ref().is_none_or(|p| p.matches(path))
+    fn matches(&self, method: &str, path: &str, ignore_case: bool) -> bool {
+        let path_matches = |p: &PathPattern| match ignore_case {
+            true => p.matches_ignoring_case(path),
+            false => p.matches(path),
+        };
+        (self.methods.is_empty() || self.methods.iter().any(|m| m.eq_ignore_ascii_case(method)))
+            && self.path.as_ref().is_none_or(path_matches)
     }
 
     pub fn counts_by_status(&self) -> bool {
@@ -162,7 +185,10 @@ impl Rule {
 
     /// The Redis key of the budget `request` spends: `<prefix>{<subject>}:<rule>`, then
     /// `:<METHOD> <path>` when the rule counts per endpoint. The subject is the hash tag, so
-    /// in Redis Cluster all of a client's keys are on one slot.
+    /// in Redis Cluster all of a client's keys are on one slot. Every part a client
+    /// chooses is bounded, so that with the prefix and name the file may have the key is
+    /// at most [`MAX_KEY_BYTES`] long; the path is named without its trailing `/`, which
+    /// matching ignores too.
     pub fn key(&self, prefix: &str, request: &RequestFacts<'_>) -> String {
         let mut key = String::with_capacity(prefix.len() + 48);
         key.push_str(prefix);
@@ -183,7 +209,7 @@ impl Rule {
         match subject {
             Some((tag, value)) => {
                 key.push_str(tag);
-                push_bounded(&mut key, value);
+                push_bounded(&mut key, value, MAX_KEY_PART);
             }
             None => {
                 let _ = write!(key, "ip:{}", request.client_ip);
@@ -193,9 +219,14 @@ impl Rule {
         key.push_str(&self.name);
         if self.per_endpoint {
             key.push(':');
-            push_escaped(&mut key, request.method.as_bytes());
+            push_bounded(&mut key, request.method.as_bytes(), MAX_KEY_METHOD);
             key.push(' ');
-            push_bounded(&mut key, request.path.as_bytes());
+            let path = request.path;
+            let path = path
+                .strip_suffix('/')
+                .filter(|p| !p.is_empty())
+                .unwrap_or(path);
+            push_bounded(&mut key, path.as_bytes(), MAX_KEY_PART);
         }
         key
     }
@@ -209,18 +240,41 @@ pub struct RequestFacts<'a> {
     pub client_ip: IpAddr,
 }
 
-/// The longest part of a key (a header value, a path segment, a path) written out; a
-/// longer one is written as its hash, so that a client cannot make keys (in Redis and in
-/// the deny cache) as large as a request's headers.
-const MAX_KEY_PART: usize = 128;
+/// The longest key a request can make (in Redis and in the deny cache), given
+/// [`MAX_KEY_PREFIX_BYTES`] and [`MAX_RULE_NAME_BYTES`], which the configuration enforces.
+pub const MAX_KEY_BYTES: usize = 256;
+/// The longest `[redis] key_prefix`.
+pub const MAX_KEY_PREFIX_BYTES: usize = 32;
+/// The longest rule name.
+pub const MAX_RULE_NAME_BYTES: usize = 48;
+
+/// The longest header value, path segment or path written out in a key; a longer one is
+/// written as its hash, so that a client cannot make keys as large as a request's head.
+const MAX_KEY_PART: usize = 64;
+/// The longest method written out (a method is at most 32 bytes, but a key must stay
+/// bounded whatever it is handed).
+const MAX_KEY_METHOD: usize = 33;
+/// `{`, `seg:` (the longest tag), `}:`, `:` and ` `.
+const KEY_PUNCTUATION: usize = 1 + 4 + 2 + 1 + 1;
+const _: () = assert!(
+    MAX_KEY_PREFIX_BYTES
+        + MAX_RULE_NAME_BYTES
+        + KEY_PUNCTUATION
+        + 2 * MAX_KEY_PART
+        + MAX_KEY_METHOD
+        <= MAX_KEY_BYTES
+);
+/// `#` and 32 hex digits.
+const HASHED_PART: usize = 33;
+const _: () = assert!(HASHED_PART <= MAX_KEY_METHOD && HASHED_PART <= MAX_KEY_PART);
 
 /// Appends `bytes` escaped, or `#` and the hex of the first 16 bytes of their SHA-256 when
-/// that would be longer than [`MAX_KEY_PART`]. The hash is the same on every gateway, so
-/// they all charge the same budget.
-fn push_bounded(out: &mut String, bytes: &[u8]) {
+/// that would be longer than `limit`. The hash is the same on every gateway, so they all
+/// charge the same budget.
+fn push_bounded(out: &mut String, bytes: &[u8], limit: usize) {
     let start = out.len();
-    push_escaped(out, bytes);
-    if out.len() - start > MAX_KEY_PART {
+    push_escaped(out, bytes, limit);
+    if out.len() - start > limit {
         out.truncate(start);
         out.push('#');
         for b in &Sha256::digest(bytes)[..16] {
@@ -230,9 +284,14 @@ fn push_bounded(out: &mut String, bytes: &[u8]) {
 }
 
 /// Appends `bytes` with `%`, braces (which would move the hash tag), spaces, control and
-/// non-ASCII bytes percent-encoded.
-fn push_escaped(out: &mut String, bytes: &[u8]) {
+/// non-ASCII bytes percent-encoded, stopping once more than `limit` bytes are written (the
+/// caller then hashes instead), so that a huge value costs no huge string.
+fn push_escaped(out: &mut String, bytes: &[u8], limit: usize) {
+    let start = out.len();
     for &b in bytes {
+        if out.len() - start > limit {
+            return;
+        }
         if b.is_ascii_graphic() && !matches!(b, b'%' | b'{' | b'}') {
             out.push(char::from(b));
         } else {
@@ -360,6 +419,55 @@ mod tests {
         );
         headers.insert("x-api-key", "k".repeat(10_001).parse().unwrap());
         assert_ne!(key, rule.key("rl:", &facts("GET", &path, &headers)));
+    }
+
+    #[test]
+    fn no_key_exceeds_the_bound_whatever_the_request() {
+        let name = "n".repeat(MAX_RULE_NAME_BYTES);
+        let prefix = "p".repeat(MAX_KEY_PREFIX_BYTES);
+        let set = rules(&format!(
+            "[[rule]]\nname = \"{name}\"\npath = \"/**\"\nkey = \"header:X-Api-Key\"\nlimits = [\"5/1m\"]\nper_endpoint = true\n"
+        ));
+        let mut headers = HeaderMap::new();
+        let method = "M".repeat(60_000);
+        let path = "/%FF".repeat(5_000);
+        let values = [
+            b"k".repeat(64),
+            b"k".repeat(65),
+            b"{}".repeat(32),
+            vec![0xff; 21],
+            vec![0xff; 22],
+        ];
+        for value in values {
+            headers.insert(
+                "x-api-key",
+                hyper::header::HeaderValue::from_bytes(&value).unwrap(),
+            );
+            let rule = set.find("GET", "/").unwrap();
+            for (method, path) in [("GET", "/a"), (method.as_str(), path.as_str())] {
+                let key = rule.key(&prefix, &facts(method, path, &headers));
+                assert!(key.len() <= MAX_KEY_BYTES, "{} bytes: {key}", key.len());
+            }
+        }
+        let rule = set.find("GET", "/").unwrap();
+        assert_eq!(
+            rule.key("rl:", &facts("GET", "/a/", &headers)),
+            rule.key("rl:", &facts("GET", "/a", &headers)),
+            "a trailing slash is not another endpoint"
+        );
+        assert!(rule
+            .key("rl:", &facts("GET", "/", &headers))
+            .ends_with(" /"));
+    }
+
+    #[test]
+    fn methods_match_regardless_of_case() {
+        let set = rules("[[rule]]\nname = \"login\"\nmethods = [\"POST\"]\npath = \"/Auth/*\"\nlimits = [\"3/1m\"]\n");
+        assert!(set.find("post", "/Auth/login").is_some());
+        assert!(set.find("POST", "/auth/login").is_none());
+        assert!(set.find_with_case("POST", "/auth/login", true).is_some());
+        assert!(set.names_method("post"));
+        assert!(!set.names_method("GET"));
     }
 
     #[test]

@@ -55,6 +55,8 @@ where
         };
         let _ = stream.set_nodelay(true);
         let gateway = gateway.clone();
+        // A head (request line and headers) larger than this gets 431 from hyper.
+        let max_header_bytes = gateway.server.requests.max_header_bytes;
         tokio::spawn(async move {
             let _slot = slot;
             let watch = Watch::new();
@@ -71,6 +73,7 @@ where
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.head_timeout + limits.idle_timeout)
+                .max_header_size(max_header_bytes)
                 .serve_connection(TokioIo::new(WatchedIo::new(stream, watch.clone())), service);
             tokio::select! {
                 _ = connection => {}

@@ -2,12 +2,13 @@
 //! differ only in what they do with it: proxy mode forwards or answers 429, check mode
 //! answers 200 or 429 to the proxy that asked.
 
+use crate::canonical::{canonicalize, PathRefusal};
 use crate::client_ip::client_ip;
 use crate::config::{Mode, ServerSettings};
 use crate::decider::{Decider, Decision};
 use crate::headers;
+use crate::methods;
 use crate::metrics::{Metrics, Outcome};
-use crate::pattern::canonical_path;
 use crate::rules::{RequestFacts, Rule, RuleSet};
 use crate::upstream::{strip_hop_by_hop, wants_upgrade, Upstream, UpstreamError};
 use crate::verdict::Verdict;
@@ -92,7 +93,8 @@ impl Gateway {
         path: &str,
         headers: &HeaderMap,
     ) -> Judgement {
-        let Some(rule) = rules.find(method, path) else {
+        let ignore_case = self.server.requests.paths.case_insensitive;
+        let Some(rule) = rules.find_with_case(method, path, ignore_case) else {
             return Judgement {
                 rule: None,
                 key: String::new(),
@@ -145,8 +147,20 @@ impl Gateway {
         // rule keys on) never reaches the upstream, so it must not choose the budget either.
         strip_hop_by_hop(request.headers_mut());
         let rules = self.rules();
-        let method = request.method().clone();
-        let path = canonical_path(request.uri().path());
+        // The method and path are decided on in their canonical spelling, and the upstream
+        // gets that same spelling: what it routes is what was counted.
+        let method = match methods::accepted(request.method().as_str().as_bytes(), &rules) {
+            Ok(method) => method,
+            Err(refusal) => return refused(refusal.status(), refusal.message()),
+        };
+        let path = match canonicalize(request.uri().path().as_bytes(), &self.server.requests.paths)
+        {
+            Ok(path) => path,
+            Err(refusal) => return refused(refusal.status(), refusal.message()),
+        };
+        if let Err(refusal) = rewrite_target(&mut request, &method, &path) {
+            return refused(refusal.status(), refusal.message());
+        }
         let judgement = self
             .judge(&rules, peer, method.as_str(), &path, request.headers())
             .await;
@@ -218,17 +232,33 @@ impl Gateway {
         // when the peer is a trusted proxy; else the check request's own method and path
         // (what Envoy's ext_authz sends).
         let trusted = self.server.is_trusted_proxy(peer);
-        let asked = |name: &str| {
-            trusted
-                .then(|| headers.get(name).and_then(|v| v.to_str().ok()))
-                .flatten()
-        };
         let [method_header, uri_header] = self.server.check_headers.names();
-        let method = asked(method_header)
-            .and_then(|m| hyper::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
-            .unwrap_or_else(|| request.method().clone());
-        let uri = asked(uri_header).unwrap_or_else(|| request.uri().path());
-        let path = canonical_path(uri.split(['?', '#']).next().unwrap_or("/"));
+        // Two values of one header leave open which one the proxy wrote: refused.
+        let repeated = |name: &str| headers.get_all(name).iter().nth(1).is_some();
+        if trusted && (repeated(method_header) || repeated(uri_header)) {
+            return refused(
+                400,
+                "Bad Request: the proxy's request header appears twice\n",
+            );
+        }
+        let asked = |name: &str| trusted.then(|| headers.get(name)).flatten();
+        // A header the trusted proxy sent is used as it is, whatever its bytes (nginx passes
+        // raw UTF-8 from $request_uri); one that cannot be a method or a path is refused,
+        // never replaced by the check request's own method or path, which no rule expects.
+        let method =
+            asked(method_header).map_or(request.method().as_str().as_bytes(), |v| v.as_bytes());
+        let method = match methods::accepted(method, &rules) {
+            Ok(method) => method,
+            Err(refusal) => return refused(refusal.status(), refusal.message()),
+        };
+        let path = match asked(uri_header) {
+            Some(uri) => path_of_target(uri.as_bytes()),
+            None => request.uri().path().as_bytes(),
+        };
+        let path = match canonicalize(path, &self.server.requests.paths) {
+            Ok(path) => path,
+            Err(refusal) => return refused(refusal.status(), refusal.message()),
+        };
         let method = method.as_str();
         let Judgement { rule, decision, .. } =
             self.judge(&rules, peer, method, &path, headers).await;
@@ -277,6 +307,63 @@ fn add_headers(
     if !rule.shadow {
         headers::add(headers, rule, verdict, legacy, denied);
     }
+}
+
+/// A refusal of the request itself, with the status a refusal names (400, 414, 501).
+fn refused(status: u16, body: &'static str) -> Response<Body> {
+    local(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+        body,
+    )
+}
+
+/// The path of a request target as a proxy reports it (`X-Original-URI`): the query and
+/// fragment cut off, and the scheme and authority of an absolute URI too (nginx reports the
+/// request line's target as sent).
+fn path_of_target(target: &[u8]) -> &[u8] {
+    let end = target
+        .iter()
+        .position(|b| matches!(b, b'?' | b'#'))
+        .unwrap_or(target.len());
+    let target = target.get(..end).unwrap_or(target);
+    let after_scheme = [&b"http://"[..], b"https://"]
+        .into_iter()
+        .find(|scheme| {
+            target
+                .get(..scheme.len())
+                .is_some_and(|start| start.eq_ignore_ascii_case(scheme))
+        })
+        .map(<[u8]>::len);
+    match after_scheme {
+        Some(start) => {
+            let rest = target.get(start..).unwrap_or_default();
+            match rest.iter().position(|&b| b == b'/') {
+                Some(slash) => rest.get(slash..).unwrap_or(b"/"),
+                None => b"/",
+            }
+        }
+        None => target,
+    }
+}
+
+/// Makes the request's method and target the canonical ones (origin form, the query kept
+/// byte for byte), so that the upstream receives what was decided on.
+fn rewrite_target(
+    request: &mut Request<Incoming>,
+    method: &hyper::Method,
+    path: &str,
+) -> Result<(), PathRefusal> {
+    *request.method_mut() = method.clone();
+    // The common case: already canonical, in origin form.
+    if request.uri().scheme().is_none() && request.uri().path() == path {
+        return Ok(());
+    }
+    let target = match request.uri().query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    };
+    *request.uri_mut() = target.parse().map_err(|_| PathRefusal::NotAPath)?;
+    Ok(())
 }
 
 fn local(status: StatusCode, body: &'static str) -> Response<Body> {

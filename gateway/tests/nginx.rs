@@ -135,3 +135,56 @@ fn the_documented_nginx_snippet_limits_through_the_check_endpoint() {
         vec!["rl:{ip:127.0.0.1}:api".to_string()]
     );
 }
+
+/// `GET <target>` written byte for byte to nginx (ureq would escape raw UTF-8), returning
+/// the status.
+fn raw_status(port: u16, target: &[u8]) -> u16 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    let mut request = b"GET ".to_vec();
+    request.extend_from_slice(target);
+    request.extend_from_slice(b" HTTP/1.1\r\nHost: api\r\nConnection: close\r\n\r\n");
+    stream.write_all(&request).expect("send");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {text:?}"))
+}
+
+#[test]
+fn raw_utf8_from_nginx_meets_its_rule_and_a_broken_uri_never_reaches_the_api() {
+    for flavor in FLAVORS {
+        let redis = Server::start(ServerConfig::new(flavor));
+        let upstream = Upstream::start();
+        let gateway = Gateway::start(
+            "mode = \"check\"\ncheck_deny_status = 403\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
+            &format!(
+                "{}[[rule]]\nname = \"api\"\npath = \"/api/**\"\nlimits = [\"2/1h\"]\n",
+                redis_section(redis.port(), "")
+            ),
+        );
+        let nginx = Nginx::start(gateway.port, upstream.port);
+        // nginx passes $request_uri raw: the é arrives as two bytes, not as %C3%A9.
+        let statuses: Vec<u16> = (0..3)
+            .map(|_| raw_status(nginx.port, "/api/café".as_bytes()))
+            .collect();
+        assert_eq!(statuses, [200, 200, 429], "{flavor:?}");
+        assert_eq!(upstream.requests(), 2, "{flavor:?}");
+        // A URI the gateway refuses (400: an encoded slash, which nginx itself lets
+        // through) fails the check: nginx answers 500, the API never sees it.
+        let status = raw_status(nginx.port, b"/api%2Fx");
+        assert_eq!(status, 500, "{flavor:?}");
+        assert_eq!(upstream.requests(), 2, "{flavor:?}");
+        assert_eq!(
+            keys(&redis, "rl:*"),
+            vec!["rl:{ip:127.0.0.1}:api".to_string()],
+            "{flavor:?}"
+        );
+    }
+}

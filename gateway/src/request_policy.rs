@@ -1,0 +1,159 @@
+//! The `[requests]` section: how request paths are canonicalised (see `canonical.rs`) and
+//! how large a request head may be. Option names and values follow Envoy's
+//! `HttpConnectionManager` where it has one (`normalize_path`, `merge_slashes`,
+//! `path_with_escaped_slashes_action`).
+
+use crate::canonical::{EscapedSlashes, PathParameters, PathPolicy};
+use serde::Deserialize;
+
+/// The checked `[requests]` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestPolicy {
+    pub paths: PathPolicy,
+    /// The largest request head (request line and headers); larger ones get 431.
+    pub max_header_bytes: usize,
+}
+
+impl Default for RequestPolicy {
+    fn default() -> Self {
+        RequestPolicy {
+            paths: PathPolicy::default(),
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+        }
+    }
+}
+
+const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
+/// Bounds on `max_header_bytes`: below 1 KiB ordinary browsers fail; above 1 MiB one
+/// connection could hold that much before the gateway says no.
+const HEADER_BYTES_RANGE: std::ops::RangeInclusive<usize> = 1024..=1024 * 1024;
+/// Bounds on `max_path_segments`.
+const SEGMENTS_RANGE: std::ops::RangeInclusive<usize> = 1..=4096;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequestsSection {
+    normalize_path: bool,
+    merge_slashes: bool,
+    path_with_escaped_slashes_action: String,
+    path_parameters: String,
+    case_insensitive_paths: bool,
+    max_path_segments: usize,
+    max_header_bytes: usize,
+}
+
+impl Default for RequestsSection {
+    fn default() -> Self {
+        let paths = PathPolicy::default();
+        RequestsSection {
+            normalize_path: paths.normalize_path,
+            merge_slashes: paths.merge_slashes,
+            path_with_escaped_slashes_action: "reject_request".into(),
+            path_parameters: "strip".into(),
+            case_insensitive_paths: paths.case_insensitive,
+            max_path_segments: paths.max_segments,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+        }
+    }
+}
+
+/// Checks the section.
+pub fn request_policy(section: RequestsSection) -> Result<RequestPolicy, String> {
+    let escaped_slashes = match section.path_with_escaped_slashes_action.as_str() {
+        "reject_request" => EscapedSlashes::Reject,
+        "keep_unchanged" => EscapedSlashes::Keep,
+        "unescape_and_forward" => EscapedSlashes::Unescape,
+        other => {
+            return Err(format!(
+                "[requests] path_with_escaped_slashes_action '{other}' must be \
+                 \"reject_request\", \"keep_unchanged\" or \"unescape_and_forward\""
+            ))
+        }
+    };
+    let path_parameters = match section.path_parameters.as_str() {
+        "strip" => PathParameters::Strip,
+        "reject" => PathParameters::Reject,
+        "keep" => PathParameters::Keep,
+        other => {
+            return Err(format!(
+                "[requests] path_parameters '{other}' must be \"strip\", \"reject\" or \"keep\""
+            ))
+        }
+    };
+    if !SEGMENTS_RANGE.contains(&section.max_path_segments) {
+        return Err(format!(
+            "[requests] max_path_segments must be {} to {}",
+            SEGMENTS_RANGE.start(),
+            SEGMENTS_RANGE.end()
+        ));
+    }
+    if !HEADER_BYTES_RANGE.contains(&section.max_header_bytes) {
+        return Err(format!(
+            "[requests] max_header_bytes must be {} to {}",
+            HEADER_BYTES_RANGE.start(),
+            HEADER_BYTES_RANGE.end()
+        ));
+    }
+    Ok(RequestPolicy {
+        paths: PathPolicy {
+            normalize_path: section.normalize_path,
+            merge_slashes: section.merge_slashes,
+            escaped_slashes,
+            path_parameters,
+            case_insensitive: section.case_insensitive_paths,
+            max_segments: section.max_path_segments,
+        },
+        max_header_bytes: section.max_header_bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<RequestPolicy, String> {
+        request_policy(toml::from_str(text).map_err(|e| e.to_string())?)
+    }
+
+    #[test]
+    fn defaults_are_the_safe_ones() {
+        assert_eq!(parse("").unwrap(), RequestPolicy::default());
+        assert_eq!(RequestPolicy::default().max_header_bytes, 16_384);
+    }
+
+    #[test]
+    fn every_option_is_read_and_checked() {
+        let policy = parse(
+            "normalize_path = false\nmerge_slashes = false\n\
+             path_with_escaped_slashes_action = \"unescape_and_forward\"\n\
+             path_parameters = \"keep\"\ncase_insensitive_paths = true\n\
+             max_path_segments = 9\nmax_header_bytes = 4096\n",
+        )
+        .unwrap();
+        assert_eq!(
+            policy,
+            RequestPolicy {
+                paths: PathPolicy {
+                    normalize_path: false,
+                    merge_slashes: false,
+                    escaped_slashes: EscapedSlashes::Unescape,
+                    path_parameters: PathParameters::Keep,
+                    case_insensitive: true,
+                    max_segments: 9,
+                },
+                max_header_bytes: 4096,
+            }
+        );
+        for (text, expected) in [
+            ("path_with_escaped_slashes_action = \"x\"", "reject_request"),
+            ("path_parameters = \"drop\"", "strip"),
+            ("max_path_segments = 0", "max_path_segments"),
+            ("max_header_bytes = 100", "max_header_bytes"),
+            ("max_header_bytes = 10000000", "max_header_bytes"),
+            ("speed = 1", "speed"),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+}
