@@ -40,6 +40,8 @@ fn assert_failed_open(resp: &Resp, what: &str) -> String {
         .unwrap_or_else(|| panic!("{what}: the upstream got no X-RateLimit-Fail-Open: {resp:?}"))
 }
 
+// The deadline is generous: the point is how a refused connection is classified, and on a
+// loaded machine even a refused local connect can take longer than a tight deadline.
 #[test]
 fn redis_never_started_fails_open_with_connection_then_breaker() {
     let nobody = free_port();
@@ -50,7 +52,7 @@ fn redis_never_started_fails_open_with_connection_then_breaker() {
             "{}{RULES}",
             redis_section_with(
                 nobody,
-                "deadline_ms = 200\nbreaker_failures = 3\nbreaker_open_ms = 60000"
+                "deadline_ms = 1000\nbreaker_failures = 3\nbreaker_open_ms = 60000"
             )
         ),
     );
