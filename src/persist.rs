@@ -111,8 +111,14 @@ extern "C" fn on_loading(
 }
 
 /// Saves every policy; writes nothing when there is none (with `aux_save2` the server then
-/// leaves the record out).
-extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
+/// leaves the record out). Like every callback, under the panic guard: a panic must not
+/// unwind into the server (the hook has logged it; the record is then cut short, and a
+/// load refuses it instead of the server aborting now).
+extern "C" fn aux_save(rdb: *mut RedisModuleIO, when: c_int) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| save_all(rdb, when)));
+}
+
+fn save_all(rdb: *mut RedisModuleIO, _when: c_int) {
     let all = policies::all();
     if all.is_empty() && unsafe { raw::RedisModule_CachedMicroseconds }.is_some() {
         return;
