@@ -33,7 +33,7 @@ fn flags_of(con: &mut Connection, commands: &[&str]) -> BTreeMap<String, BTreeSe
         .query(con)
         .expect("COMMAND INFO");
     let mut all = BTreeMap::new();
-    let mut add = |entry: &Value, all: &mut BTreeMap<String, BTreeSet<String>>| {
+    let add = |entry: &Value, all: &mut BTreeMap<String, BTreeSet<String>>| {
         let Value::Array(fields) = entry else {
             panic!("COMMAND INFO entry {entry:?}");
         };
