@@ -1,4 +1,5 @@
-//! `RL.POLICY SET|GET|DEL|LIST` and `RL.STATS [RESET] [name]`.
+//! `RL.POLICY SET|GET|DEL|LIST|HELP` (subcommands of a container command, each with its
+//! own flags: see `lib.rs`) and `RL.STATS [RESET] [name]`.
 //!
 //! `RL.POLICY SET name limit window [limit window ...] [ALGO a] [BURST b]
 //! [MODE enforce|shadow]` defines a named rule that `RL.HIT key POLICY name [COST n]` (and
