@@ -142,7 +142,14 @@ const POLICY_SUBCOMMANDS: &[Command] = &[
 ];
 
 /// Registered only with the module argument `enable-testing-commands`.
-const TESTING_COMMANDS: &[Command] = &[(c"RL.TESTING.PANIC", testing::rl_testing_panic, c"fast")];
+const TESTING_COMMANDS: &[Command] = &[
+    (c"RL.TESTING.PANIC", testing::rl_testing_panic, c"fast"),
+    (
+        c"RL.TESTING.PANIC-IN-SAVE",
+        testing::rl_testing_panic_in_save,
+        c"fast",
+    ),
+];
 
 /// `INFO ratelimit` (see `metrics`), registered in `init` in place of the crate's default.
 extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: std::os::raw::c_int) {
