@@ -65,6 +65,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_GetServerInfo,
         RedisModule_ServerInfoGetFieldSigned,
         RedisModule_FreeServerInfo,
+        RedisModule_SetCommandInfo,
     );
     missing
 }

@@ -6,6 +6,7 @@
 
 mod clock;
 mod command;
+mod command_docs;
 mod config;
 mod ffi;
 mod metrics;
@@ -86,6 +87,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("ratelimit: {err}"));
         return Status::Err;
     }
+    command_docs::describe_all(ctx);
     Status::Ok
 }
 

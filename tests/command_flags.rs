@@ -216,3 +216,54 @@ fn out_of_memory_refuses_what_grows_memory_and_answers_the_rest() {
             .expect("CONFIG SET");
     }
 }
+
+/// The tips of `command` (field 8 of `COMMAND INFO`).
+fn tips_of(con: &mut Connection, command: &str) -> BTreeSet<String> {
+    let info: Vec<Value> = redis::cmd("COMMAND")
+        .arg(&["INFO", command])
+        .query(con)
+        .expect("COMMAND INFO");
+    let Some(Value::Array(fields)) = info.first() else {
+        panic!("COMMAND INFO {command}: {info:?}");
+    };
+    match fields.get(7) {
+        Some(Value::Array(tips)) => tips.iter().map(text).collect(),
+        other => panic!("COMMAND INFO {command}: tips are {other:?}"),
+    }
+}
+
+#[test]
+fn every_command_that_reads_the_clock_says_so_and_the_docs_give_the_complexity() {
+    let clock = ["RL.HIT", "RL.PEEK", "RL.REFUND", "CL.THROTTLE", "RL.STATS"];
+    let no_clock = ["RL.RESET", "RL.POLICY"];
+    for flavor in FLAVORS {
+        let server = ServerConfig::new(flavor).start();
+        let mut con = server.conn();
+        for command in clock {
+            let tips = tips_of(&mut con, command);
+            assert!(
+                tips.contains("nondeterministic_output"),
+                "{flavor:?} {command}: {tips:?}"
+            );
+        }
+        for command in no_clock {
+            assert!(
+                tips_of(&mut con, command).is_empty(),
+                "{flavor:?} {command}"
+            );
+        }
+        // COMMAND DOCS: a flat map per command; the complexity names ALGO log.
+        let docs: Value = redis::cmd("COMMAND")
+            .arg(&["DOCS", "RL.HIT"])
+            .query(&mut con)
+            .expect("COMMAND DOCS");
+        let shown = format!("{docs:?}");
+        assert!(shown.contains("O(N) with ALGO log"), "{flavor:?}: {shown}");
+        // The key position registered with the command is still there.
+        let keys: Vec<String> = redis::cmd("COMMAND")
+            .arg(&["GETKEYS", "RL.PEEK", "k", "5", "1m"])
+            .query(&mut con)
+            .expect("COMMAND GETKEYS");
+        assert_eq!(keys, ["k"], "{flavor:?}");
+    }
+}
