@@ -58,6 +58,14 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_CreateDataType,
         RedisModule_SubscribeToServerEvent,
         RedisModule_NotifyKeyspaceEvent,
+        RedisModule_GetCommand,
+        RedisModule_CreateSubcommand,
+        RedisModule_GetCommandKeys,
+        RedisModule_Free,
+        RedisModule_GetServerInfo,
+        RedisModule_ServerInfoGetFieldSigned,
+        RedisModule_FreeServerInfo,
+        RedisModule_SetCommandInfo,
     );
     missing
 }

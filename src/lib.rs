@@ -6,12 +6,15 @@
 
 mod clock;
 mod command;
+mod command_docs;
 mod config;
 mod ffi;
 mod metrics;
 mod persist;
 mod policies;
+mod propagation;
 mod reply;
+mod server_info;
 mod store;
 mod strings;
 
@@ -34,6 +37,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
              Valkey 7.2 or newer) is required",
             missing.join(", ")
         ));
+        return Status::Err;
+    }
+    if let Err(err) = propagation::check_commands_exist(ctx) {
+        ctx.log_warning(&format!("ratelimit: cannot load: {err}"));
         return Status::Err;
     }
     // Keys are signalled as modified explicitly, only when a command really wrote them,
@@ -73,6 +80,14 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             return Status::Err;
         }
     }
+    let subcommands = POLICY_SUBCOMMANDS
+        .iter()
+        .map(|(name, callback, flags)| (*name, Some(*callback), *flags));
+    if let Err(err) = command::register_container(ctx, POLICY_CONTAINER, subcommands) {
+        ctx.log_warning(&format!("ratelimit: {err}"));
+        return Status::Err;
+    }
+    command_docs::describe_all(ctx);
     Status::Ok
 }
 
@@ -90,11 +105,21 @@ type Command = (
 /// The commands, registered in `init` with plain C callbacks (see `command`). No
 /// `#[command]` macro and no ACL categories: both need Redis 7.2 APIs, and the module must
 /// load on 7.0.
+///
+/// Flags say what a call really does (README, "Module: command flags, write pauses and
+/// propagation"): `write` for every command that may write or propagate, so that the server
+/// holds it during a write pause and refuses it without `min-replicas-to-write`;
+/// `deny-oom` only where a call can create a key or grow one; `fast` only where a call's
+/// cost is bounded by a small constant, which rules out every command that can meet
+/// `ALGO log` (up to 10,000 entries decoded per call).
 const COMMANDS: &[Command] = &[
-    (c"RL.HIT", limit::rl_hit, c"write deny-oom fast"),
-    (c"RL.PEEK", limit::rl_peek, c"readonly fast"),
-    (c"RL.REFUND", limit::rl_refund, c"write deny-oom fast"),
-    (c"RL.RESET", reset::rl_reset, c"write fast"),
+    (c"RL.HIT", limit::rl_hit, c"write deny-oom"),
+    (c"RL.PEEK", limit::rl_peek, c"readonly"),
+    // A refund never creates a key and never lengthens a value by more than a few bytes:
+    // giving units back stays possible when the server is out of memory.
+    (c"RL.REFUND", limit::rl_refund, c"write"),
+    (c"RL.RESET", reset::rl_reset, c"write"),
+    // GCRA only: one short value, constant work.
     (
         c"CL.THROTTLE",
         throttle::cl_throttle,
@@ -103,13 +128,30 @@ const COMMANDS: &[Command] = &[
 ];
 
 /// Keyless commands: they name no key, so Cluster lets any node run them.
-const KEYLESS_COMMANDS: &[Command] = &[
-    (c"RL.POLICY", policy::rl_policy, c"deny-oom"),
-    (c"RL.STATS", policy::rl_stats, c"fast"),
+const KEYLESS_COMMANDS: &[Command] = &[(c"RL.STATS", policy::rl_stats, c"fast")];
+
+/// `RL.POLICY` is a container, so that each subcommand has its own flags: the reading ones
+/// answer during a write pause and under OOM, the writing ones wait for the pause to end
+/// (they propagate) and honour `min-replicas-to-write`. Every subcommand runs the same
+/// handler, which reads the subcommand from the arguments as before.
+const POLICY_CONTAINER: &CStr = c"RL.POLICY";
+const POLICY_SUBCOMMANDS: &[Command] = &[
+    (c"SET", policy::rl_policy, c"write deny-oom"),
+    (c"DEL", policy::rl_policy, c"write"),
+    (c"GET", policy::rl_policy, c"readonly fast"),
+    (c"LIST", policy::rl_policy, c"readonly"),
+    (c"HELP", policy::rl_policy, c"readonly fast"),
 ];
 
 /// Registered only with the module argument `enable-testing-commands`.
-const TESTING_COMMANDS: &[Command] = &[(c"RL.TESTING.PANIC", testing::rl_testing_panic, c"fast")];
+const TESTING_COMMANDS: &[Command] = &[
+    (c"RL.TESTING.PANIC", testing::rl_testing_panic, c"fast"),
+    (
+        c"RL.TESTING.PANIC-IN-SAVE",
+        testing::rl_testing_panic_in_save,
+        c"fast",
+    ),
+];
 
 /// `INFO ratelimit` (see `metrics`), registered in `init` in place of the crate's default.
 extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: std::os::raw::c_int) {

@@ -33,6 +33,9 @@ static DECISIONS: [Decisions; AlgorithmKind::ALL.len()] = [
 ];
 static ERRORS: AtomicU64 = AtomicU64::new(0);
 static SHADOW_DENIED: AtomicU64 = AtomicU64::new(0);
+/// Effects the server refused to propagate (the command was answered with an error and
+/// wrote nothing); not reset by `RL.STATS RESET`, since it signals a misconfiguration.
+static PROPAGATION_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 /// The server-wide counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,8 +103,13 @@ pub fn record_error() {
     ERRORS.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Counts one effect that the server refused to propagate.
+pub fn record_propagation_failure() {
+    PROPAGATION_FAILURES.fetch_add(1, Ordering::Relaxed);
+}
+
 /// `INFO ratelimit`: section `ratelimit_stats` with `hits`, `allowed`, `denied`,
-/// `shadow_denied`, `errors` and `policies`, then per algorithm `<name>_allowed` and
+/// `shadow_denied`, `errors`, `propagation_failures` and `policies`, then per algorithm `<name>_allowed` and
 /// `<name>_denied`.
 pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
     // An INFO section that fails to build is left out; INFO itself still answers.
@@ -119,6 +127,7 @@ fn build_info(ctx: &InfoContext) -> RedisResult<()> {
         .field("denied", totals.denied)?
         .field("shadow_denied", totals.shadow_denied)?
         .field("errors", totals.errors)?
+        .field("propagation_failures", load(&PROPAGATION_FAILURES))?
         .field("policies", crate::policies::count() as i64)?;
     for ((_, name), decisions) in AlgorithmKind::ALL.iter().zip(&DECISIONS) {
         section = section

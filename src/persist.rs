@@ -112,20 +112,55 @@ extern "C" fn on_loading(
 
 /// Saves every policy; writes nothing when there is none (with `aux_save2` the server then
 /// leaves the record out).
+///
+/// Like every callback, under the panic guard: a panic must not unwind into the server.
+/// Everything that could panic (reading the registry, spelling each definition) runs
+/// before the first byte is written, so a panic leaves a record that still loads: none
+/// where `aux_save2` lets the module leave it out, else an empty one. Either way the RDB
+/// then holds no policies, and the panic hook has logged why.
 extern "C" fn aux_save(rdb: *mut RedisModuleIO, _when: c_int) {
-    let all = policies::all();
-    if all.is_empty() && unsafe { raw::RedisModule_CachedMicroseconds }.is_some() {
+    let prepared = std::panic::catch_unwind(prepare_save);
+    // SAFETY: copies a function pointer the crate filled in at load (see `register`).
+    let has_aux_save2 = unsafe { raw::RedisModule_CachedMicroseconds }.is_some();
+    let all = match prepared {
+        Ok(all) => all,
+        Err(_) => {
+            redis_module::logging::log_warning(
+                "ratelimit: saving the policies failed (see the panic above); this RDB holds none",
+            );
+            Vec::new()
+        }
+    };
+    if all.is_empty() && has_aux_save2 {
         return;
     }
     raw::save_unsigned(rdb, all.len() as u64);
-    for (name, definition) in all {
+    for (name, args) in all {
         raw::save_slice(rdb, &name);
-        let args = policy_arguments(&definition);
         raw::save_unsigned(rdb, args.len() as u64);
         for arg in args {
             raw::save_slice(rdb, arg.as_bytes());
         }
     }
+}
+
+/// Set by `RL.TESTING.PANIC-IN-SAVE` (testing commands only).
+static PANIC_IN_NEXT_SAVE: AtomicBool = AtomicBool::new(false);
+
+/// Makes the next save of the policies panic (see `command::testing`).
+pub fn panic_in_next_save() {
+    PANIC_IN_NEXT_SAVE.store(true, Ordering::Relaxed);
+}
+
+/// Each policy's name and the arguments that define it, ready to write.
+fn prepare_save() -> Vec<(Vec<u8>, Vec<String>)> {
+    if PANIC_IN_NEXT_SAVE.swap(false, Ordering::Relaxed) {
+        panic!("RL.TESTING.PANIC-IN-SAVE: saving the policies panics");
+    }
+    policies::all()
+        .into_iter()
+        .map(|(name, definition)| (name, policy_arguments(&definition)))
+        .collect()
 }
 
 /// Replaces the policies with the RDB's.

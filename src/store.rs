@@ -8,7 +8,7 @@
 
 use crate::command::CommandError;
 use crate::ffi::api;
-use crate::strings;
+use crate::{metrics, strings};
 use ratelimit_core::encoding::decode_count;
 use ratelimit_core::limiter::Write;
 use redis_module::raw::{self, RedisModuleString};
@@ -101,41 +101,63 @@ impl<'a> StoredKey<'a> {
 
     /// Makes the change the limiter decided, and propagates it. `Nothing` writes and
     /// propagates nothing.
-    pub fn apply(&mut self, write: &Write) {
+    ///
+    /// The effect is handed to the server for propagation first, and the key is written
+    /// only if that worked: the server sends what a command propagated once the command
+    /// returns, so the order inside the command does not matter to replicas and the AOF,
+    /// and a change that could not be propagated (the command it is spelt with renamed
+    /// away) is not made here either.
+    pub fn apply(&mut self, write: &Write) -> Result<(), CommandError> {
         if self.key.is_null() {
-            return;
+            return Ok(());
         }
         match write {
-            Write::Nothing => return,
+            Write::Nothing => return Ok(()),
             Write::Set {
                 value,
                 expires_at_ms,
             } => {
-                let made = if self.key_type() == raw::REDISMODULE_KEYTYPE_EMPTY {
-                    Some(self.create_value(value, *expires_at_ms))
+                let fresh = self.key_type() == raw::REDISMODULE_KEYTYPE_EMPTY;
+                let string = if fresh {
+                    ValueString::Made(strings::create(value))
                 } else {
-                    // A live key is rewritten in place: no new object, and its expiry is
-                    // only touched when it moves (never for a fixed window's next hit).
-                    if !self.overwrite_value(value) {
-                        Some(self.create_value(value, *expires_at_ms))
-                    } else {
-                        if self.expiry() != Some(*expires_at_ms) {
-                            // SAFETY: self.key is an open string key.
-                            unsafe { api!(RedisModule_SetAbsExpire)(self.key, *expires_at_ms) };
-                        }
-                        None
-                    }
+                    ValueString::for_value(value)
                 };
-                self.propagate_set(value, *expires_at_ms, made);
+                let propagated = self.propagate_set(string.get(), *expires_at_ms);
+                if propagated.is_ok() {
+                    self.write_value(value, *expires_at_ms, fresh, &string);
+                }
+                string.release();
+                propagated?;
             }
             Write::Delete => {
+                self.propagate_del()?;
                 // SAFETY: self.key is open for writing.
                 unsafe { api!(RedisModule_DeleteKey)(self.key) };
-                self.propagate_del();
             }
         }
         // SAFETY: ctx and name are live for the current command.
         unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, self.name) };
+        Ok(())
+    }
+
+    /// Stores `value` with its absolute expiry. A new key takes `string` (made for it); a
+    /// live key is rewritten in place: no new object, and its expiry is only touched when
+    /// it moves (never for a fixed window's next hit), or when it has none (after
+    /// `PERSIST`), which this sets again.
+    fn write_value(&self, value: &[u8], expires_at_ms: i64, fresh: bool, string: &ValueString) {
+        if fresh {
+            self.create_value(string.get(), expires_at_ms);
+        } else if self.overwrite_value(value) {
+            if self.expiry() != Some(expires_at_ms) {
+                // SAFETY: self.key is an open string key.
+                unsafe { api!(RedisModule_SetAbsExpire)(self.key, expires_at_ms) };
+            }
+        } else {
+            let made = strings::create(value);
+            self.create_value(made, expires_at_ms);
+            strings::free(made);
+        }
     }
 
     /// Rewrites the value of an existing string key in place; its expiry stays. Whether it
@@ -159,79 +181,115 @@ impl<'a> StoredKey<'a> {
         }
     }
 
-    /// Creates the key with `value` and its absolute expiry. Returns the value's string,
-    /// which the caller propagates and then frees.
-    fn create_value(&self, value: &[u8], expires_at_ms: i64) -> *mut RedisModuleString {
-        let string = strings::create(value);
+    /// Sets the key to `string` with its absolute expiry.
+    fn create_value(&self, string: *mut RedisModuleString, expires_at_ms: i64) {
         // SAFETY: StringSet takes its own reference to `string`; self.key is open for
         // writing.
         unsafe {
             api!(RedisModule_StringSet)(self.key, string);
             api!(RedisModule_SetAbsExpire)(self.key, expires_at_ms);
         }
-        string
     }
 
-    /// Propagates `SET key value PXAT expires_at_ms`. `made` is the value's string if one
-    /// was made for the write; it is released here.
+    /// Propagates `SET key value PXAT expires_at_ms`.
     fn propagate_set(
         &self,
-        value: &[u8],
+        value: *mut RedisModuleString,
         expires_at_ms: i64,
-        made: Option<*mut RedisModuleString>,
-    ) {
+    ) -> Result<(), CommandError> {
         let expiry = strings::expiry(expires_at_ms);
-        let (value_string, owned) = match made {
-            Some(made) => (made, true),
-            None => match decode_count(value).and_then(strings::count) {
-                Some(shared) => (shared, false),
-                None => (strings::create(value), true),
-            },
-        };
         // SAFETY: every argument is a live server string, passed with `s`: the server takes
         // its own reference.
-        unsafe {
+        let status = unsafe {
             api!(RedisModule_Replicate)(
                 self.ctx.ctx,
                 c"SET".as_ptr(),
                 c"ssss".as_ptr(),
                 self.name,
-                value_string,
+                value,
                 strings::pxat(),
                 expiry,
-            );
-        }
-        if owned {
-            strings::free(value_string);
-        }
+            )
+        };
+        replicated(status, "SET")
     }
 
     /// Propagates `DEL key`.
-    fn propagate_del(&self) {
+    fn propagate_del(&self) -> Result<(), CommandError> {
         // SAFETY: the key name is a live server string, passed with `s`.
-        unsafe {
-            api!(RedisModule_Replicate)(self.ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name);
+        let status = unsafe {
+            api!(RedisModule_Replicate)(self.ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name)
+        };
+        replicated(status, "DEL")
+    }
+}
+
+/// The server string of a value to propagate (and, for a new key, to store).
+enum ValueString {
+    /// Made for this write; released after it.
+    Made(*mut RedisModuleString),
+    /// A small count from the table made at load; never released.
+    Shared(*mut RedisModuleString),
+}
+
+impl ValueString {
+    fn for_value(value: &[u8]) -> Self {
+        match decode_count(value).and_then(strings::count) {
+            Some(shared) => ValueString::Shared(shared),
+            None => ValueString::Made(strings::create(value)),
         }
     }
+
+    fn get(&self) -> *mut RedisModuleString {
+        match self {
+            ValueString::Made(s) | ValueString::Shared(s) => *s,
+        }
+    }
+
+    fn release(self) {
+        if let ValueString::Made(string) = self {
+            strings::free(string);
+        }
+    }
+}
+
+/// The error for an effect the server would not propagate.
+fn replicated(status: c_int, command: &str) -> Result<(), CommandError> {
+    if status == raw::REDISMODULE_OK as c_int {
+        return Ok(());
+    }
+    metrics::record_propagation_failure();
+    Err(CommandError::Message(
+        format!(
+            "ERR cannot propagate {command} to replicas and the AOF (is {command} renamed?): \
+             nothing was written"
+        )
+        .into(),
+    ))
 }
 
 /// Propagates `command args...`: for a command whose effect is deterministic (RL.POLICY,
 /// which reads no clock), given in a form that means the same on every server, replaying
 /// the command is replaying its effect.
-pub fn propagate_command(ctx: &Context, command: &std::ffi::CStr, args: &[&[u8]]) {
+pub fn propagate_command(
+    ctx: &Context,
+    command: &std::ffi::CStr,
+    args: &[&[u8]],
+) -> Result<(), CommandError> {
     let strings: Vec<*mut RedisModuleString> = args.iter().map(|a| strings::create(a)).collect();
     // SAFETY: the format `v` takes an array of live server strings and its length; the
     // server takes its own references, so ours are released after.
-    unsafe {
+    let status = unsafe {
         api!(RedisModule_Replicate)(
             ctx.ctx,
             command.as_ptr(),
             c"v".as_ptr(),
             strings.as_ptr(),
             strings.len(),
-        );
-    }
+        )
+    };
     strings.into_iter().for_each(strings::free);
+    replicated(status, &command.to_string_lossy())
 }
 
 /// Fires the keyspace event `rl.denied` (class generic) on `key`, for watching abuse with

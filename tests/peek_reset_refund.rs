@@ -482,8 +482,10 @@ fn foreign_strings() -> Vec<(&'static str, &'static [u8], Option<i64>)> {
         ("text without expiry", b"hello", None),
         ("zero", b"0", Some(FAR)),
         ("leading zero", b"05", Some(FAR)),
-        // A user's counter, e.g. from INCR: every count the module writes has an expiry.
-        ("count without expiry", b"5", None),
+        // A count without an expiry is a state that lost it (PERSIST, RESTORE key 0):
+        // RL.RESET deletes it (tests/lost_expiry.rs). One that is no canonical count is
+        // not.
+        ("signed count without expiry", b"+5", None),
         // Our format byte, but an algorithm id that does not exist.
         ("unknown algorithm", b"\x01\x09\x01", Some(FAR)),
         // Our format byte and GCRA's id, but no tier after the header.

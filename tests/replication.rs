@@ -288,9 +288,11 @@ fn denied_and_failing_hits_propagate_nothing() {
             .arg("hello")
             .exec(&mut con)
             .expect("APPEND");
+        // Not a canonical count, so not a state (a canonical count without an expiry is
+        // a state that lost it: tests/lost_expiry.rs).
         redis::cmd("APPEND")
             .arg("rl:no-expiry")
-            .arg("2")
+            .arg("02")
             .exec(&mut con)
             .expect("APPEND");
 

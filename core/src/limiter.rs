@@ -207,8 +207,8 @@ fn run_with<A: Algorithm>(
     expiry: impl Fn() -> Option<i64>,
     now_ms: i64,
 ) -> Result<Outcome, LimiterError> {
-    let prior = read_prior::<A>(stored, &expiry, now_ms)?;
-    let start = starting_states::<A>(prior, tiers, now_ms)?;
+    let (prior, lost_expiry) = read_prior::<A>(stored, &expiry, now_ms)?;
+    let start = starting_states::<A>(prior, tiers, now_ms, lost_expiry)?;
     Ok(match action {
         Action::Hit { cost } => check::<A>(start, tiers, now_ms, cost, true)?,
         Action::Peek { cost } => {
@@ -238,25 +238,31 @@ enum Prior<S> {
     Usage(i64),
 }
 
+/// What a key's value means, and whether the key lost the expiry its state needs (see
+/// [`lost_expiry_usage`]).
 fn read_prior<A: Algorithm>(
     stored: Option<&[u8]>,
     expiry: impl Fn() -> Option<i64>,
     now_ms: i64,
-) -> Result<Prior<A::State>, LimiterError> {
+) -> Result<(Prior<A::State>, bool), LimiterError> {
     let Some(bytes) = stored else {
-        return Ok(Prior::Empty);
+        return Ok((Prior::Empty, false));
     };
-    Ok(match classify(bytes).ok_or(LimiterError::NotOurs)? {
+    let form = classify(bytes).ok_or(LimiterError::NotOurs)?;
+    if let Some(used) = lost_expiry_usage(&form, &expiry) {
+        return Ok((Prior::Usage(used?), true));
+    }
+    Ok(match form {
         StoredForm::PlainCount(count) => {
-            // A plain count without an expiry was not written by this module.
             let ends_at_ms = expiry().ok_or(LimiterError::NotOurs)?;
-            match A::from_plain_count(count, ends_at_ms) {
+            let prior = match A::from_plain_count(count, ends_at_ms) {
                 Some(state) => Prior::Same(smallvec::smallvec![(None, state)]),
                 None => {
                     let window = WindowState { count, ends_at_ms };
                     Prior::Usage(Fixed::used(&window, now_ms, &Quota::new(1, 1)))
                 }
-            }
+            };
+            (prior, false)
         }
         StoredForm::Short {
             algorithm,
@@ -264,22 +270,26 @@ fn read_prior<A: Algorithm>(
             short,
         } => {
             let expires_at_ms = expiry().ok_or(LimiterError::NotOurs)?;
-            if algorithm == A::ID {
+            let prior = if algorithm == A::ID {
                 let state = A::from_short(short, expires_at_ms).ok_or(LimiterError::NotOurs)?;
                 Prior::Same(smallvec::smallvec![(Some(quota), state)])
             } else {
                 let kind = AlgorithmKind::from_id(algorithm).ok_or(LimiterError::NotOurs)?;
                 let used = with_algorithm!(kind, short_usage(short, expires_at_ms, &quota, now_ms));
                 Prior::Usage(used.ok_or(LimiterError::NotOurs)?)
-            }
+            };
+            (prior, false)
         }
+        // The tiers form keeps its absolute times in the value: it reads the same with or
+        // without the key's expiry, and one that lost it is written back with it.
         StoredForm::Tiers {
             algorithm,
             count,
             body,
         } if algorithm == A::ID => {
             let tiers = decode_tiers::<A>(body, count).ok_or(LimiterError::NotOurs)?;
-            Prior::Same(tiers.into_iter().map(|(q, s)| (Some(q), s)).collect())
+            let prior = Prior::Same(tiers.into_iter().map(|(q, s)| (Some(q), s)).collect());
+            (prior, expiry().is_none())
         }
         StoredForm::Tiers {
             algorithm,
@@ -288,24 +298,61 @@ fn read_prior<A: Algorithm>(
         } => {
             let kind = AlgorithmKind::from_id(algorithm).ok_or(LimiterError::NotOurs)?;
             let used = with_algorithm!(kind, largest_usage(body, count, now_ms));
-            Prior::Usage(used.ok_or(LimiterError::NotOurs)?)
+            (
+                Prior::Usage(used.ok_or(LimiterError::NotOurs)?),
+                expiry().is_none(),
+            )
         }
     })
 }
 
-/// Whether `stored` (with the key's absolute expiry) is a whole state this module wrote:
-/// a plain count with an expiry, or tiers of a known algorithm that decode completely.
-/// RL.RESET deletes only such values.
+/// The units a plain count or a short form still counts when its key has no expiry
+/// (`PERSIST`, `RESTORE key 0 ...`); `None` when the form does not need the expiry or the
+/// key has one. Those forms keep their time in the expiry, so the time is lost, and the
+/// units are counted again from now, under the request's rule: a plain count's units (a
+/// window that ends one window from now), a bucket as full as its stored capacity (its
+/// theoretical arrival time is unknown, so it is taken as late as it can be). Never a free
+/// burst, and never a wait longer than one window of the request's rule.
+fn lost_expiry_usage(
+    form: &StoredForm<'_>,
+    expiry: impl Fn() -> Option<i64>,
+) -> Option<Result<i64, LimiterError>> {
+    let used = match *form {
+        StoredForm::PlainCount(count) => Ok(count),
+        StoredForm::Short {
+            algorithm,
+            quota,
+            short,
+        } => match AlgorithmKind::from_id(algorithm) {
+            Some(kind) if with_algorithm!(kind, short_decodes(short, 0)) => {
+                Ok(with_algorithm!(kind, capacity_of(&quota)))
+            }
+            _ => Err(LimiterError::NotOurs),
+        },
+        StoredForm::Tiers { .. } => return None,
+    };
+    match expiry() {
+        Some(_) => None,
+        None => Some(used),
+    }
+}
+
+fn capacity_of<B: Algorithm>(quota: &Quota) -> i64 {
+    B::capacity(quota)
+}
+
+/// Whether `stored` (with the key's absolute expiry, if it has one) is a whole state this
+/// module wrote: a plain count, a short form of a known algorithm, or tiers of a known
+/// algorithm that decode completely. With or without an expiry: a key that lost it
+/// (`PERSIST`, `RESTORE key 0 ...`) is still a state. RL.RESET deletes only such values.
 pub fn is_state(stored: &[u8], expiry: Option<i64>) -> bool {
     match classify(stored) {
-        Some(StoredForm::PlainCount(_)) => expiry.is_some(),
+        Some(StoredForm::PlainCount(_)) => true,
         Some(StoredForm::Short {
             algorithm, short, ..
-        }) => match (AlgorithmKind::from_id(algorithm), expiry) {
-            (Some(kind), Some(expires_at_ms)) => {
-                with_algorithm!(kind, short_decodes(short, expires_at_ms))
-            }
-            _ => false,
+        }) => match AlgorithmKind::from_id(algorithm) {
+            Some(kind) => with_algorithm!(kind, short_decodes(short, expiry.unwrap_or(0))),
+            None => false,
         },
         Some(StoredForm::Tiers {
             algorithm,
@@ -357,16 +404,21 @@ struct Start<S> {
     /// The key was renewed from its usage (see the module docs): worth writing even when
     /// nothing is counted.
     renewed: bool,
+    /// The key has no expiry though its state ends: a hit writes the state back with its
+    /// expiry even when it counts nothing, so that the key goes when its state does.
+    lost_expiry: bool,
 }
 
 fn starting_states<A: Algorithm>(
     prior: Prior<A::State>,
     tiers: &[Quota],
     now_ms: i64,
+    lost_expiry: bool,
 ) -> Result<Start<A::State>, OutOfRange> {
     let empty = || Start {
         states: std::iter::repeat_n(None, tiers.len()).collect(),
         renewed: false,
+        lost_expiry,
     };
     let used = match prior {
         Prior::Empty => return Ok(empty()),
@@ -385,6 +437,7 @@ fn starting_states<A: Algorithm>(
                 return Ok(Start {
                     states: stored.into_iter().map(|(_, s)| Some(s)).collect(),
                     renewed: false,
+                    lost_expiry,
                 });
             }
             stored
@@ -408,6 +461,7 @@ fn starting_states<A: Algorithm>(
     Ok(Start {
         states,
         renewed: true,
+        lost_expiry,
     })
 }
 
@@ -443,8 +497,12 @@ fn check<A: Algorithm>(
     } else if allowed {
         let charged: Option<PerTier<A::State>> = checks.into_iter().map(|c| c.charged).collect();
         charged.map_or(Write::Nothing, |states| store::<A>(tiers, &states, now_ms))
-    } else if start.renewed {
-        renewal::<A>(tiers, start.states, now_ms)
+    } else if start.renewed || start.lost_expiry {
+        match renewal::<A>(tiers, start.states, now_ms) {
+            // Nothing left to count: a key that lost its expiry goes now.
+            Write::Nothing if start.lost_expiry => Write::Delete,
+            write => write,
+        }
     } else {
         Write::Nothing
     };
@@ -801,7 +859,8 @@ mod tests {
             "cut short"
         );
         assert!(is_state(b"5", Some(T0)));
-        assert!(!is_state(b"5", None), "a plain count needs its expiry");
+        assert!(is_state(b"5", None), "a plain count that lost its expiry");
+        assert!(is_state(&value, None), "tiers that lost their expiry");
         assert!(!is_state(b"\x01\x09\x01", Some(T0)), "unknown algorithm");
         assert!(!is_state(b"hello", Some(T0)));
     }
@@ -811,11 +870,120 @@ mod tests {
         let limits = fixed(&[(2, 1_000)]);
         for (value, expiry) in [
             (&b"hello"[..], Some(T0 + 5)),
-            (b"3", None),
+            (b"hello", None),
+            (b"03", None),
             (b"\x01\x09\x01", Some(T0)),
         ] {
             let err = run(&limits, Action::Hit { cost: 1 }, Some(value), || expiry, T0);
             assert_eq!(err, Err(LimiterError::NotOurs), "{value:?}");
+        }
+    }
+
+    /// A key as `PERSIST` leaves it: same value, no expiry.
+    fn persisted(key: &Key) -> Key {
+        Key(key.0.clone().map(|(value, _)| (value, NO_EXPIRY)))
+    }
+
+    /// Stands for "no expiry" in [`Key`]; `run_persisted` passes `None` for it.
+    const NO_EXPIRY: i64 = i64::MIN;
+
+    impl Key {
+        /// Like `run`, with [`NO_EXPIRY`] read as a key without an expiry.
+        fn run_persisted(&mut self, limits: &Limits, action: Action, now: i64) -> Outcome {
+            let stored = self.0.clone();
+            let outcome = run(
+                limits,
+                action,
+                stored.as_ref().map(|(v, _)| v.as_slice()),
+                || stored.as_ref().map(|(_, e)| *e).filter(|&e| e != NO_EXPIRY),
+                now,
+            )
+            .expect("answers");
+            match &outcome.write {
+                Write::Nothing => {}
+                Write::Set {
+                    value,
+                    expires_at_ms,
+                } => self.0 = Some((value.to_vec(), *expires_at_ms)),
+                Write::Delete => self.0 = None,
+            }
+            outcome
+        }
+    }
+
+    #[test]
+    fn a_plain_count_without_its_expiry_counts_again_from_now() {
+        let limits = fixed(&[(5, HOUR)]);
+        let mut key = Key::default();
+        key.run(&limits, Action::Hit { cost: 3 }, T0 + 10);
+        let mut key = persisted(&key);
+        let hit = key.run_persisted(&limits, Action::Hit { cost: 1 }, T0 + 20);
+        assert!(hit.decision.allowed);
+        assert_eq!(hit.decision.remaining, 1, "the 3 units still count");
+        let (value, expiry) = key.0.clone().expect("written back");
+        assert_eq!(value, b"4".to_vec());
+        assert!(expiry > T0 + 20 && expiry <= T0 + 20 + HOUR, "{expiry}");
+    }
+
+    #[test]
+    fn a_denied_hit_writes_back_a_state_that_lost_its_expiry() {
+        // Full, then persisted: denied, but written back with its expiry.
+        let limits = fixed(&[(2, HOUR)]);
+        let mut key = Key::default();
+        key.run(&limits, Action::Hit { cost: 2 }, T0);
+        let mut key = persisted(&key);
+        let denied = key.run_persisted(&limits, Action::Hit { cost: 1 }, T0 + 5);
+        assert!(!denied.decision.allowed);
+        assert!(denied.decision.retry_after_ms <= HOUR);
+        assert!(matches!(denied.write, Write::Set { expires_at_ms, .. } if expires_at_ms > T0));
+        // Tiers whose windows all ended, without an expiry: a denied hit deletes them.
+        let tiers = fixed(&[(1, 1_000), (5, HOUR)]);
+        let mut key = Key::default();
+        key.run(&tiers, Action::Hit { cost: 1 }, T0);
+        let mut key = persisted(&key);
+        let outcome = key.run_persisted(&tiers, Action::Hit { cost: 9 }, T0 + 2 * HOUR);
+        assert!(!outcome.decision.allowed, "cost above every limit");
+        assert_eq!(outcome.write, Write::Delete);
+    }
+
+    #[test]
+    fn a_bucket_without_its_expiry_counts_as_full_for_at_most_one_window() {
+        let gcra = Limits {
+            algorithm: AlgorithmKind::Gcra,
+            tiers: smallvec::smallvec![Quota::new(10, 60_000)],
+        };
+        let mut key = Key::default();
+        key.run(&gcra, Action::Hit { cost: 1 }, T0);
+        let mut key = persisted(&key);
+        let denied = key.run_persisted(&gcra, Action::Hit { cost: 1 }, T0 + 5);
+        assert!(!denied.decision.allowed, "the time is lost: taken as full");
+        assert!(
+            denied.decision.retry_after_ms <= 6_000,
+            "one unit's interval"
+        );
+        let (_, expiry) = key.0.clone().expect("written back");
+        assert!(expiry <= T0 + 5 + 60_000, "{expiry}");
+        let later = key.run_persisted(&gcra, Action::Hit { cost: 1 }, T0 + 5 + 6_000);
+        assert!(later.decision.allowed);
+    }
+
+    #[test]
+    fn a_look_reads_a_state_without_its_expiry_and_writes_nothing() {
+        for algorithm in AlgorithmKind::ALL.map(|(kind, _)| kind) {
+            let limits = Limits {
+                algorithm,
+                tiers: smallvec::smallvec![Quota::new(5, HOUR)],
+            };
+            let mut key = Key::default();
+            key.run(&limits, Action::Hit { cost: 1 }, T0);
+            let mut key = persisted(&key);
+            let look = key.run_persisted(&limits, Action::Peek { cost: 1 }, T0 + 1);
+            assert_eq!(look.write, Write::Nothing, "{algorithm:?}");
+            let hit = key.run_persisted(&limits, Action::Hit { cost: 1 }, T0 + 1);
+            assert!(
+                matches!(hit.write, Write::Set { expires_at_ms, .. } if expires_at_ms != NO_EXPIRY),
+                "{algorithm:?}: {hit:?}"
+            );
         }
     }
 }

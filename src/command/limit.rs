@@ -79,7 +79,7 @@ pub fn decide(
     let now_ms = clock::now_ms();
     let outcome =
         limiter::run(limits, action, stored, || key.expiry(), now_ms).map_err(limiter_error)?;
-    key.apply(&outcome.write);
+    key.apply(&outcome.write)?;
     if matches!(action, Action::Hit { .. }) && !outcome.decision.allowed && config::notify_denied()
     {
         store::notify_denied(ctx, key_name);

@@ -199,6 +199,44 @@ pub fn register(
     }
 }
 
+/// Registers `name` as a container command (no handler of its own) and each of
+/// `subcommands` under it, keyless, with its own flags. `RL.POLICY x` for an unknown `x`
+/// is then answered by the server itself.
+pub fn register_container<'a>(
+    ctx: &Context,
+    name: &CStr,
+    subcommands: impl IntoIterator<Item = (&'a CStr, raw::RedisModuleCmdFunc, &'a CStr)>,
+) -> Result<(), String> {
+    register(ctx, name, None, c"", (0, 0, 0))?;
+    // SAFETY: called during module load; the name is a live C string.
+    let parent = unsafe { api!(RedisModule_GetCommand)(ctx.ctx, name.as_ptr()) };
+    if parent.is_null() {
+        return Err(format!(
+            "cannot find the container {name:?} just registered"
+        ));
+    }
+    for (sub, callback, flags) in subcommands {
+        // SAFETY: `parent` is the container registered above; the C strings are static.
+        let status = unsafe {
+            api!(RedisModule_CreateSubcommand)(
+                parent,
+                sub.as_ptr(),
+                callback,
+                flags.as_ptr(),
+                0,
+                0,
+                0,
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!(
+                "cannot register the subcommand {sub:?} of {name:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Whether the command comes from this server's primary or from the AOF being loaded:
 /// such commands are obeyed as they are, never refused by local settings.
 pub fn from_primary_or_aof(ctx: &Context) -> bool {

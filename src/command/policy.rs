@@ -1,4 +1,5 @@
-//! `RL.POLICY SET|GET|DEL|LIST` and `RL.STATS [RESET] [name]`.
+//! `RL.POLICY SET|GET|DEL|LIST|HELP` (subcommands of a container command, each with its
+//! own flags: see `lib.rs`) and `RL.STATS [RESET] [name]`.
 //!
 //! `RL.POLICY SET name limit window [limit window ...] [ALGO a] [BURST b]
 //! [MODE enforce|shadow]` defines a named rule that `RL.HIT key POLICY name [COST n]` (and
@@ -7,7 +8,7 @@
 
 use super::CommandResult;
 use super::{command_handler, from_primary_or_aof, read_only_replica, Args, CommandError};
-use crate::{config, metrics, persist, policies, reply, store};
+use crate::{config, metrics, persist, policies, reply, server_info, store};
 use ratelimit_core::args::{parse_policy, policy_arguments, Settings};
 use ratelimit_core::duration::LARGEST_WINDOW_MS;
 use redis_module::{Context, RedisValue};
@@ -18,10 +19,33 @@ command_handler!(rl_stats, run_stats);
 const READONLY: &str = "READONLY You can't write against a read only replica.";
 const NOT_IN_AOF_REWRITE: &str = "ERR policies would not survive an AOF rewrite with \
     aof-use-rdb-preamble no: keep the RDB preamble (the default) to use policies";
+const CANNOT_READ_PREAMBLE: &str = "ERR cannot tell whether policies survive an AOF \
+    rewrite: CONFIG GET aof-use-rdb-preamble failed (is CONFIG renamed?)";
 const NOT_PERSISTED: &str = "ERR policies would not survive a restart: on Redis 7.0 load the \
     module with 'policies-in-rdb yes' (its RDB files then need the module to load)";
 
+/// `RL.POLICY HELP`: one line per subcommand.
+const HELP: [&[u8]; 5] = [
+    b"RL.POLICY SET name limit window [limit window ...] [ALGO a] [BURST b] [MODE enforce|shadow]",
+    b"RL.POLICY GET name",
+    b"RL.POLICY DEL name",
+    b"RL.POLICY LIST",
+    b"RL.POLICY HELP",
+];
+
+/// Every subcommand of the `RL.POLICY` container runs this. A wrong number of arguments is
+/// reported for `RL.POLICY` as a whole (the server would name the subcommand,
+/// `RL.POLICY|SET`), as it was before the container.
 fn run_policy(ctx: &Context, args: Args<'_>) -> CommandResult {
+    run_subcommand(ctx, args).map_err(|err| match err {
+        CommandError::WrongArity => {
+            message("ERR wrong number of arguments for 'RL.POLICY' command")
+        }
+        other => other,
+    })
+}
+
+fn run_subcommand(ctx: &Context, args: Args<'_>) -> CommandResult {
     let mut words = args.bytes_from(1);
     let subcommand = words.next().ok_or(CommandError::WrongArity)?;
     let name = words.next();
@@ -33,7 +57,7 @@ fn run_policy(ctx: &Context, args: Args<'_>) -> CommandResult {
                 if !persist::policies_persist() {
                     return Err(message(NOT_PERSISTED));
                 }
-                if aof_rewrite_would_drop_policies(ctx) {
+                if aof_rewrite_would_drop_policies(ctx)? {
                     return Err(message(NOT_IN_AOF_REWRITE));
                 }
             }
@@ -56,8 +80,10 @@ fn run_policy(ctx: &Context, args: Args<'_>) -> CommandResult {
             let canonical = policy_arguments(&definition);
             let mut propagated: Vec<&[u8]> = vec![b"SET", name];
             propagated.extend(canonical.iter().map(|a| a.as_bytes()));
+            // Propagated before it is applied: a policy that could not reach the replicas
+            // and the AOF is not defined here either.
+            store::propagate_command(ctx, c"RL.POLICY", &propagated)?;
             policies::set(name, definition);
-            store::propagate_command(ctx, c"RL.POLICY", &propagated);
             reply::ok(ctx);
         }
         (b"GET", Some(name)) if rest.len() == 0 => match policies::get(name) {
@@ -66,9 +92,10 @@ fn run_policy(ctx: &Context, args: Args<'_>) -> CommandResult {
         },
         (b"DEL", Some(name)) if rest.len() == 0 => {
             refuse_on_replica(ctx)?;
-            let deleted = policies::delete(name);
+            let deleted = policies::get(name).is_some();
             if deleted {
-                store::propagate_command(ctx, c"RL.POLICY", &[b"DEL", name]);
+                store::propagate_command(ctx, c"RL.POLICY", &[b"DEL", name])?;
+                policies::delete(name);
             }
             reply::integer(ctx, i64::from(deleted));
         }
@@ -76,10 +103,13 @@ fn run_policy(ctx: &Context, args: Args<'_>) -> CommandResult {
             let names: Vec<Vec<u8>> = policies::all().into_iter().map(|(n, _)| n).collect();
             reply::bulk_strings(ctx, &names);
         }
-        (b"SET" | b"GET" | b"DEL" | b"LIST", _) => return Err(CommandError::WrongArity),
+        (b"HELP", None) => reply::bulk_strings(ctx, &HELP),
+        (b"SET" | b"GET" | b"DEL" | b"LIST" | b"HELP", _) => return Err(CommandError::WrongArity),
+        // The server answers unknown subcommands of the container itself; this is for a
+        // call that reaches the handler another way.
         _ => {
             return Err(message(
-                "ERR unknown RL.POLICY subcommand (expected SET, GET, DEL or LIST)",
+                "ERR unknown RL.POLICY subcommand (expected SET, GET, DEL, LIST or HELP)",
             ))
         }
     }
@@ -87,21 +117,28 @@ fn run_policy(ctx: &Context, args: Args<'_>) -> CommandResult {
 }
 
 /// Whether the AOF is on without its RDB preamble: a rewrite then writes only commands for
-/// keys, and policies, which are no keys, would be gone at the next restart.
-fn aof_rewrite_would_drop_policies(ctx: &Context) -> bool {
-    let config_is = |name: &str, wanted: &str| {
-        let reply = ctx.call("CONFIG", &["GET", name][..]);
-        match reply {
-            Ok(RedisValue::Array(pair)) => pair.get(1).is_some_and(|value| match value {
-                RedisValue::SimpleString(v) | RedisValue::BulkString(v) => v == wanted,
-                RedisValue::StringBuffer(v) => v.as_slice() == wanted.as_bytes(),
-                RedisValue::BulkRedisString(v) => v.as_slice() == wanted.as_bytes(),
-                _ => false,
-            }),
-            _ => false,
-        }
+/// keys, and policies, which are no keys, would be gone at the next restart. Whether the
+/// AOF is on comes from INFO's data (no command needed); the preamble setting only from
+/// `CONFIG GET`, so where `CONFIG` is renamed away a policy is refused rather than allowed
+/// on a guess.
+fn aof_rewrite_would_drop_policies(ctx: &Context) -> Result<bool, CommandError> {
+    if !server_info::aof_enabled(ctx) {
+        return Ok(false);
+    }
+    let reply = ctx.call("CONFIG", &["GET", "aof-use-rdb-preamble"][..]);
+    let value = match reply {
+        Ok(RedisValue::Array(pair)) => pair.get(1).and_then(|value| match value {
+            RedisValue::SimpleString(v) | RedisValue::BulkString(v) => Some(v.as_bytes().to_vec()),
+            RedisValue::StringBuffer(v) => Some(v.clone()),
+            RedisValue::BulkRedisString(v) => Some(v.as_slice().to_vec()),
+            _ => None,
+        }),
+        _ => None,
     };
-    config_is("appendonly", "yes") && config_is("aof-use-rdb-preamble", "no")
+    match value {
+        Some(value) => Ok(value.eq_ignore_ascii_case(b"no")),
+        None => Err(message(CANNOT_READ_PREAMBLE)),
+    }
 }
 
 fn refuse_on_replica(ctx: &Context) -> CommandResult {

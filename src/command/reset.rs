@@ -18,7 +18,7 @@ fn run(ctx: &Context, args: Args<'_>) -> CommandResult {
     let deleted = match key.value()?.map(|bytes| is_state(bytes, key.expiry())) {
         None => false,
         Some(true) => {
-            key.apply(&Write::Delete);
+            key.apply(&Write::Delete)?;
             true
         }
         Some(false) => return Err(CommandError::Message(NOT_OURS.into())),
