@@ -1,7 +1,7 @@
 //! The configuration file: TOML read into checked settings. Every mistake is found here,
 //! at start or reload, so that a running gateway never meets a rule it cannot apply.
 
-use crate::pattern::PathPattern;
+use crate::pattern::{PathPattern, PathPolicy};
 use crate::rules::{call_args, Counting, KeySource, Limit, OnFailure, Rule, RuleSet, Tier};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -279,7 +279,13 @@ pub fn parse(text: &str) -> Result<Config, String> {
     server.client_prefixes = file.client_ip.prefixes()?;
     server.requests = crate::request_policy::request_policy(file.requests)?;
     let redis = redis_settings(file.redis)?;
-    let rules = rule_set(file.headers, file.rules, file.default, server.mode)?;
+    let rules = rule_set(
+        file.headers,
+        file.rules,
+        file.default,
+        server.mode,
+        &server.requests.paths,
+    )?;
     Ok(Config {
         server,
         redis,
@@ -289,10 +295,17 @@ pub fn parse(text: &str) -> Result<Config, String> {
 }
 
 /// The rules alone, as stored in Redis under `[redis] rules_key`: `[headers]`,
-/// `[[rule]]` and `[default]` in the file's format, checked for a gateway in `mode`.
-pub fn parse_rules(text: &str, mode: Mode) -> Result<RuleSet, String> {
+/// `[[rule]]` and `[default]` in the file's format, checked for a gateway in `mode` whose
+/// requests' paths are canonicalised under `paths`.
+pub fn parse_rules(text: &str, mode: Mode, paths: &PathPolicy) -> Result<RuleSet, String> {
     let document: RulesDocument = toml::from_str(text).map_err(|e| e.to_string())?;
-    rule_set(document.headers, document.rules, document.default, mode)
+    rule_set(
+        document.headers,
+        document.rules,
+        document.default,
+        mode,
+        paths,
+    )
 }
 
 #[derive(Deserialize)]
@@ -310,10 +323,11 @@ fn rule_set(
     sections: Vec<RuleSection>,
     default: Option<RuleSection>,
     mode: Mode,
+    paths: &PathPolicy,
 ) -> Result<RuleSet, String> {
     let mut rules = Vec::with_capacity(sections.len());
     for (index, section) in sections.into_iter().enumerate() {
-        let rule = rule(section, RulePlace::List)
+        let rule = rule(section, RulePlace::List, paths)
             .map_err(|e| format!("[[rule]] number {}: {e}", index + 1))?;
         if rules.iter().any(|r: &Arc<Rule>| r.name == rule.name) {
             return Err(format!("two rules are named '{}'", rule.name));
@@ -321,7 +335,7 @@ fn rule_set(
         rules.push(Arc::new(rule));
     }
     let default = default
-        .map(|section| rule(section, RulePlace::Default).map(Arc::new))
+        .map(|section| rule(section, RulePlace::Default, paths).map(Arc::new))
         .transpose()
         .map_err(|e| format!("[default]: {e}"))?;
     if mode == Mode::Check && rules.iter().chain(&default).any(|r| r.counts_by_status()) {
@@ -470,7 +484,7 @@ enum RulePlace {
     Default,
 }
 
-fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
+fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Rule, String> {
     let name = match place {
         RulePlace::Default => {
             if section.name.is_some() || section.methods.is_some() || section.path.is_some() {
@@ -525,6 +539,10 @@ fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
         .as_deref()
         .map(PathPattern::parse)
         .transpose()?;
+    // A pattern that no canonical path can match would leave its endpoint unlimited.
+    if let Some(pattern) = &path {
+        pattern.check_canonical(paths)?;
+    }
     let key = key_source(&section.key)?;
     let limit = limit(&section)?;
     let count = match section.count {
@@ -824,19 +842,30 @@ mod tests {
         let set = parse_rules(
             "[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n",
             Mode::Proxy,
+            &PathPolicy::default(),
         )
         .unwrap();
         assert_eq!(set.rules.len(), 1);
-        assert!(
-            parse_rules("[server]\nlisten = \"127.0.0.1:1\"\n", Mode::Proxy)
-                .unwrap_err()
-                .contains("server")
-        );
+        assert!(parse_rules(
+            "[server]\nlisten = \"127.0.0.1:1\"\n",
+            Mode::Proxy,
+            &PathPolicy::default()
+        )
+        .unwrap_err()
+        .contains("server"));
         assert!(parse_rules(
             "[default]\nlimits = [\"5/1m\"]\ncount = [401]\n",
-            Mode::Check
+            Mode::Check,
+            &PathPolicy::default()
         )
         .is_err());
+        let error = parse_rules(
+            "[[rule]]\nname = \"a\"\npath = \"/a/./b\"\nlimits = [\"5/1m\"]\n",
+            Mode::Proxy,
+            &PathPolicy::default(),
+        )
+        .unwrap_err();
+        assert!(error.contains("canonical"), "{error}");
     }
 
     #[test]

@@ -1,0 +1,224 @@
+//! Findings of an attacker's review of the gateway hardening (issue 11, part B), each a
+//! way around a limit that worked before its fix:
+//! - a rule's key header sent twice: the gateway counted the first value while upstreams
+//!   that read the last (PHP behind nginx) or all of them saw another client, so any first
+//!   value bought a fresh budget;
+//! - `HEAD` escaped a `GET` rule, though HEAD is GET without a body and Flask, Django,
+//!   Rails and Go's ServeMux run the GET handler for it;
+//! - `%00` and other escaped control bytes reached the upstream: one that stops at the NUL
+//!   routes `/auth/login%00N` to `/auth/login`, a fresh per-endpoint budget for every `N`;
+//! - a rule whose path pattern is not in canonical form (`/caf%c3%a9`, `/a/./b`, `/x;y`)
+//!   matched no request ever, so the endpoint it was written for had no limit.
+//!
+//! And one check that holds already and must keep holding: a request with both
+//! `Transfer-Encoding` and `Content-Length` reaches the upstream as one request, framed by
+//! the gateway, never with a second request smuggled in its body.
+
+mod common;
+mod raw_http;
+use common::*;
+
+const RULES: &str = r#"
+[[rule]]
+name = "login"
+methods = ["POST"]
+path = "/auth/*"
+per_endpoint = true
+limits = ["3/15m"]
+count = [401, 403]
+
+[[rule]]
+name = "api"
+path = "/api/**"
+key = "header:X-Api-Key"
+limits = ["2/1m"]
+
+[[rule]]
+name = "search"
+methods = ["GET"]
+path = "/search"
+per_endpoint = true
+limits = ["2/1m"]
+
+[default]
+limits = ["100/1m"]
+"#;
+
+#[test]
+fn a_key_header_sent_twice_is_refused() {
+    for flavor in FLAVORS {
+        let (redis, upstream, gateway) = stack(flavor, RULES);
+        for n in 0..4 {
+            let headers = format!("X-Api-Key: fresh-{n}\r\nX-Api-Key: victim\r\n");
+            let answer = raw_http::request(gateway.port, b"GET", b"/api/x", headers.as_bytes());
+            assert_eq!(answer.status, 400, "{flavor:?}: {answer:?}");
+            assert!(
+                answer.body.to_ascii_lowercase().contains("x-api-key"),
+                "{flavor:?}: {answer:?}"
+            );
+        }
+        assert_eq!(upstream.requests(), 0, "{flavor:?}: none forwarded");
+        assert!(keys(&redis, "rl:*").is_empty(), "{flavor:?}: none counted");
+        // Once, it is the key as before; absent, the client's address is.
+        let once: Vec<u16> = (0..3)
+            .map(|_| {
+                raw_http::request(gateway.port, b"GET", b"/api/x", b"X-Api-Key: victim\r\n").status
+            })
+            .collect();
+        assert_eq!(once, [200, 200, 429], "{flavor:?}");
+        assert_eq!(
+            raw_http::request(gateway.port, b"GET", b"/api/x", b"").status,
+            200,
+            "{flavor:?}"
+        );
+        assert_eq!(
+            keys(&redis, "rl:*"),
+            vec![
+                "rl:{h:victim}:api".to_string(),
+                "rl:{ip:127.0.0.1}:api".to_string()
+            ],
+            "{flavor:?}"
+        );
+    }
+}
+
+#[test]
+fn head_spends_the_budget_of_get() {
+    for flavor in FLAVORS {
+        let (redis, upstream, gateway) = stack(flavor, RULES);
+        let statuses: Vec<u16> = ["HEAD", "GET", "HEAD", "head"]
+            .iter()
+            .map(|method| {
+                raw_http::request(gateway.port, method.as_bytes(), b"/search", b"").status
+            })
+            .collect();
+        assert_eq!(statuses, [200, 200, 429, 429], "{flavor:?}");
+        assert_eq!(upstream.requests(), 2, "{flavor:?}");
+        assert_eq!(
+            keys(&redis, "rl:*"),
+            vec!["rl:{ip:127.0.0.1}:search:GET /search".to_string()],
+            "{flavor:?}: one endpoint, one budget"
+        );
+        // A HEAD is still forwarded as a HEAD.
+        let (_redis, _upstream, gateway) = stack(flavor, RULES);
+        let answer = raw_http::request(gateway.port, b"HEAD", b"/search", b"");
+        assert_eq!(answer.status, 200, "{flavor:?}");
+        assert!(answer.body.is_empty(), "{flavor:?}: {answer:?}");
+    }
+}
+
+#[test]
+fn escaped_control_bytes_are_refused() {
+    for flavor in FLAVORS {
+        let (redis, upstream, gateway) = stack(flavor, RULES);
+        for (n, escape) in ["%00", "%00", "%0a", "%0D", "%1F", "%7f", "%00"]
+            .iter()
+            .enumerate()
+        {
+            let target = format!("/auth/login{escape}{n}?status=401");
+            let answer = raw_http::request(gateway.port, b"POST", target.as_bytes(), b"");
+            assert_eq!(answer.status, 400, "{flavor:?} {target}: {answer:?}");
+            assert!(answer.body.contains("control"), "{flavor:?}: {answer:?}");
+        }
+        assert_eq!(upstream.requests(), 0, "{flavor:?}: none forwarded");
+        assert!(keys(&redis, "*").is_empty(), "{flavor:?}: none counted");
+        // Other escapes still pass, and still meet the rule.
+        let answer = raw_http::request(gateway.port, b"POST", b"/auth/login%20x?status=401", b"");
+        assert_eq!(answer.status, 401, "{flavor:?}: {answer:?}");
+        assert_eq!(
+            answer.upstream_request_line(),
+            "POST /auth/login%20x?status=401"
+        );
+    }
+}
+
+/// `--check-config` on `[[rule]] path = <pattern>`.
+fn check_pattern(pattern: &str, requests: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("rules.toml");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\n\
+         [requests]\n{requests}\n\
+         [[rule]]\nname = \"r\"\npath = \"{pattern}\"\nlimits = [\"5/1m\"]\n"
+    );
+    std::fs::write(&path, text).expect("write the rules");
+    let output = check_config(&path);
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_pattern_no_canonical_path_can_match_is_refused() {
+    for (pattern, requests, canonical) in [
+        ("/caf%c3%a9", "", "caf%C3%A9"),
+        ("/caf\u{e9}", "", "caf%C3%A9"),
+        ("/%7euser/*", "", "~user"),
+        ("/api/./v1/**", "", "'.'"),
+        ("/api/../admin", "", "'..'"),
+        ("/login;jsessionid", "", "login"),
+        ("/auth%2flogin", "", "refused"),
+        (
+            "/auth%2flogin",
+            "path_with_escaped_slashes_action = \"keep_unchanged\"",
+            "auth%2Flogin",
+        ),
+        ("/a b", "", "a%20b"),
+    ] {
+        let (ok, stderr) = check_pattern(pattern, requests);
+        assert!(!ok, "{pattern} under [{requests}] passed");
+        assert!(
+            stderr.contains("canonical") && stderr.contains(canonical),
+            "{pattern}: {stderr}"
+        );
+    }
+    for (pattern, requests) in [
+        ("/caf%C3%A9/*", ""),
+        ("/~user/**", ""),
+        ("/Auth/*", "case_insensitive_paths = true"),
+        ("/login;jsessionid", "path_parameters = \"keep\""),
+        ("/%7euser", "normalize_path = false"),
+        (
+            "/auth%2Flogin",
+            "path_with_escaped_slashes_action = \"keep_unchanged\"",
+        ),
+    ] {
+        let (ok, stderr) = check_pattern(pattern, requests);
+        assert!(ok, "{pattern} under [{requests}]: {stderr}");
+    }
+}
+
+#[test]
+fn transfer_encoding_with_content_length_smuggles_nothing() {
+    for flavor in FLAVORS {
+        let (_redis, upstream, gateway) = stack(flavor, RULES);
+        let smuggled = "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+        let chunked = format!("0\r\n\r\n{smuggled}");
+        let request = format!(
+            "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\
+             Transfer-Encoding: chunked\r\n\r\n{chunked}",
+            chunked.len()
+        );
+        let answer = raw_http::send(gateway.port, request.as_bytes());
+        assert_eq!(answer.status, 200, "{flavor:?}: {answer:?}");
+        assert_eq!(answer.upstream_request_line(), "POST /upload");
+        assert!(!answer.body.contains("/smuggled"), "{flavor:?}: {answer:?}");
+        // Content-Length was dropped for Transfer-Encoding (RFC 9112, 6.3), and the hop's
+        // framing was not passed on as it came.
+        assert!(
+            !answer
+                .body
+                .lines()
+                .any(|line| line.to_ascii_lowercase().starts_with("content-length:")),
+            "{flavor:?}: {answer:?}"
+        );
+        assert_eq!(upstream.requests(), 1, "{flavor:?}: one request, not two");
+        // Transfer-Encoding that does not end in chunked cannot be framed: refused.
+        let request = "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\
+                       Content-Length: 3\r\n\r\nabc";
+        let answer = raw_http::send(gateway.port, request.as_bytes());
+        assert_eq!(answer.status, 400, "{flavor:?}: {answer:?}");
+        assert_eq!(upstream.requests(), 1, "{flavor:?}");
+    }
+}
