@@ -17,6 +17,10 @@ pub struct ConnectionLimits {
     /// With no request in progress: from the connection's start, or the end of the last
     /// response, to the first byte of the next request.
     pub idle_timeout: Duration,
+    /// How long a write to the client may wait without a byte going out (nginx's
+    /// `send_timeout`): a client that stops reading its response would otherwise hold its
+    /// connection, and an upstream connection, for good.
+    pub send_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -25,6 +29,7 @@ impl Default for ConnectionLimits {
             max_connections: 10_000,
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(5),
+            send_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -36,6 +41,7 @@ pub struct ConnectionSection {
     max_connections: usize,
     head_timeout_ms: u64,
     idle_timeout_ms: u64,
+    send_timeout_ms: u64,
 }
 
 impl Default for ConnectionSection {
@@ -46,6 +52,7 @@ impl Default for ConnectionSection {
             max_connections: limits.max_connections,
             head_timeout_ms: ms(limits.head_timeout),
             idle_timeout_ms: ms(limits.idle_timeout),
+            send_timeout_ms: ms(limits.send_timeout),
         }
     }
 }
@@ -69,6 +76,7 @@ impl ConnectionSection {
             max_connections: self.max_connections,
             head_timeout: timeout("head_timeout_ms", self.head_timeout_ms)?,
             idle_timeout: timeout("idle_timeout_ms", self.idle_timeout_ms)?,
+            send_timeout: timeout("send_timeout_ms", self.send_timeout_ms)?,
         })
     }
 }
@@ -101,6 +109,7 @@ mod tests {
             max_connections,
             head_timeout_ms: head,
             idle_timeout_ms: idle,
+            send_timeout_ms: 1_000,
         }
     }
 
@@ -133,7 +142,13 @@ mod tests {
                 max_connections: 7,
                 head_timeout: Duration::from_millis(250),
                 idle_timeout: Duration::from_millis(500),
+                send_timeout: Duration::from_millis(1_000),
             })
         );
+        let no_send = ConnectionSection {
+            send_timeout_ms: 0,
+            ..section(1, 1, 1)
+        };
+        assert!(no_send.limits().unwrap_err().contains("send_timeout_ms"));
     }
 }

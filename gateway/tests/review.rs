@@ -222,3 +222,96 @@ fn transfer_encoding_with_content_length_smuggles_nothing() {
         assert_eq!(upstream.requests(), 1, "{flavor:?}");
     }
 }
+
+/// An upstream that answers `GET /big` with a body of 1 GiB, written as fast as the
+/// gateway takes it, and anything else with `ok`.
+fn big_upstream() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                if head.starts_with(b"GET /big ") {
+                    let size: u64 = 1 << 30;
+                    let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n");
+                    let chunk = vec![0u8; 64 * 1024];
+                    // Until the gateway lets go of the connection.
+                    while stream.write_all(&chunk).is_ok() {}
+                } else {
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    );
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_client_that_stops_reading_its_response_lets_go_of_its_connection() {
+    use std::io::{Read, Write};
+    for flavor in FLAVORS {
+        let redis = ServerConfig::new(flavor).start();
+        let upstream = big_upstream();
+        let gateway = Gateway::start(
+            &format!("upstream = \"http://127.0.0.1:{upstream}\"\n"),
+            &format!(
+                "{}[connections]\nmax_connections = 1\nsend_timeout_ms = 500\n\
+                 [default]\nlimits = [\"100/1m\"]\n",
+                redis_section(redis.port(), "")
+            ),
+        );
+        // A reads the start of its answer, then nothing more. (The slot may still be held
+        // by the connection that saw the gateway ready: then A is refused and tries again.)
+        let mut reader = None;
+        wait_until(
+            std::time::Duration::from_secs(30),
+            "A's request is served",
+            || {
+                let mut stream =
+                    std::net::TcpStream::connect(("127.0.0.1", gateway.port)).expect("A");
+                stream
+                    .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                    .expect("timeout");
+                stream
+                    .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+                    .expect("A's request");
+                let mut start = [0u8; 12];
+                let served = stream.read_exact(&mut start).is_ok() && &start == b"HTTP/1.1 200";
+                if served {
+                    reader = Some(stream);
+                }
+                served
+            },
+        );
+        let mut reader = reader.expect("A was served");
+        // While A's response goes out, A holds the only slot.
+        let small = || raw_http::request(gateway.port, b"GET", b"/small", b"").status;
+        assert_eq!(small(), 503, "{flavor:?}: A holds the slot");
+        // A's writes stall once the socket buffers are full; 500 ms later A is let go.
+        wait_until(
+            std::time::Duration::from_secs(30),
+            "the stalled connection is closed",
+            || small() == 200,
+        );
+        // A finds its connection closed (after what the buffers held), not 1 GiB.
+        let mut rest = Vec::new();
+        let read = reader.read_to_end(&mut rest);
+        assert!(
+            read.is_err() || rest.len() < 256 << 20,
+            "{flavor:?}: {} bytes",
+            rest.len()
+        );
+    }
+}
