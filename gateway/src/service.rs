@@ -160,7 +160,12 @@ impl Gateway {
         let rules = self.rules();
         // The method and path are decided on in their canonical spelling, and the upstream
         // gets that same spelling: what it routes is what was counted.
-        let method = match methods::accepted(request.method().as_str().as_bytes(), &rules) {
+        let method = match methods::accepted(request.method().as_str().as_bytes(), &rules).and_then(
+            |method| {
+                let policy = self.server.requests.method_overrides;
+                methods::check_overrides(request.headers(), &method, policy).map(|()| method)
+            },
+        ) {
             Ok(method) => method,
             Err(refusal) => return refused(refusal.status(), refusal.message()),
         };
@@ -262,7 +267,12 @@ impl Gateway {
         // never replaced by the check request's own method or path, which no rule expects.
         let method =
             asked(method_header).map_or(request.method().as_str().as_bytes(), |v| v.as_bytes());
-        let method = match methods::accepted(method, &rules) {
+        // The proxy passes the client's headers on with the request: an override among
+        // them reaches the upstream just as in proxy mode.
+        let method = match methods::accepted(method, &rules).and_then(|method| {
+            let policy = self.server.requests.method_overrides;
+            methods::check_overrides(headers, &method, policy).map(|()| method)
+        }) {
             Ok(method) => method,
             Err(refusal) => return refused(refusal.status(), refusal.message()),
         };

@@ -315,3 +315,64 @@ fn a_client_that_stops_reading_its_response_lets_go_of_its_connection() {
         );
     }
 }
+
+const DELETE_RULE: &str = r#"
+[[rule]]
+name = "delete"
+methods = ["DELETE"]
+path = "/items/*"
+limits = ["2/1m"]
+
+[default]
+limits = ["100/1m"]
+"#;
+
+#[test]
+fn a_method_override_header_naming_another_method_is_refused() {
+    for flavor in FLAVORS {
+        let (redis, upstream, gateway) = stack(flavor, DELETE_RULE);
+        for (n, header) in [
+            "X-HTTP-Method-Override: DELETE\r\n",
+            "X-HTTP-Method: delete\r\n",
+            "X-Method-Override: DELETE\r\n",
+            "X-HTTP-Method-Override: DELETE\r\n",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let target = format!("/items/{n}");
+            let answer =
+                raw_http::request(gateway.port, b"POST", target.as_bytes(), header.as_bytes());
+            assert_eq!(answer.status, 400, "{flavor:?} {header}: {answer:?}");
+            assert!(answer.body.contains("override"), "{flavor:?}: {answer:?}");
+        }
+        assert_eq!(upstream.requests(), 0, "{flavor:?}: none forwarded");
+        assert!(keys(&redis, "*").is_empty(), "{flavor:?}: none counted");
+        // Naming the request's own method changes nothing.
+        let answer = raw_http::request(
+            gateway.port,
+            b"POST",
+            b"/items/1",
+            b"X-HTTP-Method-Override: post\r\n",
+        );
+        assert_eq!(answer.status, 200, "{flavor:?}: {answer:?}");
+
+        // "keep": for an upstream known to ignore them, passed on.
+        let (_redis, upstream, gateway) = stack(
+            flavor,
+            &format!("[requests]\nmethod_override_headers = \"keep\"\n{DELETE_RULE}"),
+        );
+        let answer = raw_http::request(
+            gateway.port,
+            b"POST",
+            b"/items/1",
+            b"X-HTTP-Method-Override: DELETE\r\n",
+        );
+        assert_eq!(answer.status, 200, "{flavor:?}: {answer:?}");
+        assert!(
+            answer.body.contains("x-http-method-override: DELETE"),
+            "{flavor:?}: {answer:?}"
+        );
+        assert_eq!(upstream.requests(), 1, "{flavor:?}");
+    }
+}
