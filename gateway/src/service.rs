@@ -262,6 +262,16 @@ impl Gateway {
             );
         }
         let asked = |name: &str| trusted.then(|| headers.get(name)).flatten();
+        // One of the pair without the other is a proxy set up by half (nginx with
+        // `X-Original-URI` but no `X-Original-Method`): the check request's own GET would
+        // stand in for the client's method, and a POST rule would never match. Refused.
+        if asked(method_header).is_some() != asked(uri_header).is_some() {
+            return refused(
+                400,
+                "Bad Request: the proxy sent one of its two request headers (method and URI) \
+                 without the other\n",
+            );
+        }
         // A header the trusted proxy sent is used as it is, whatever its bytes (nginx passes
         // raw UTF-8 from $request_uri); one that cannot be a method or a path is refused,
         // never replaced by the check request's own method or path, which no rule expects.

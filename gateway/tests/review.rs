@@ -376,3 +376,43 @@ fn a_method_override_header_naming_another_method_is_refused() {
         assert_eq!(upstream.requests(), 1, "{flavor:?}");
     }
 }
+
+const CHECK_RULES: &str = r#"
+[[rule]]
+name = "login"
+methods = ["POST"]
+path = "/auth/*"
+limits = ["2/1h"]
+"#;
+
+#[test]
+fn a_trusted_proxy_sending_the_uri_without_the_method_is_refused() {
+    for flavor in FLAVORS {
+        let redis = ServerConfig::new(flavor).start();
+        let gateway = Gateway::start(
+            "mode = \"check\"\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
+            &format!("{}{CHECK_RULES}", redis_section(redis.port(), "")),
+        );
+        // nginx set up with X-Original-URI only: every login would be checked as a GET,
+        // which the POST rule never matches.
+        for headers in [
+            &b"X-Original-URI: /auth/login\r\n"[..],
+            b"X-Original-Method: POST\r\n",
+        ] {
+            for _ in 0..3 {
+                let answer = raw_http::request(gateway.port, b"GET", b"/_ratelimit", headers);
+                assert_eq!(answer.status, 400, "{flavor:?}: {answer:?}");
+                assert!(answer.body.contains("without the other"), "{flavor:?}");
+            }
+        }
+        assert!(keys(&redis, "*").is_empty(), "{flavor:?}: none counted");
+        // Both: the rule holds; neither: the check request itself (Envoy's ext_authz).
+        let both = b"X-Original-Method: POST\r\nX-Original-URI: /auth/login\r\n";
+        let statuses: Vec<u16> = (0..3)
+            .map(|_| raw_http::request(gateway.port, b"GET", b"/_ratelimit", both).status)
+            .collect();
+        assert_eq!(statuses, [200, 200, 429], "{flavor:?}");
+        let own = raw_http::request(gateway.port, b"POST", b"/auth/login", b"");
+        assert_eq!(own.status, 429, "{flavor:?}: the same endpoint, spent");
+    }
+}
