@@ -387,6 +387,19 @@ fn server_settings(section: ServerSection) -> Result<ServerSettings, String> {
             net.parse::<IpNet>()
                 .or_else(|_| net.parse::<std::net::IpAddr>().map(IpNet::from))
                 .map_err(|_| format!("[server] trusted_proxies: '{net}' is not an address or CIDR"))
+                .and_then(|parsed| {
+                    // Trusting every address lets every client write its own address into
+                    // X-Forwarded-For: a fresh budget per request.
+                    if parsed.prefix_len() == 0 {
+                        Err(format!(
+                            "[server] trusted_proxies: '{net}' trusts every address, so any \
+                             client could name its own address in X-Forwarded-For; name the \
+                             proxies' networks"
+                        ))
+                    } else {
+                        Ok(parsed)
+                    }
+                })
         })
         .collect::<Result<_, _>>()?;
     if !(200..=599).contains(&section.check_deny_status) {

@@ -416,3 +416,27 @@ fn a_trusted_proxy_sending_the_uri_without_the_method_is_refused() {
         assert_eq!(own.status, 429, "{flavor:?}: the same endpoint, spent");
     }
 }
+
+#[test]
+fn trusting_every_address_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("rules.toml");
+    for (nets, ok) in [
+        ("\"0.0.0.0/0\"", false),
+        ("\"::/0\"", false),
+        ("\"10.0.0.0/8\", \"0.0.0.0/0\"", false),
+        ("\"10.0.0.0/8\", \"::1\"", true),
+    ] {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\n\
+             trusted_proxies = [{nets}]\n[default]\nlimits = [\"5/1m\"]\n"
+        );
+        std::fs::write(&path, text).expect("write the rules");
+        let output = check_config(&path);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.success(), ok, "{nets}: {stderr}");
+        if !ok {
+            assert!(stderr.contains("trusts every address"), "{nets}: {stderr}");
+        }
+    }
+}
