@@ -296,8 +296,13 @@ pub fn parse(text: &str) -> Result<Config, String> {
 
 /// The rules alone, as stored in Redis under `[redis] rules_key`: `[headers]`,
 /// `[[rule]]` and `[default]` in the file's format, checked for a gateway in `mode` whose
-/// requests' paths are canonicalised under `paths`.
-pub fn parse_rules(text: &str, mode: Mode, paths: &PathPolicy) -> Result<RuleSet, String> {
+/// requests' paths are canonicalised under the default `[requests]`.
+pub fn parse_rules(text: &str, mode: Mode) -> Result<RuleSet, String> {
+    parse_rules_with(text, mode, &PathPolicy::default())
+}
+
+/// [`parse_rules`] for a gateway whose requests' paths are canonicalised under `paths`.
+pub fn parse_rules_with(text: &str, mode: Mode, paths: &PathPolicy) -> Result<RuleSet, String> {
     let document: RulesDocument = toml::from_str(text).map_err(|e| e.to_string())?;
     rule_set(
         document.headers,
@@ -855,7 +860,6 @@ mod tests {
         let set = parse_rules(
             "[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n",
             Mode::Proxy,
-            &PathPolicy::default(),
         )
         .unwrap();
         assert_eq!(set.rules.len(), 1);
@@ -868,11 +872,10 @@ mod tests {
         .contains("server"));
         assert!(parse_rules(
             "[default]\nlimits = [\"5/1m\"]\ncount = [401]\n",
-            Mode::Check,
-            &PathPolicy::default()
+            Mode::Check
         )
         .is_err());
-        let error = parse_rules(
+        let error = parse_rules_with(
             "[[rule]]\nname = \"a\"\npath = \"/a/./b\"\nlimits = [\"5/1m\"]\n",
             Mode::Proxy,
             &PathPolicy::default(),

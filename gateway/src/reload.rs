@@ -126,7 +126,7 @@ pub fn spawn_redis_refresher(
                     match std::str::from_utf8(&bytes)
                         .map_err(|e| e.to_string())
                         .and_then(|text| {
-                            config::parse_rules(text, mode, &gateway.server.requests.paths)
+                            config::parse_rules_with(text, mode, &gateway.server.requests.paths)
                         }) {
                         Ok(rules) => {
                             gateway.rules_from_redis.store(true, Ordering::Relaxed);
