@@ -863,13 +863,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(set.rules.len(), 1);
-        assert!(parse_rules(
-            "[server]\nlisten = \"127.0.0.1:1\"\n",
-            Mode::Proxy,
-            &PathPolicy::default()
-        )
-        .unwrap_err()
-        .contains("server"));
+        assert!(
+            parse_rules("[server]\nlisten = \"127.0.0.1:1\"\n", Mode::Proxy)
+                .unwrap_err()
+                .contains("server")
+        );
         assert!(parse_rules(
             "[default]\nlimits = [\"5/1m\"]\ncount = [401]\n",
             Mode::Check
