@@ -249,6 +249,7 @@ mod tests {
     fn limits() -> ConnectionLimits {
         ConnectionLimits {
             max_connections: 1,
+            max_connections_per_client: 0,
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(2),
             send_timeout: Duration::from_secs(5),

@@ -440,3 +440,45 @@ fn trusting_every_address_is_refused() {
         }
     }
 }
+
+#[test]
+fn one_client_cannot_take_every_connection() {
+    for flavor in FLAVORS {
+        let (_redis, _upstream, gateway) = stack(
+            flavor,
+            "[connections]\nmax_connections_per_client = 2\nidle_timeout_ms = 60000\n\
+             [default]\nlimits = [\"100/1m\"]\n",
+        );
+        // Two connections that say nothing, kept open by a long idle timeout.
+        let first = std::net::TcpStream::connect(("127.0.0.1", gateway.port)).expect("first");
+        let _second = std::net::TcpStream::connect(("127.0.0.1", gateway.port)).expect("second");
+        // The status of one more request, 0 when the connection was reset instead (the
+        // gateway closes a refused connection without reading it).
+        let third = || {
+            use std::io::{Read, Write};
+            let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", gateway.port)) else {
+                return 0;
+            };
+            let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(30)));
+            let _ = stream.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut answer = Vec::new();
+            let _ = stream.read_to_end(&mut answer);
+            String::from_utf8_lossy(&answer)
+                .split_whitespace()
+                .nth(1)
+                .and_then(|code| code.parse::<u16>().ok())
+                .unwrap_or(0)
+        };
+        wait_until(
+            std::time::Duration::from_secs(30),
+            "a third connection of the client is refused",
+            || matches!(third(), 503 | 0),
+        );
+        drop(first);
+        wait_until(
+            std::time::Duration::from_secs(30),
+            "with one closed, the client is served again",
+            || third() == 200,
+        );
+    }
+}
