@@ -8,7 +8,14 @@
 //! - `%00` and other escaped control bytes reached the upstream: one that stops at the NUL
 //!   routes `/auth/login%00N` to `/auth/login`, a fresh per-endpoint budget for every `N`;
 //! - a rule whose path pattern is not in canonical form (`/caf%c3%a9`, `/a/./b`, `/x;y`)
-//!   matched no request ever, so the endpoint it was written for had no limit.
+//!   matched no request ever, so the endpoint it was written for had no limit;
+//! - a client that stopped reading its response held its connection for good;
+//! - `X-HTTP-Method-Override: DELETE` on a POST escaped a DELETE rule at an upstream that
+//!   honours it;
+//! - in check mode, a proxy sending the URI header without the method header was checked
+//!   as the check request's own GET, which a POST rule never matches;
+//! - `trusted_proxies = ["0.0.0.0/0"]` let every client choose its address;
+//! - one client could hold every connection (`max_connections_per_client`).
 //!
 //! And one check that holds already and must keep holding: a request with both
 //! `Transfer-Encoding` and `Content-Length` reaches the upstream as one request, framed by
