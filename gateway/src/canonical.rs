@@ -64,7 +64,7 @@ impl Default for PathPolicy {
 pub enum PathRefusal {
     /// Does not start with `/` (`*`, an authority, an empty path).
     NotAPath,
-    /// A control byte (0x00-0x1F, 0x7F).
+    /// A control byte (0x00-0x1F, 0x7F), raw or escaped (`%00`).
     ControlByte,
     /// A `%` not followed by two hex digits.
     BadEscape,
@@ -225,6 +225,12 @@ impl Writer<'_> {
         if value == b'/' || value == b'\\' {
             return self.slash_escape(value);
         }
+        // Escaped, a control byte is as refused as it is raw: an upstream that decodes
+        // `%00` and stops there routes `/auth/login%00N` to `/auth/login`, which would make
+        // every `N` a fresh per-endpoint budget. No path needs one (even in a parameter).
+        if value < 0x20 || value == 0x7f {
+            return Err(PathRefusal::ControlByte);
+        }
         if self.in_parameters {
             return Ok(());
         }
@@ -337,7 +343,17 @@ mod tests {
             canonicalize(b"/\xff{}", &PathPolicy::default()).unwrap(),
             "/%FF%7B%7D"
         );
-        for bad in [&b"/a\x00"[..], b"/a\tb", b"/\x7f"] {
+        for bad in [
+            &b"/a\x00"[..],
+            b"/a\tb",
+            b"/\x7f",
+            b"/a%00",
+            b"/a%0a",
+            b"/%0D%0A",
+            b"/%1f",
+            b"/%7F",
+            b"/a;x=%00",
+        ] {
             assert_eq!(
                 canonicalize(bad, &PathPolicy::default()),
                 Err(PathRefusal::ControlByte)

@@ -79,19 +79,21 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr
     // Every X-Forwarded-For line, in order, each a comma-separated list; read right to
     // left. Each trusted hop passes the question one step further left; a hop that does
     // not parse ends the trustworthy part, leaving the last trusted hop as the client.
-    // Hops are split from the raw bytes, so that junk in one cannot hide the others.
-    let hops: Vec<Option<IpAddr>> = headers
+    // Hops are split from the raw bytes, so that junk in one cannot hide the others, and
+    // walked from the right as they are split, never collected: a head of commas is one
+    // hop per byte, and the walk usually stops after the first few.
+    let hops = headers
         .get_all("x-forwarded-for")
         .iter()
-        .flat_map(|value: &HeaderValue| value.as_bytes().split(|b| *b == b','))
+        .rev()
+        .flat_map(|value: &HeaderValue| value.as_bytes().rsplit(|b| *b == b','))
         .map(|hop| {
             std::str::from_utf8(hop)
                 .ok()
                 .and_then(|h| parse_hop(h.trim()))
-        })
-        .collect();
+        });
     let mut client = peer;
-    for hop in hops.into_iter().rev() {
+    for hop in hops {
         match hop {
             Some(ip) if is_trusted(ip, trusted) => client = ip,
             Some(ip) => return ip,

@@ -1,7 +1,7 @@
 //! The configuration file: TOML read into checked settings. Every mistake is found here,
 //! at start or reload, so that a running gateway never meets a rule it cannot apply.
 
-use crate::pattern::PathPattern;
+use crate::pattern::{PathPattern, PathPolicy};
 use crate::rules::{call_args, Counting, KeySource, Limit, OnFailure, Rule, RuleSet, Tier};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -279,7 +279,13 @@ pub fn parse(text: &str) -> Result<Config, String> {
     server.client_prefixes = file.client_ip.prefixes()?;
     server.requests = crate::request_policy::request_policy(file.requests)?;
     let redis = redis_settings(file.redis)?;
-    let rules = rule_set(file.headers, file.rules, file.default, server.mode)?;
+    let rules = rule_set(
+        file.headers,
+        file.rules,
+        file.default,
+        server.mode,
+        &server.requests.paths,
+    )?;
     Ok(Config {
         server,
         redis,
@@ -289,10 +295,22 @@ pub fn parse(text: &str) -> Result<Config, String> {
 }
 
 /// The rules alone, as stored in Redis under `[redis] rules_key`: `[headers]`,
-/// `[[rule]]` and `[default]` in the file's format, checked for a gateway in `mode`.
+/// `[[rule]]` and `[default]` in the file's format, checked for a gateway in `mode` whose
+/// requests' paths are canonicalised under the default `[requests]`.
 pub fn parse_rules(text: &str, mode: Mode) -> Result<RuleSet, String> {
+    parse_rules_with(text, mode, &PathPolicy::default())
+}
+
+/// [`parse_rules`] for a gateway whose requests' paths are canonicalised under `paths`.
+pub fn parse_rules_with(text: &str, mode: Mode, paths: &PathPolicy) -> Result<RuleSet, String> {
     let document: RulesDocument = toml::from_str(text).map_err(|e| e.to_string())?;
-    rule_set(document.headers, document.rules, document.default, mode)
+    rule_set(
+        document.headers,
+        document.rules,
+        document.default,
+        mode,
+        paths,
+    )
 }
 
 #[derive(Deserialize)]
@@ -310,10 +328,11 @@ fn rule_set(
     sections: Vec<RuleSection>,
     default: Option<RuleSection>,
     mode: Mode,
+    paths: &PathPolicy,
 ) -> Result<RuleSet, String> {
     let mut rules = Vec::with_capacity(sections.len());
     for (index, section) in sections.into_iter().enumerate() {
-        let rule = rule(section, RulePlace::List)
+        let rule = rule(section, RulePlace::List, paths)
             .map_err(|e| format!("[[rule]] number {}: {e}", index + 1))?;
         if rules.iter().any(|r: &Arc<Rule>| r.name == rule.name) {
             return Err(format!("two rules are named '{}'", rule.name));
@@ -321,7 +340,7 @@ fn rule_set(
         rules.push(Arc::new(rule));
     }
     let default = default
-        .map(|section| rule(section, RulePlace::Default).map(Arc::new))
+        .map(|section| rule(section, RulePlace::Default, paths).map(Arc::new))
         .transpose()
         .map_err(|e| format!("[default]: {e}"))?;
     if mode == Mode::Check && rules.iter().chain(&default).any(|r| r.counts_by_status()) {
@@ -373,6 +392,19 @@ fn server_settings(section: ServerSection) -> Result<ServerSettings, String> {
             net.parse::<IpNet>()
                 .or_else(|_| net.parse::<std::net::IpAddr>().map(IpNet::from))
                 .map_err(|_| format!("[server] trusted_proxies: '{net}' is not an address or CIDR"))
+                .and_then(|parsed| {
+                    // Trusting every address lets every client write its own address into
+                    // X-Forwarded-For: a fresh budget per request.
+                    if parsed.prefix_len() == 0 {
+                        Err(format!(
+                            "[server] trusted_proxies: '{net}' trusts every address, so any \
+                             client could name its own address in X-Forwarded-For; name the \
+                             proxies' networks"
+                        ))
+                    } else {
+                        Ok(parsed)
+                    }
+                })
         })
         .collect::<Result<_, _>>()?;
     if !(200..=599).contains(&section.check_deny_status) {
@@ -470,7 +502,7 @@ enum RulePlace {
     Default,
 }
 
-fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
+fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Rule, String> {
     let name = match place {
         RulePlace::Default => {
             if section.name.is_some() || section.methods.is_some() || section.path.is_some() {
@@ -525,6 +557,10 @@ fn rule(section: RuleSection, place: RulePlace) -> Result<Rule, String> {
         .as_deref()
         .map(PathPattern::parse)
         .transpose()?;
+    // A pattern that no canonical path can match would leave its endpoint unlimited.
+    if let Some(pattern) = &path {
+        pattern.check_canonical(paths)?;
+    }
     let key = key_source(&section.key)?;
     let limit = limit(&section)?;
     let count = match section.count {
@@ -837,6 +873,13 @@ mod tests {
             Mode::Check
         )
         .is_err());
+        let error = parse_rules_with(
+            "[[rule]]\nname = \"a\"\npath = \"/a/./b\"\nlimits = [\"5/1m\"]\n",
+            Mode::Proxy,
+            &PathPolicy::default(),
+        )
+        .unwrap_err();
+        assert!(error.contains("canonical"), "{error}");
     }
 
     #[test]

@@ -12,19 +12,27 @@ pub struct ConnectionLimits {
     /// Connections served at once, per listener. One more is accepted, answered 503 and
     /// closed at once, so that it neither waits in the kernel's queue nor holds a slot.
     pub max_connections: usize,
+    /// Connections one client (not a trusted proxy) may hold at once; 0: no such cap.
+    pub max_connections_per_client: usize,
     /// From the first byte of a request head to its end.
     pub head_timeout: Duration,
     /// With no request in progress: from the connection's start, or the end of the last
     /// response, to the first byte of the next request.
     pub idle_timeout: Duration,
+    /// How long a write to the client may wait without a byte going out (nginx's
+    /// `send_timeout`): a client that stops reading its response would otherwise hold its
+    /// connection, and an upstream connection, for good.
+    pub send_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
             max_connections: 10_000,
+            max_connections_per_client: 0,
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(5),
+            send_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -34,8 +42,10 @@ impl Default for ConnectionLimits {
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionSection {
     max_connections: usize,
+    max_connections_per_client: usize,
     head_timeout_ms: u64,
     idle_timeout_ms: u64,
+    send_timeout_ms: u64,
 }
 
 impl Default for ConnectionSection {
@@ -44,8 +54,10 @@ impl Default for ConnectionSection {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         ConnectionSection {
             max_connections: limits.max_connections,
+            max_connections_per_client: limits.max_connections_per_client,
             head_timeout_ms: ms(limits.head_timeout),
             idle_timeout_ms: ms(limits.idle_timeout),
+            send_timeout_ms: ms(limits.send_timeout),
         }
     }
 }
@@ -67,8 +79,10 @@ impl ConnectionSection {
         };
         Ok(ConnectionLimits {
             max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
             head_timeout: timeout("head_timeout_ms", self.head_timeout_ms)?,
             idle_timeout: timeout("idle_timeout_ms", self.idle_timeout_ms)?,
+            send_timeout: timeout("send_timeout_ms", self.send_timeout_ms)?,
         })
     }
 }
@@ -99,8 +113,10 @@ mod tests {
     fn section(max_connections: usize, head: u64, idle: u64) -> ConnectionSection {
         ConnectionSection {
             max_connections,
+            max_connections_per_client: 0,
             head_timeout_ms: head,
             idle_timeout_ms: idle,
+            send_timeout_ms: 1_000,
         }
     }
 
@@ -131,9 +147,16 @@ mod tests {
             section(7, 250, 500).limits(),
             Ok(ConnectionLimits {
                 max_connections: 7,
+                max_connections_per_client: 0,
                 head_timeout: Duration::from_millis(250),
                 idle_timeout: Duration::from_millis(500),
+                send_timeout: Duration::from_millis(1_000),
             })
         );
+        let no_send = ConnectionSection {
+            send_timeout_ms: 0,
+            ..section(1, 1, 1)
+        };
+        assert!(no_send.limits().unwrap_err().contains("send_timeout_ms"));
     }
 }

@@ -3,8 +3,12 @@
 //! - idle: no request in progress, nothing read since the connection began or the last
 //!   response ended; closed after `idle_timeout`;
 //! - reading a head: bytes arrived but no request started yet; closed after `head_timeout`;
-//! - busy: a request is being served, its response not yet fully written; never closed
-//!   by these timeouts (the upstream has its own).
+//! - busy: a request is being served, its response not yet fully written; not closed by
+//!   the two timeouts above (the upstream has its own).
+//!
+//! In every phase, a write to the client that has waited `send_timeout` without a byte
+//! going out closes the connection: a client that stops reading its response cannot hold
+//! the connection (and its upstream connection) for good.
 //!
 //! hyper's own header timeout runs from the moment it waits for a head (which includes the
 //! idle time), so it cannot keep the two apart; it stays set, as a backstop, to their sum.
@@ -31,12 +35,15 @@ enum Phase {
 #[derive(Debug)]
 pub struct Watch {
     phase: Mutex<Phase>,
+    /// Since when a write to the client has been waiting for room, if one is.
+    stalled_since: Mutex<Option<Instant>>,
 }
 
 impl Watch {
     pub fn new() -> Arc<Watch> {
         Arc::new(Watch {
             phase: Mutex::new(Phase::Idle(Instant::now())),
+            stalled_since: Mutex::new(None),
         })
     }
 
@@ -62,12 +69,32 @@ impl Watch {
         InProgress(self.clone())
     }
 
-    /// When the connection is to be closed if nothing happens first; `None` while busy.
+    /// A write found no room (`true`) or wrote (`false`).
+    fn write_stalled(&self, stalled: bool) {
+        let mut since = self.stalled_since.lock().unwrap_or_else(|e| e.into_inner());
+        *since = match (stalled, *since) {
+            (true, Some(start)) => Some(start),
+            (true, None) => Some(Instant::now()),
+            (false, _) => None,
+        };
+    }
+
+    /// When the connection is to be closed if nothing happens first; `None` while busy
+    /// and writing freely.
     fn deadline(&self, limits: &ConnectionLimits) -> Option<Instant> {
-        match *self.phase.lock().unwrap_or_else(|e| e.into_inner()) {
+        let phase = match *self.phase.lock().unwrap_or_else(|e| e.into_inner()) {
             Phase::Idle(since) => Some(since + limits.idle_timeout),
             Phase::Head(since) => Some(since + limits.head_timeout),
             Phase::Busy(_) => None,
+        };
+        let stalled = self
+            .stalled_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|since| since + limits.send_timeout);
+        match (phase, stalled) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -78,7 +105,13 @@ impl Watch {
                 Some(deadline) if deadline <= Instant::now() => return,
                 Some(deadline) => tokio::time::sleep_until(deadline).await,
                 // Busy: look again later; a response may take long.
-                None => tokio::time::sleep(limits.idle_timeout.min(limits.head_timeout)).await,
+                None => {
+                    let every = limits
+                        .idle_timeout
+                        .min(limits.head_timeout)
+                        .min(limits.send_timeout);
+                    tokio::time::sleep(every).await
+                }
             }
         }
     }
@@ -132,15 +165,30 @@ impl<B: Body + Unpin> Body for Tracked<B> {
     }
 }
 
-/// A socket that tells its [`Watch`] when bytes arrive.
+/// A socket that tells its [`Watch`] when bytes arrive and when writes stall.
 pub struct WatchedIo<T> {
     io: T,
     watch: Arc<Watch>,
+    /// What the watch was last told about writes, so that it is told only of changes.
+    stalled: bool,
 }
 
 impl<T> WatchedIo<T> {
     pub fn new(io: T, watch: Arc<Watch>) -> Self {
-        WatchedIo { io, watch }
+        WatchedIo {
+            io,
+            watch,
+            stalled: false,
+        }
+    }
+
+    /// Tells the watch whether the write just polled is waiting for room.
+    fn note_write<R>(&mut self, polled: &Poll<R>) {
+        let stalled = polled.is_pending();
+        if stalled != self.stalled {
+            self.stalled = stalled;
+            self.watch.write_stalled(stalled);
+        }
     }
 }
 
@@ -165,7 +213,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WatchedIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.note_write(&polled);
+        polled
     }
 
     fn poll_write_vectored(
@@ -173,7 +223,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WatchedIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.note_write(&polled);
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -197,8 +249,10 @@ mod tests {
     fn limits() -> ConnectionLimits {
         ConnectionLimits {
             max_connections: 1,
+            max_connections_per_client: 0,
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(2),
+            send_timeout: Duration::from_secs(5),
         }
     }
 
@@ -225,5 +279,23 @@ mod tests {
         drop(second);
         let idle = watch.deadline(&limits()).unwrap();
         assert!(idle <= Instant::now() + limits().idle_timeout, "idle again");
+    }
+
+    #[test]
+    fn a_stalled_write_has_a_deadline_even_while_busy() {
+        let watch = Watch::new();
+        let _busy = watch.request_started();
+        assert_eq!(watch.deadline(&limits()), None);
+        watch.write_stalled(true);
+        let first = watch.deadline(&limits()).unwrap();
+        assert!(first <= Instant::now() + limits().send_timeout);
+        watch.write_stalled(true);
+        assert_eq!(
+            watch.deadline(&limits()),
+            Some(first),
+            "from the first stall"
+        );
+        watch.write_stalled(false);
+        assert_eq!(watch.deadline(&limits()), None, "a write went out");
     }
 }

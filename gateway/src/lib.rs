@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod breaker;
 pub mod canonical;
+pub mod client_connections;
 pub mod client_ip;
 pub mod config;
 pub mod connection_limits;

@@ -6,6 +6,7 @@
 //! method can reach a key or an upstream that would treat it as something else.
 
 use crate::rules::RuleSet;
+use hyper::header::HeaderMap;
 use hyper::Method;
 
 /// The longest method a request or a rule may have (the longest registered one,
@@ -63,12 +64,14 @@ pub enum MethodRefusal {
     /// Neither registered nor named by a rule: 501, as RFC 9110 says for a method the
     /// server does not implement.
     Unknown,
+    /// A method-override header names another method: 400.
+    Overridden,
 }
 
 impl MethodRefusal {
     pub fn status(self) -> u16 {
         match self {
-            MethodRefusal::Malformed => 400,
+            MethodRefusal::Malformed | MethodRefusal::Overridden => 400,
             MethodRefusal::Unknown => 501,
         }
     }
@@ -79,7 +82,56 @@ impl MethodRefusal {
                 "Bad Request: the method is not a token of at most 32 bytes\n"
             }
             MethodRefusal::Unknown => "Not Implemented: unknown method\n",
+            MethodRefusal::Overridden => {
+                "Bad Request: a method-override header names another method than the \
+                 request's\n"
+            }
         }
+    }
+}
+
+/// The headers by which Rails, Symfony, Express's `method-override`, ASP.NET Web API and
+/// Google's APIs let a POST say which method it really is. An upstream that honours them
+/// runs another method than the one the rules were matched on.
+const OVERRIDE_HEADERS: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// What to do with a method-override header that names another method
+/// (`[requests] method_override_headers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MethodOverrides {
+    /// Refused with 400: deciding on the header's method instead would let a POST escape
+    /// a POST rule wherever the upstream ignores the header, so no decision is right.
+    Reject,
+    /// Passed on: for upstreams known to ignore these headers.
+    Keep,
+}
+
+/// Refuses, under [`MethodOverrides::Reject`], a request whose method-override headers
+/// name another method than `method` (the accepted, upper-case one).
+pub fn check_overrides(
+    headers: &HeaderMap,
+    method: &Method,
+    policy: MethodOverrides,
+) -> Result<(), MethodRefusal> {
+    if policy == MethodOverrides::Keep {
+        return Ok(());
+    }
+    let other = OVERRIDE_HEADERS
+        .iter()
+        .flat_map(|name| headers.get_all(*name))
+        .any(|value| {
+            !value
+                .as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(method.as_str().as_bytes())
+        });
+    match other {
+        true => Err(MethodRefusal::Overridden),
+        false => Ok(()),
     }
 }
 
@@ -129,5 +181,40 @@ mod tests {
         let long = vec![b'A'; MAX_METHOD_BYTES + 1];
         assert_eq!(accepted(&long, &set), Err(MethodRefusal::Malformed));
         assert!(REGISTERED.iter().all(|m| m.len() <= MAX_METHOD_BYTES));
+    }
+
+    #[test]
+    fn method_overrides() {
+        let with = |name: &'static str, value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(name, value.parse().unwrap());
+            headers
+        };
+        let reject = MethodOverrides::Reject;
+        assert_eq!(
+            check_overrides(&HeaderMap::new(), &Method::POST, reject),
+            Ok(())
+        );
+        for name in OVERRIDE_HEADERS {
+            assert_eq!(
+                check_overrides(&with(name, "delete"), &Method::POST, reject),
+                Err(MethodRefusal::Overridden),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            check_overrides(
+                &with("x-http-method-override", " post "),
+                &Method::POST,
+                reject
+            ),
+            Ok(()),
+            "the method itself"
+        );
+        let keep = MethodOverrides::Keep;
+        assert_eq!(
+            check_overrides(&with("x-http-method", "DELETE"), &Method::POST, keep),
+            Ok(())
+        );
     }
 }

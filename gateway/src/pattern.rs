@@ -43,6 +43,50 @@ impl PathPattern {
         })
     }
 
+    /// Checks that each literal segment is spelled as requests' canonical paths spell it
+    /// under `policy`: paths are matched in their canonical form only, so a segment in
+    /// another spelling (`caf%c3%a9`, raw UTF-8, `%7Euser`, `.`, `..`, `login;x`) would
+    /// match no request, and the endpoint it was written for would have no limit.
+    pub fn check_canonical(&self, policy: &PathPolicy) -> Result<(), String> {
+        for segment in &self.segments {
+            let Segment::Literal(literal) = segment else {
+                continue;
+            };
+            let alone = format!("/{literal}");
+            let canonical = match canonicalize(alone.as_bytes(), policy) {
+                Ok(canonical) => canonical,
+                Err(refusal) => {
+                    return Err(format!(
+                        "path pattern '{}': segment '{literal}' has no canonical form \
+                         (a request spelling it is refused: {}), so the rule would match \
+                         nothing",
+                        self.source,
+                        refusal.message().trim_end()
+                    ))
+                }
+            };
+            let same = match policy.case_insensitive {
+                true => canonical.eq_ignore_ascii_case(&alone),
+                false => canonical == alone,
+            };
+            if !same {
+                let written = canonical.trim_matches('/');
+                let advice = match written.is_empty() {
+                    true => "leave it out".to_owned(),
+                    false => format!("write it '{written}'"),
+                };
+                return Err(format!(
+                    "path pattern '{}': segment '{literal}' is not in the canonical form \
+                     requests are matched in ('.' and '..' resolved, ';' parameters as \
+                     [requests] says, escapes decoded or upper-cased), so the rule would \
+                     match nothing; {advice}",
+                    self.source
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `path` (canonical, see [`canonical_path`]) matches, segment by segment as
     /// written.
     pub fn matches(&self, path: &str) -> bool {
@@ -176,6 +220,43 @@ mod tests {
         assert!(pattern.matches_ignoring_case("/auth/login"));
         assert!(!pattern.matches("/auth/login"));
         assert!(check("/**", ""));
+    }
+
+    #[test]
+    fn patterns_must_be_canonical() {
+        let default = PathPolicy::default();
+        let canonical = |pattern: &str, policy: &PathPolicy| {
+            PathPattern::parse(pattern).unwrap().check_canonical(policy)
+        };
+        for good in ["/", "/**", "/auth/*", "/caf%C3%A9", "/~u/%3A", "/a.b/..c"] {
+            assert_eq!(canonical(good, &default), Ok(()), "{good}");
+        }
+        for (bad, advice) in [
+            ("/caf%c3%a9", "write it 'caf%C3%A9'"),
+            ("/caf\u{e9}/*", "write it 'caf%C3%A9'"),
+            ("/%41", "write it 'A'"),
+            ("/a/./b", "leave it out"),
+            ("/a/../b", "leave it out"),
+            ("/;x", "leave it out"),
+            ("/login;x", "write it 'login'"),
+            ("/a%2Fb", "refused"),
+            ("/a%00", "refused"),
+            ("/a%zz", "refused"),
+        ] {
+            let error = canonical(bad, &default).unwrap_err();
+            assert!(error.contains(advice), "{bad}: {error}");
+        }
+        let case = PathPolicy {
+            case_insensitive: true,
+            ..default
+        };
+        assert_eq!(canonical("/Auth/Caf%c3%A9", &case), Ok(()));
+        let raw = PathPolicy {
+            normalize_path: false,
+            path_parameters: PathParameters::Keep,
+            ..default
+        };
+        assert_eq!(canonical("/%41/./x;y", &raw), Ok(()));
     }
 
     #[test]

@@ -125,8 +125,9 @@ pub fn spawn_redis_refresher(
                     let from = format!("Redis key {key}");
                     match std::str::from_utf8(&bytes)
                         .map_err(|e| e.to_string())
-                        .and_then(|text| config::parse_rules(text, mode))
-                    {
+                        .and_then(|text| {
+                            config::parse_rules_with(text, mode, &gateway.server.requests.paths)
+                        }) {
                         Ok(rules) => {
                             gateway.rules_from_redis.store(true, Ordering::Relaxed);
                             gateway.metrics().reload(true);

@@ -4,6 +4,7 @@
 //! `path_with_escaped_slashes_action`).
 
 use crate::canonical::{EscapedSlashes, PathParameters, PathPolicy};
+use crate::methods::MethodOverrides;
 use serde::Deserialize;
 
 /// The checked `[requests]` settings.
@@ -12,6 +13,8 @@ pub struct RequestPolicy {
     pub paths: PathPolicy,
     /// The largest request head (request line and headers); larger ones get 431.
     pub max_header_bytes: usize,
+    /// `X-HTTP-Method-Override` and its kin naming another method.
+    pub method_overrides: MethodOverrides,
 }
 
 impl Default for RequestPolicy {
@@ -19,6 +22,7 @@ impl Default for RequestPolicy {
         RequestPolicy {
             paths: PathPolicy::default(),
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            method_overrides: MethodOverrides::Reject,
         }
     }
 }
@@ -40,6 +44,7 @@ pub struct RequestsSection {
     case_insensitive_paths: bool,
     max_path_segments: usize,
     max_header_bytes: usize,
+    method_override_headers: String,
 }
 
 impl Default for RequestsSection {
@@ -53,6 +58,7 @@ impl Default for RequestsSection {
             case_insensitive_paths: paths.case_insensitive,
             max_path_segments: paths.max_segments,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            method_override_headers: "reject".into(),
         }
     }
 }
@@ -80,6 +86,15 @@ pub fn request_policy(section: RequestsSection) -> Result<RequestPolicy, String>
             ))
         }
     };
+    let method_overrides = match section.method_override_headers.as_str() {
+        "reject" => MethodOverrides::Reject,
+        "keep" => MethodOverrides::Keep,
+        other => {
+            return Err(format!(
+                "[requests] method_override_headers '{other}' must be \"reject\" or \"keep\""
+            ))
+        }
+    };
     if !SEGMENTS_RANGE.contains(&section.max_path_segments) {
         return Err(format!(
             "[requests] max_path_segments must be {} to {}",
@@ -104,6 +119,7 @@ pub fn request_policy(section: RequestsSection) -> Result<RequestPolicy, String>
             max_segments: section.max_path_segments,
         },
         max_header_bytes: section.max_header_bytes,
+        method_overrides,
     })
 }
 
@@ -127,7 +143,8 @@ mod tests {
             "normalize_path = false\nmerge_slashes = false\n\
              path_with_escaped_slashes_action = \"unescape_and_forward\"\n\
              path_parameters = \"keep\"\ncase_insensitive_paths = true\n\
-             max_path_segments = 9\nmax_header_bytes = 4096\n",
+             max_path_segments = 9\nmax_header_bytes = 4096\n\
+             method_override_headers = \"keep\"\n",
         )
         .unwrap();
         assert_eq!(
@@ -142,11 +159,13 @@ mod tests {
                     max_segments: 9,
                 },
                 max_header_bytes: 4096,
+                method_overrides: MethodOverrides::Keep,
             }
         );
         for (text, expected) in [
             ("path_with_escaped_slashes_action = \"x\"", "reject_request"),
             ("path_parameters = \"drop\"", "strip"),
+            ("method_override_headers = \"honour\"", "reject"),
             ("max_path_segments = 0", "max_path_segments"),
             ("max_header_bytes = 100", "max_header_bytes"),
             ("max_header_bytes = 10000000", "max_header_bytes"),

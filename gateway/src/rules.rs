@@ -167,8 +167,20 @@ impl Rule {
             true => p.matches_ignoring_case(path),
             false => p.matches(path),
         };
-        (self.methods.is_empty() || self.methods.iter().any(|m| m.eq_ignore_ascii_case(method)))
+        // A HEAD meets the rules for GET too (see `budget_method`).
+        let head_as_get = budget_method(method);
+        let named =
+            |m: &String| m.eq_ignore_ascii_case(method) || m.eq_ignore_ascii_case(head_as_get);
+        (self.methods.is_empty() || self.methods.iter().any(named))
             && self.path.as_ref().is_none_or(path_matches)
+    }
+
+    /// The request header whose value names the budget, if the rule keys on one.
+    pub fn key_header(&self) -> Option<&HeaderName> {
+        match &self.key {
+            KeySource::Header(name) => Some(name),
+            _ => None,
+        }
     }
 
     pub fn counts_by_status(&self) -> bool {
@@ -219,7 +231,11 @@ impl Rule {
         key.push_str(&self.name);
         if self.per_endpoint {
             key.push(':');
-            push_bounded(&mut key, request.method.as_bytes(), MAX_KEY_METHOD);
+            push_bounded(
+                &mut key,
+                budget_method(request.method).as_bytes(),
+                MAX_KEY_METHOD,
+            );
             key.push(' ');
             let path = request.path;
             let path = path
@@ -229,6 +245,18 @@ impl Rule {
             push_bounded(&mut key, path.as_bytes(), MAX_KEY_PART);
         }
         key
+    }
+}
+
+/// The method whose budget a request spends: `HEAD` is `GET` without the body (RFC 9110,
+/// 9.3.2), and Flask, Django, Rails and Go's `ServeMux` answer it with the GET handler, so
+/// it meets the rules that name GET and spends the same per-endpoint budget; it is still
+/// forwarded as HEAD.
+fn budget_method(method: &str) -> &str {
+    if method.eq_ignore_ascii_case("HEAD") {
+        "GET"
+    } else {
+        method
     }
 }
 
@@ -468,6 +496,26 @@ mod tests {
         assert!(set.find_with_case("POST", "/auth/login", true).is_some());
         assert!(set.names_method("post"));
         assert!(!set.names_method("GET"));
+    }
+
+    #[test]
+    fn head_meets_get_rules_and_spends_their_budget() {
+        let set = rules(
+            "[[rule]]\nname = \"get\"\nmethods = [\"GET\"]\npath = \"/g\"\nper_endpoint = true\nlimits = [\"3/1m\"]\n\
+             [[rule]]\nname = \"head\"\nmethods = [\"HEAD\"]\npath = \"/h\"\nlimits = [\"3/1m\"]\n",
+        );
+        let empty = HeaderMap::new();
+        let rule = set.find("HEAD", "/g").unwrap();
+        assert_eq!(rule.name, "get");
+        assert_eq!(
+            rule.key("rl:", &facts("HEAD", "/g", &empty)),
+            rule.key("rl:", &facts("GET", "/g", &empty))
+        );
+        assert_eq!(set.find("HEAD", "/h").unwrap().name, "head");
+        assert!(
+            set.find("GET", "/h").is_none(),
+            "a HEAD rule is not a GET rule"
+        );
     }
 
     #[test]

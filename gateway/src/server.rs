@@ -3,6 +3,7 @@
 //! limits of `[connections]` (each listener has its own `max_connections`, so that clients
 //! filling the main listener cannot keep `/metrics` from answering).
 
+use crate::client_connections::ClientConnections;
 use crate::connection_watch::{Tracked, Watch, WatchedIo};
 use crate::logging::log;
 use crate::service::{Body, Gateway};
@@ -36,6 +37,7 @@ where
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.min(Semaphore::MAX_PERMITS),
     ));
+    let per_client = ClientConnections::new(limits.max_connections_per_client);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -53,12 +55,31 @@ where
             let _ = stream.try_write(OVER_CAPACITY);
             continue;
         };
+        // One client over its own cap: refused the same way, so that it cannot take every
+        // slot. A trusted proxy speaks for many clients and is not capped.
+        let capped =
+            limits.max_connections_per_client > 0 && !gateway.server.is_trusted_proxy(peer.ip());
+        let client_place = match capped {
+            true => {
+                let client = gateway.server.client_prefixes.aggregate(peer.ip());
+                match per_client.try_hold(client) {
+                    Some(place) => Some(place),
+                    None => {
+                        gateway.metrics().connection_refused();
+                        let _ = stream.try_write(OVER_CAPACITY);
+                        continue;
+                    }
+                }
+            }
+            false => None,
+        };
         let _ = stream.set_nodelay(true);
         let gateway = gateway.clone();
         // A head (request line and headers) larger than this gets 431 from hyper.
         let max_header_bytes = gateway.server.requests.max_header_bytes;
         tokio::spawn(async move {
             let _slot = slot;
+            let _client_place = client_place;
             let watch = Watch::new();
             let requests = watch.clone();
             let service = service_fn(move |request| {

@@ -92,15 +92,26 @@ impl Gateway {
         method: &str,
         path: &str,
         headers: &HeaderMap,
-    ) -> Judgement {
+    ) -> Result<Judgement, Response<Body>> {
         let ignore_case = self.server.requests.paths.case_insensitive;
         let Some(rule) = rules.find_with_case(method, path, ignore_case) else {
-            return Judgement {
+            return Ok(Judgement {
                 rule: None,
                 key: String::new(),
                 decision: Decision::Unlimited,
-            };
+            });
         };
+        // The key header twice: which one names the client is the upstream's choice (the
+        // first, the last, or both joined), so counting either would let any other value
+        // buy a fresh budget. Refused, as check mode refuses a repeated trusted header.
+        if let Some(name) = rule.key_header() {
+            if headers.get_all(name).iter().nth(1).is_some() {
+                return Err(refused_text(
+                    StatusCode::BAD_REQUEST,
+                    format!("Bad Request: the header {name} appears twice\n"),
+                ));
+            }
+        }
         let facts = RequestFacts {
             method,
             path,
@@ -130,11 +141,11 @@ impl Gateway {
         if let Some(outcome) = outcome {
             self.metrics().decision(&rule.name, outcome);
         }
-        Judgement {
+        Ok(Judgement {
             rule: Some(rule.clone()),
             key,
             decision,
-        }
+        })
     }
 
     async fn proxy(&self, peer: IpAddr, mut request: Request<Incoming>) -> Response<Body> {
@@ -149,7 +160,12 @@ impl Gateway {
         let rules = self.rules();
         // The method and path are decided on in their canonical spelling, and the upstream
         // gets that same spelling: what it routes is what was counted.
-        let method = match methods::accepted(request.method().as_str().as_bytes(), &rules) {
+        let method = match methods::accepted(request.method().as_str().as_bytes(), &rules).and_then(
+            |method| {
+                let policy = self.server.requests.method_overrides;
+                methods::check_overrides(request.headers(), &method, policy).map(|()| method)
+            },
+        ) {
             Ok(method) => method,
             Err(refusal) => return refused(refusal.status(), refusal.message()),
         };
@@ -161,9 +177,13 @@ impl Gateway {
         if let Err(refusal) = rewrite_target(&mut request, &method, &path) {
             return refused(refusal.status(), refusal.message());
         }
-        let judgement = self
+        let judgement = match self
             .judge(&rules, peer, method.as_str(), &path, request.headers())
-            .await;
+            .await
+        {
+            Ok(judgement) => judgement,
+            Err(refusal) => return refusal,
+        };
         let Judgement {
             rule,
             key,
@@ -242,12 +262,27 @@ impl Gateway {
             );
         }
         let asked = |name: &str| trusted.then(|| headers.get(name)).flatten();
+        // One of the pair without the other is a proxy set up by half (nginx with
+        // `X-Original-URI` but no `X-Original-Method`): the check request's own GET would
+        // stand in for the client's method, and a POST rule would never match. Refused.
+        if asked(method_header).is_some() != asked(uri_header).is_some() {
+            return refused(
+                400,
+                "Bad Request: the proxy sent one of its two request headers (method and URI) \
+                 without the other\n",
+            );
+        }
         // A header the trusted proxy sent is used as it is, whatever its bytes (nginx passes
         // raw UTF-8 from $request_uri); one that cannot be a method or a path is refused,
         // never replaced by the check request's own method or path, which no rule expects.
         let method =
             asked(method_header).map_or(request.method().as_str().as_bytes(), |v| v.as_bytes());
-        let method = match methods::accepted(method, &rules) {
+        // The proxy passes the client's headers on with the request: an override among
+        // them reaches the upstream just as in proxy mode.
+        let method = match methods::accepted(method, &rules).and_then(|method| {
+            let policy = self.server.requests.method_overrides;
+            methods::check_overrides(headers, &method, policy).map(|()| method)
+        }) {
             Ok(method) => method,
             Err(refusal) => return refused(refusal.status(), refusal.message()),
         };
@@ -261,7 +296,10 @@ impl Gateway {
         };
         let method = method.as_str();
         let Judgement { rule, decision, .. } =
-            self.judge(&rules, peer, method, &path, headers).await;
+            match self.judge(&rules, peer, method, &path, headers).await {
+                Ok(judgement) => judgement,
+                Err(refusal) => return refusal,
+            };
         let Some(rule) = rule else {
             return local(StatusCode::OK, "");
         };
@@ -364,6 +402,17 @@ fn rewrite_target(
     };
     *request.uri_mut() = target.parse().map_err(|_| PathRefusal::NotAPath)?;
     Ok(())
+}
+
+/// A refusal whose body names something of the request (a header's name).
+fn refused_text(status: StatusCode, body: String) -> Response<Body> {
+    let mut response = Response::new(Either::Right(Full::new(Bytes::from(body))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
 }
 
 fn local(status: StatusCode, body: &'static str) -> Response<Body> {
