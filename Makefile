@@ -64,3 +64,11 @@ bench-cluster: ## Build, then compare RL.HIT capacity on 1 and 3 cluster primari
 
 clean: ## Remove build output
 	cargo clean
+
+.PHONY: soak memcheck
+soak: ## A million mixed calls on Redis and Valkey with the release module: memory must stay flat
+	cargo build --release --lib
+	$(if $(wildcard .venv/bin/python3),.venv/bin/python3,python3) scripts/soak.py
+
+memcheck: ## Integration tests and a leak run with Redis 7.0 under Valgrind memcheck (slow)
+	scripts/memcheck.sh

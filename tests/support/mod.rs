@@ -567,3 +567,4 @@ pub fn rl(con: &mut Connection, command: &str, key: &[u8], spec: &str) -> Reply 
         .unwrap_or_else(|e| panic!("{command} {key:?} {spec}: {e}"));
     decode_reply(&values)
 }
+pub mod hostile;
