@@ -46,6 +46,7 @@ test: ## Set up, lint, then unit and integration tests on Redis and Valkey
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) integration
+	$(MAKE) fuzz-replay
 
 .PHONY: bench bench-gateway bench-cluster
 bench: ## Build, then run every benchmark: module, rl-gateway and cluster (bench/*RESULTS.md)
@@ -64,3 +65,10 @@ bench-cluster: ## Build, then compare RL.HIT capacity on 1 and 3 cluster primari
 
 clean: ## Remove build output
 	cargo clean
+
+.PHONY: fuzz fuzz-replay
+fuzz: ## Run every cargo-fuzz target for FUZZ_SECONDS (default 60) each; installs cargo-fuzz
+	scripts/fuzz.sh run
+
+fuzz-replay: ## Replay the committed fuzz corpus through every target (no cargo-fuzz needed)
+	cargo test -p ratelimit-fuzz --test corpus_replay
