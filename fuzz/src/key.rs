@@ -18,7 +18,8 @@ const MAX_KEY_PART: usize = 128;
 /// Whether keys stay within 256 bytes whatever the request (for a prefix and a rule name
 /// of at most 32 bytes each). False today: a per-endpoint key holds a 128-byte subject and
 /// a 128-byte path, and the method whole (see the README, Fuzzing). Turn on once the key
-/// building caps the whole key.
+/// building caps the whole key: `corpus/key/key-longer-than-256` (a 270-byte key, its method
+/// escaped whole) then fails.
 const KEY_FITS_256: bool = false;
 
 const HEADER: &str = "x-api-key";

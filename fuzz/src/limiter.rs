@@ -31,8 +31,9 @@ const T0: i64 = 1_796_083_200_000;
 /// The clock readings and parameters below which every answer must be `Ok`.
 const SANE_CLOCK_MS: std::ops::RangeInclusive<i64> = 1_000_000_000_000..=4_000_000_000_000;
 const SANE_AMOUNT: i64 = 1_000_000_000;
+const SANE_SPAN_MS: i64 = 30 * 366 * 86_400_000;
 /// Steps per input: the bound checks are quadratic in the allowed hits.
-const MAX_STEPS: usize = 256;
+const MAX_STEPS: usize = 128;
 
 /// A key as the store holds it: value and absolute expiry.
 #[derive(Debug, Clone, Default)]
@@ -119,13 +120,22 @@ fn limits(u: &mut Unstructured<'_>) -> Result<Limits> {
     Ok(Limits { algorithm, tiers })
 }
 
+/// Whether a server must answer: a clock of this century, amounts up to a billion, and
+/// for the buckets a full bucket (or the cost) refilling within 30 years, so that the
+/// theoretical arrival time fits the ns clock. Beyond that the module answers "ERR limit,
+/// window, BURST and COST are too large together for the server clock" (`OutOfRange`).
 fn in_range(limits: &Limits, cost: i64, now_ms: i64) -> bool {
+    let refill_fits = |quota: &Quota| {
+        let units = i128::from(quota.burst.max(cost));
+        units * i128::from(quota.window_ms) / i128::from(quota.limit) <= i128::from(SANE_SPAN_MS)
+    };
     SANE_CLOCK_MS.contains(&now_ms)
         && cost <= SANE_AMOUNT
-        && limits
-            .tiers
-            .iter()
-            .all(|q| q.limit <= SANE_AMOUNT && q.burst <= SANE_AMOUNT)
+        && limits.tiers.iter().all(|q| {
+            q.limit <= SANE_AMOUNT
+                && q.burst <= SANE_AMOUNT
+                && (!limits.algorithm.has_burst() || refill_fits(q))
+        })
 }
 
 fn assert_decision_in_range(d: &Decision) {
@@ -178,6 +188,10 @@ fn check_bound(kind: AlgorithmKind, quota: &Quota, hits: &[(i64, i64)]) {
     for &(start, cost) in hits.iter().rev() {
         units += i128::from(cost);
         let elapsed = i128::from(end - start);
+        if elapsed >= window && matches!(kind, AlgorithmKind::Log | AlgorithmKind::Fixed) {
+            // Older hits are outside every window-long interval that ends here.
+            break;
+        }
         let holds = match kind {
             AlgorithmKind::Log => elapsed >= window || units <= limit,
             AlgorithmKind::Fixed => elapsed >= window || units <= 2 * limit,
