@@ -48,7 +48,7 @@ for target in "${targets[@]}"; do
             binary="${CARGO_TARGET_DIR:-target}/$(rustc -vV | sed -n 's/^host: //p')/release/$target"
             minimised=$(mktemp -d)
             # Files not named by their hash were put there by hand: they stay.
-            find "fuzz/corpus/$target" -type f ! -regex '.*/[0-9a-f]\{40\}' \
+            find "fuzz/corpus/$target" -type f -regextype posix-extended ! -regex '.*/[0-9a-f]{40}' \
                 -exec cp {} "$minimised"/ \;
             # Edges only (no hit counts): the fewest files that reach every line reached.
             "$binary" -merge=1 -use_counters=0 "$minimised" \
