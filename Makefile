@@ -46,6 +46,7 @@ test: ## Set up, lint, then unit and integration tests on Redis and Valkey
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) integration
+	$(MAKE) fuzz-replay
 
 .PHONY: bench bench-gateway bench-cluster
 bench: ## Build, then run every benchmark: module, rl-gateway and cluster (bench/*RESULTS.md)
@@ -72,3 +73,10 @@ soak: ## A million mixed calls on Redis and Valkey with the release module: memo
 
 memcheck: ## Integration tests and a leak run with Redis 7.0 under Valgrind memcheck (slow)
 	scripts/memcheck.sh
+
+.PHONY: fuzz fuzz-replay
+fuzz: ## Run every cargo-fuzz target for FUZZ_SECONDS (default 60) each; installs cargo-fuzz
+	scripts/fuzz.sh run
+
+fuzz-replay: ## Replay the committed fuzz corpus through every target (no cargo-fuzz needed)
+	cargo test -p ratelimit-fuzz --test corpus_replay
