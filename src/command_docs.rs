@@ -53,7 +53,7 @@ const DOCS: &[Docs] = &[
     (
         c"CL.THROTTLE",
         c"redis-cell's GCRA throttle: same arguments and reply",
-        c"O(1)",
+        c"O(1); O(N) when the key holds an ALGO log state of N entries",
         CLOCK,
     ),
     (

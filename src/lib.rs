@@ -119,12 +119,9 @@ const COMMANDS: &[Command] = &[
     // giving units back stays possible when the server is out of memory.
     (c"RL.REFUND", limit::rl_refund, c"write"),
     (c"RL.RESET", reset::rl_reset, c"write"),
-    // GCRA only: one short value, constant work.
-    (
-        c"CL.THROTTLE",
-        throttle::cl_throttle,
-        c"write deny-oom fast",
-    ),
+    // GCRA only, but the key may hold another algorithm's state (a log of up to 10,000
+    // entries), which it decodes to count its units: not `fast`.
+    (c"CL.THROTTLE", throttle::cl_throttle, c"write deny-oom"),
 ];
 
 /// Keyless commands: they name no key, so Cluster lets any node run them.

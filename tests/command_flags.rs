@@ -64,7 +64,8 @@ fn flags_say_what_each_command_does() {
         ("RL.PEEK", &["readonly", "module"]),
         ("RL.REFUND", &["write", "module"]),
         ("RL.RESET", &["write", "module"]),
-        ("CL.THROTTLE", &["write", "denyoom", "fast", "module"]),
+        // It reads whatever state the key holds, a 10,000-entry log too: not `fast`.
+        ("CL.THROTTLE", &["write", "denyoom", "module"]),
         ("RL.STATS", &["fast", "module"]),
         ("RL.POLICY", &["module"]),
         ("RL.POLICY|SET", &["write", "denyoom", "module"]),
@@ -95,6 +96,45 @@ fn flags_say_what_each_command_does() {
             "RL.POLICY",
         ];
         assert_eq!(flags_of(&mut con, &names), expected, "{flavor:?}");
+    }
+}
+
+/// CL.THROTTLE is GCRA only, but a key may hold another algorithm's state (the caller's
+/// RL.HIT with `ALGO log` under the same name): it then decodes that state to count its
+/// units, up to 10,000 log entries, so its cost is not bounded by a small constant and it
+/// must not be flagged `fast` (review of issue 11, A1).
+#[test]
+fn cl_throttle_reads_a_full_log_so_it_is_not_fast() {
+    const ENTRIES: usize = 10_000;
+    for flavor in FLAVORS {
+        let server = ServerConfig::new(flavor).start();
+        let mut con = server.conn();
+        let mut fill = redis::pipe();
+        for _ in 0..ENTRIES {
+            fill.cmd("RL.HIT")
+                .arg("rl:f:log")
+                .arg(ENTRIES)
+                .arg("1h")
+                .arg("ALGO")
+                .arg("log")
+                .ignore();
+        }
+        fill.query::<()>(&mut con).expect("the log fills");
+        let cell: Vec<i64> = redis::cmd("CL.THROTTLE")
+            .arg(&["rl:f:log", "4", "10", "60"])
+            .query(&mut con)
+            .expect("CL.THROTTLE answers on a log");
+        assert_eq!(
+            cell.first(),
+            Some(&1),
+            "{flavor:?}: CL.THROTTLE counted the log's entries: {cell:?}"
+        );
+        let flags = flags_of(&mut con, &["CL.THROTTLE"]);
+        let throttle = flags
+            .get("cl.throttle")
+            .or_else(|| flags.get("CL.THROTTLE"));
+        let throttle = throttle.unwrap_or_else(|| panic!("{flavor:?}: {flags:?}"));
+        assert!(!throttle.contains("fast"), "{flavor:?}: {throttle:?}");
     }
 }
 
