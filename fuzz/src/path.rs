@@ -6,7 +6,8 @@
 //! but a trailing `/`; that canonicalising is idempotent (canonicalising the result again
 //! changes nothing: the path forwarded upstream is the path the decision was made on, and a
 //! proxy in front that canonicalised first changes no decision); and that `/**` matches
-//! every canonical path, and a canonical path taken as a literal pattern matches itself.
+//! every canonical path, and a canonical path without empty segments taken as a literal
+//! pattern matches itself.
 
 use rl_gateway::canonical::{canonicalize, EscapedSlashes, PathParameters, PathPolicy};
 use rl_gateway::pattern::PathPattern;
@@ -66,7 +67,11 @@ pub fn fuzz(data: &[u8]) {
     }
     let everything = PathPattern::parse("/**").expect("a valid pattern");
     assert!(everything.matches(&path), "{path:?}");
-    if !path.contains('*') {
+    // A literal pattern has no empty segment (`/a//b` is the pattern `/a/b`), while a path
+    // keeps its empty segments when `merge_slashes` is off (`/a//b` is not `/a/b` for the
+    // upstream either), so only a path without one is its own pattern.
+    let inner = path.strip_suffix('/').unwrap_or(&path);
+    if !path.contains('*') && !inner.contains("//") {
         if let Ok(literal) = PathPattern::parse(&path) {
             assert!(literal.matches(&path), "{path:?}");
         }
