@@ -555,10 +555,12 @@ fn hammer(
     })
 }
 
-/// Waits until `progress` reached `at_least` (bounded).
-fn wait_for_progress(progress: &AtomicU64, at_least: u64) {
+/// Waits until `progress` reached `at_least` (bounded), or until one of `clients` has
+/// stopped on its own: its `Load` then says why (an error, a reply that never came), which
+/// the caller's assertions show, rather than a bare timeout.
+fn wait_for_progress(progress: &AtomicU64, at_least: u64, clients: &[&JoinHandle<Load>]) {
     wait_until(Duration::from_secs(20), "load progress", || {
-        progress.load(Ordering::Relaxed) >= at_least
+        progress.load(Ordering::Relaxed) >= at_least || clients.iter().any(|c| c.is_finished())
     });
 }
 
@@ -601,7 +603,7 @@ fn failover_keeps_counters_expiries_and_limits() {
             progress.clone(),
             200_000,
         );
-        wait_for_progress(&progress, 300);
+        wait_for_progress(&progress, 300, &[&client]);
         let started = Instant::now();
         redis::cmd("CLUSTER")
             .arg("FAILOVER")
@@ -614,7 +616,7 @@ fn failover_keeps_counters_expiries_and_limits() {
         let took = started.elapsed();
         // Some load on the promoted node too, then stop.
         let at_converged = progress.load(Ordering::Relaxed);
-        wait_for_progress(&progress, at_converged + 300);
+        wait_for_progress(&progress, at_converged + 300, &[&client]);
         stop.store(true, Ordering::Relaxed);
         let load = client.join().expect("the load client");
 
@@ -738,7 +740,7 @@ fn forced_failover_with_the_primary_killed_loses_at_most_the_replication_lag() {
                 )
             })
             .collect();
-        wait_for_progress(&progress, 3_000);
+        wait_for_progress(&progress, 3_000, &clients.iter().collect::<Vec<_>>());
 
         // Kill the primary mid-load, then make its replica take over without it.
         let mut on_replica = connect(new_port);
