@@ -71,7 +71,8 @@ pub fn fuzz(data: &[u8]) {
     // keeps its empty segments when `merge_slashes` is off (`/a//b` is not `/a/b` for the
     // upstream either), so only a path without one is its own pattern.
     let inner = path.strip_suffix('/').unwrap_or(&path);
-    if !path.contains('*') && !inner.contains("//") {
+    let empty_segment = inner.len() > 1 && inner[1..].split('/').any(str::is_empty);
+    if !path.contains('*') && !empty_segment {
         if let Ok(literal) = PathPattern::parse(&path) {
             assert!(literal.matches(&path), "{path:?}");
         }
