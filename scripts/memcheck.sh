@@ -43,7 +43,8 @@ cargo build --quiet --lib
 MODULE=$PWD/target/debug/libredis_ratelimit.so
 
 # lzf_compress (RDB and replication snapshots, in the forked child) reads its hash table
-# before writing it, on purpose: Redis's own valgrind.sup suppresses it, and so does ours.
+# before writing it, on purpose: Redis's own valgrind.sup suppresses it, and so does ours
+# (Valkey kept the same lzf code).
 VALGRIND=(valgrind --tool=memcheck --error-limit=no
   --suppressions="$PWD/scripts/memcheck.supp"
   --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite
