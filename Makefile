@@ -71,7 +71,7 @@ soak: ## A million mixed calls on Redis and Valkey with the release module: memo
 	cargo build --release --lib
 	$(if $(wildcard .venv/bin/python3),.venv/bin/python3,python3) scripts/soak.py
 
-memcheck: ## Integration tests and a leak run with Redis 7.0 under Valgrind memcheck (slow)
+memcheck: ## Integration tests and a leak run with Redis 7.0 and Valkey 8.1 under Valgrind memcheck (slow)
 	scripts/memcheck.sh
 
 .PHONY: fuzz fuzz-replay
