@@ -22,10 +22,6 @@ use super::encoding::{
     classify, decode_tiers, encode_count, encode_short, encode_tiers, StoredForm,
 };
 use super::fixed_window::{Fixed, WindowState};
-use super::gcra::Gcra;
-use super::sliding_log::Log;
-use super::sliding_window::Sliding;
-use super::token_bucket::Token;
 use smallvec::SmallVec;
 
 /// The algorithms a request can name.
@@ -87,19 +83,24 @@ impl AlgorithmKind {
     }
 }
 
-/// Calls the generic function `f::<A>(args)` with `A` the algorithm `kind` names.
+/// Calls the generic function `f::<A>(args)` with `A` the algorithm `kind` (an
+/// [`AlgorithmKind`]) names: the one dispatch from a stored or parsed kind to the
+/// algorithm's type, shared with the fuzz targets.
+#[macro_export]
 macro_rules! with_algorithm {
     ($kind:expr, $f:ident ( $($arg:expr),* )) => {
         match $kind {
-            AlgorithmKind::Fixed => $f::<Fixed>($($arg),*),
-            AlgorithmKind::Sliding => $f::<Sliding>($($arg),*),
-            AlgorithmKind::Log => $f::<Log>($($arg),*),
-            AlgorithmKind::Token => $f::<Token>($($arg),*),
-            AlgorithmKind::Gcra => $f::<Gcra>($($arg),*),
+            $crate::limiter::AlgorithmKind::Fixed => $f::<$crate::fixed_window::Fixed>($($arg),*),
+            $crate::limiter::AlgorithmKind::Sliding => {
+                $f::<$crate::sliding_window::Sliding>($($arg),*)
+            }
+            $crate::limiter::AlgorithmKind::Log => $f::<$crate::sliding_log::Log>($($arg),*),
+            $crate::limiter::AlgorithmKind::Token => $f::<$crate::token_bucket::Token>($($arg),*),
+            $crate::limiter::AlgorithmKind::Gcra => $f::<$crate::gcra::Gcra>($($arg),*),
         }
     };
 }
-use with_algorithm;
+pub use crate::with_algorithm;
 
 fn id_of<A: Algorithm>() -> u8 {
     A::ID

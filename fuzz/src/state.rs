@@ -10,25 +10,9 @@ use ratelimit_core::codec::Reader;
 use ratelimit_core::encoding::{
     classify, decode_count, decode_tiers, encode_count, encode_short, encode_tiers, StoredForm,
 };
-use ratelimit_core::fixed_window::Fixed;
 use ratelimit_core::gcra::Gcra;
 use ratelimit_core::limiter::{is_state, run, Action, AlgorithmKind, LimiterError, Limits, Write};
-use ratelimit_core::sliding_log::Log;
-use ratelimit_core::sliding_window::Sliding;
 use ratelimit_core::token_bucket::Token;
-
-/// `$f::<A>($args)` with `A` the algorithm `$kind` names.
-macro_rules! for_kind {
-    ($kind:expr, $f:ident ( $($arg:expr),* )) => {
-        match $kind {
-            AlgorithmKind::Fixed => $f::<Fixed>($($arg),*),
-            AlgorithmKind::Sliding => $f::<Sliding>($($arg),*),
-            AlgorithmKind::Log => $f::<Log>($($arg),*),
-            AlgorithmKind::Token => $f::<Token>($($arg),*),
-            AlgorithmKind::Gcra => $f::<Gcra>($($arg),*),
-        }
-    };
-}
 
 fn kind_of_id(id: u8) -> Option<AlgorithmKind> {
     AlgorithmKind::from_id(id)
@@ -102,7 +86,7 @@ fn check_decoders(value: &[u8]) -> Option<Vec<Quota>> {
             body,
         } => {
             let kind = kind_of_id(algorithm)?;
-            for_kind!(kind, tiers_round_trip(body, count, value.len()))
+            ratelimit_core::with_algorithm!(kind, tiers_round_trip(body, count, value.len()))
         }
     }
 }
