@@ -41,7 +41,7 @@ integration: ## Integration tests against real Redis 7.0 and Valkey 8.1 servers 
 	cargo test --test '*' -- --test-threads=2
 	cargo test -p rl-gateway --test '*' -- --test-threads=2
 
-test: ## Set up, lint, then unit and integration tests on Redis and Valkey
+test: ## Set up, lint, then unit and integration tests on Redis and Valkey, and the fuzz corpus replay
 	$(MAKE) setup
 	$(MAKE) lint
 	$(MAKE) unit
