@@ -1,7 +1,8 @@
 //! Writes the hand-made seeds of the `state` target: real stored values of every
 //! algorithm and form, each after the header the target reads (flags, expiry, clock,
-//! amount). Run once before fuzzing, then minimise: `scripts/fuzz.sh seed`.
-//! Ignored by default: the committed corpus is what `corpus_replay` checks.
+//! amount). A tool, not a test: run it once before fuzzing with
+//! `cargo run -p ratelimit-fuzz --example write_state_seeds`, then minimise with
+//! `scripts/fuzz.sh cmin state`. The committed corpus is what `corpus_replay` checks.
 
 use ratelimit_core::algorithm::Quota;
 use ratelimit_core::limiter::{run, Action, AlgorithmKind, Limits, Write};
@@ -9,9 +10,7 @@ use std::path::Path;
 
 const T0: i64 = 1_796_083_200_000;
 
-#[test]
-#[ignore]
-fn write_state_seeds() {
+fn main() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/state");
     std::fs::create_dir_all(&dir).expect("corpus directory");
     let shapes: [&[(i64, i64)]; 4] = [
