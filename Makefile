@@ -48,12 +48,22 @@ test: ## Set up, lint, then unit and integration tests on Redis and Valkey, and 
 	$(MAKE) integration
 	$(MAKE) fuzz-replay
 
-.PHONY: bench bench-gateway bench-cluster
-bench: ## Build, then run every benchmark: module, rl-gateway and cluster (bench/*RESULTS.md)
+.PHONY: bench bench-gateway bench-cluster bench-instr bench-core
+bench: ## Build, then run every benchmark: module, instructions, rl-gateway and cluster (bench/*RESULTS.md)
 	$(MAKE) build
 	python3 bench/run.py
+	python3 bench/instructions.py
+	$(MAKE) bench-core
 	python3 bench/gateway.py
 	python3 bench/cluster.py
+
+bench-core: ## ns per decision in the pure core, every algorithm at its common and largest shape (bench/CORE-RESULTS.md)
+	cargo bench -p ratelimit-core --bench decide | tee bench/CORE-RESULTS.md.new
+	mv bench/CORE-RESULTS.md.new bench/CORE-RESULTS.md
+
+bench-instr: ## Build, then count instructions per request inside Redis and Valkey with callgrind (bench/INSTRUCTIONS-RESULTS.md)
+	$(MAKE) build
+	python3 bench/instructions.py $(if $(BASELINE),--module $(BASELINE)=baseline --module target/release/libredis_ratelimit.so=this)
 
 bench-gateway: ## Build, then benchmark rl-gateway with wrk, against the upstream alone (bench/GATEWAY-RESULTS.md)
 	$(MAKE) build
