@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 pub mod cluster;
+pub mod policy;
 
 /// Which server implementation to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -394,13 +395,18 @@ pub fn primary_with_replica_configs(
     let replica = replica
         .arg("replicaof", &format!("127.0.0.1 {}", primary.port()))
         .start();
+    wait_for_link(&replica);
+    (primary, replica)
+}
+
+/// Waits until `replica`'s link to its primary is up (the full sync done).
+pub fn wait_for_link(replica: &Server) {
     wait_until(Duration::from_secs(30), "replica link up", || {
         replica
             .info_field("replication", "master_link_status")
             .as_deref()
             == Some("up")
     });
-    (primary, replica)
 }
 
 /// Waits until every write made on `con` (a connection to the primary) reached
