@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 pub mod cluster;
 pub mod policy;
+pub mod shapes;
 
 /// Which server implementation to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
