@@ -352,13 +352,7 @@ fn assert_state_survives(
 #[test]
 fn debug_reload_keeps_every_algorithms_state() {
     for flavor in FLAVORS {
-        assert_state_survives(flavor, ServerConfig::new(flavor), |server| {
-            redis::cmd("DEBUG")
-                .arg("RELOAD")
-                .exec(&mut server.conn())
-                .expect("DEBUG RELOAD");
-            server
-        });
+        assert_state_survives(flavor, ServerConfig::new(flavor), Server::debug_reload);
     }
 }
 
@@ -366,12 +360,7 @@ fn debug_reload_keeps_every_algorithms_state() {
 fn an_aof_restart_keeps_every_algorithms_state() {
     for flavor in FLAVORS {
         let config = ServerConfig::new(flavor).arg("appendonly", "yes");
-        assert_state_survives(flavor, config, |server| {
-            let config = server.shutdown("NOSAVE");
-            // Nothing but the AOF could bring the keys back.
-            assert!(!config.dir().join("dump.rdb").exists(), "{flavor:?}");
-            config.start()
-        });
+        assert_state_survives(flavor, config, Server::restart_on_the_aof);
     }
 }
 

@@ -115,10 +115,7 @@ fn policies_survive_save_and_restart() {
             // Policy changes count as changes for `save` rules.
             let changes = server.info_field("persistence", "rdb_changes_since_last_save");
             assert_ne!(changes.as_deref(), Some("0"), "{flavor:?}");
-            redis::cmd("SAVE").exec(&mut server.conn()).expect("SAVE");
-            let config = server.shutdown("NOSAVE");
-            assert!(config.dir().join("dump.rdb").exists(), "{flavor:?}");
-            config.start()
+            server.save_and_restart()
         });
     }
 }
@@ -127,12 +124,7 @@ fn policies_survive_save_and_restart() {
 fn policies_survive_an_aof_restart() {
     for flavor in FLAVORS {
         let config = policy_config(flavor).arg("appendonly", "yes");
-        assert_policies_survive(config, |server| {
-            let config = server.shutdown("NOSAVE");
-            // Nothing but the AOF could bring them back.
-            assert!(!config.dir().join("dump.rdb").exists(), "{flavor:?}");
-            config.start()
-        });
+        assert_policies_survive(config, Server::restart_on_the_aof);
     }
 }
 
@@ -209,13 +201,7 @@ fn policies_are_refused_where_an_aof_rewrite_would_drop_them() {
 #[test]
 fn policies_survive_debug_reload() {
     for flavor in FLAVORS {
-        assert_policies_survive(policy_config(flavor), |server| {
-            redis::cmd("DEBUG")
-                .arg("RELOAD")
-                .exec(&mut server.conn())
-                .expect("DEBUG RELOAD");
-            server
-        });
+        assert_policies_survive(policy_config(flavor), Server::debug_reload);
     }
 }
 

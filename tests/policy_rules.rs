@@ -10,19 +10,6 @@ mod support;
 use support::policy::*;
 use support::*;
 
-use std::time::Duration;
-
-/// Waits out the last three seconds of a minute, so that the minute-long windows of the
-/// seeds' rules do not end mid-test. Never waits longer than that.
-fn stay_clear_of_minute_edges(server: &Server) {
-    const MARGIN_MS: i64 = 3_000;
-    let into_minute = server.time_ms().rem_euclid(MINUTE_MS);
-    if into_minute > MINUTE_MS - MARGIN_MS {
-        let until_past_edge = MINUTE_MS - into_minute + 100;
-        std::thread::sleep(Duration::from_millis(until_past_edge as u64));
-    }
-}
-
 #[test]
 fn policies_are_defined_shown_listed_and_deleted() {
     for flavor in FLAVORS {
@@ -132,7 +119,8 @@ fn the_seeds_rules_limit_each_endpoint() {
         let mut con = server.conn();
         policy_set(&mut con, b"api", "5 1m");
         policy_set(&mut con, b"login", "3 15m");
-        stay_clear_of_minute_edges(&server);
+        // The minute-long windows of the seeds' rules must not end mid-test.
+        stay_clear_of_window_edges(&server, MINUTE_MS, 3_000);
 
         let endpoints = [
             "rl:{203.0.113.7}:GET:/home",

@@ -10,6 +10,7 @@ mod support;
 use redis::Connection;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::policy::policy_config;
 use support::{error_text, module_path, Flavor, ServerConfig, FLAVORS};
 
 /// The log line of a refused load, up to the command's name.
@@ -124,12 +125,9 @@ fn policy_set(con: &mut Connection) -> redis::RedisResult<String> {
         .query(con)
 }
 
+/// A server whose policies persist (see [`policy_config`]), without `CONFIG`.
 fn without_config(flavor: Flavor) -> ServerConfig {
-    let config = renamed_away(ServerConfig::new(flavor), "CONFIG");
-    match flavor {
-        Flavor::Redis => config.module_arg("policies-in-rdb").module_arg("yes"),
-        Flavor::Valkey => config,
-    }
+    renamed_away(policy_config(flavor), "CONFIG")
 }
 
 #[test]

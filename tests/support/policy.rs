@@ -155,13 +155,9 @@ pub fn rl_stats_reset(con: &mut Connection, name: Option<&[u8]>) {
     assert_eq!(reply, "OK");
 }
 
-/// `INFO ratelimit` field `ratelimit_<name>`.
+/// `INFO ratelimit` field `ratelimit_<name>` of `server`.
 pub fn info_stat(server: &Server, name: &str) -> i64 {
-    server
-        .info_field("ratelimit", &format!("ratelimit_{name}"))
-        .unwrap_or_else(|| panic!("INFO ratelimit has no ratelimit_{name}"))
-        .parse()
-        .expect("a count")
+    server.info_stat(name)
 }
 
 /// `ms` as a window argument in minutes.
