@@ -93,7 +93,7 @@ fn malformed_policy_commands_are_refused_and_change_nothing() {
         let mut errors = 0;
         for (args, expected) in policy_cases {
             let context = format!("{flavor:?} RL.POLICY {args:?}");
-            let cmd = redis::cmd("RL.POLICY").arg(*args).clone();
+            let cmd = policy_cmd(args);
             assert_eq!(&error_text(&mut con, &cmd), expected, "{context}");
             assert_unchanged(&mut con, &context);
             // A call without a known subcommand is refused by the server before the
@@ -167,17 +167,13 @@ fn definitions_are_checked_against_the_configs_of_the_server_that_takes_them() {
             .module_arg("sliding")
             .start();
         let mut con = primary.conn();
-        let too_long = redis::cmd("RL.POLICY")
-            .arg(&["SET", "p", "5", "3h"])
-            .clone();
+        let too_long = policy_cmd(&["SET", "p", "5", "3h"]);
         assert_eq!(
             error_text(&mut con, &too_long),
             "ERR window must be at most 7200000ms (ratelimit.max-window-ms)",
             "{flavor:?}"
         );
-        let too_big = redis::cmd("RL.POLICY")
-            .arg(&["SET", "p", "51", "1h", "ALGO", "log"])
-            .clone();
+        let too_big = policy_cmd(&["SET", "p", "51", "1h", "ALGO", "log"]);
         assert_eq!(
             error_text(&mut con, &too_big),
             "ERR ALGO log allows a limit of at most 50",

@@ -171,9 +171,7 @@ fn policies_are_refused_where_an_aof_rewrite_would_drop_them() {
             .arg("aof-use-rdb-preamble", "no")
             .start();
         let mut con = server.conn();
-        let set = redis::cmd("RL.POLICY")
-            .arg(&["SET", "api", "5", "1m"])
-            .clone();
+        let set = policy_cmd(&["SET", "api", "5", "1m"]);
         assert_eq!(
             error_text(&mut con, &set),
             "ERR policies would not survive an AOF rewrite with aof-use-rdb-preamble no: \
@@ -213,9 +211,7 @@ fn redis_7_0_refuses_policies_unless_they_go_into_the_rdb() {
     for flavor in FLAVORS {
         let server = ServerConfig::new(flavor).start();
         let mut con = server.conn();
-        let set = redis::cmd("RL.POLICY")
-            .arg(&["SET", "api", "5", "1m"])
-            .clone();
+        let set = policy_cmd(&["SET", "api", "5", "1m"]);
         match flavor {
             Flavor::Redis => {
                 assert_eq!(error_text(&mut con, &set), NOT_PERSISTED);

@@ -67,7 +67,7 @@ fn replicas_get_policies_refuse_to_change_them_and_keep_them_when_promoted() {
             &["DEL", "api"],
             &["DEL", "never"],
         ] {
-            let cmd = redis::cmd("RL.POLICY").arg(args).clone();
+            let cmd = policy_cmd(args);
             assert_eq!(error_text(&mut rcon, &cmd), READONLY, "{flavor:?} {args:?}");
         }
         assert_eq!(all_policies(&replica), after, "{flavor:?} unchanged");

@@ -303,12 +303,7 @@ fn a_deleted_policy_fails_the_calls_that_name_it() {
 
         for command in ["RL.HIT", "RL.PEEK", "RL.REFUND"] {
             for extra in [&[][..], &["COST", "2"]] {
-                let cmd = redis::cmd(command)
-                    .arg("rl:k")
-                    .arg("POLICY")
-                    .arg("api")
-                    .arg(extra)
-                    .clone();
+                let cmd = through_cmd(command, "rl:k", b"api", extra);
                 assert_eq!(
                     error_text(&mut con, &cmd),
                     "ERR no such policy 'api'",
@@ -321,11 +316,7 @@ fn a_deleted_policy_fails_the_calls_that_name_it() {
         let reset = redis::cmd("RL.STATS").arg("RESET").arg("api").clone();
         assert_eq!(error_text(&mut con, &reset), "ERR no such policy 'api'");
         // The name is quoted printably whatever its bytes.
-        let odd = redis::cmd("RL.HIT")
-            .arg("rl:k")
-            .arg("POLICY")
-            .arg(b"a b\r\n\0\xff-ERR".as_slice())
-            .clone();
+        let odd = through_cmd("RL.HIT", "rl:k", b"a b\r\n\0\xff-ERR", &[]);
         assert_eq!(
             error_text(&mut con, &odd),
             "ERR no such policy 'a?b????-ERR'"

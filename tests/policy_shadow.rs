@@ -20,11 +20,7 @@ fn through3(
     name: &[u8],
     extra: &[&str],
 ) -> Vec<(String, i64)> {
-    let value: Value = redis::cmd(command)
-        .arg(key)
-        .arg("POLICY")
-        .arg(name)
-        .arg(extra)
+    let value: Value = through_cmd(command, key, name, extra)
         .query(con)
         .unwrap_or_else(|e| panic!("{command} {key} POLICY {name:?} {extra:?}: {e}"));
     assert!(

@@ -10,7 +10,7 @@ mod support;
 use redis::Connection;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::policy::policy_config;
+use support::policy::{policy_cmd, policy_config};
 use support::{error_text, module_path, Flavor, ServerConfig, FLAVORS};
 
 /// The log line of a refused load, up to the command's name.
@@ -120,9 +120,7 @@ fn renamed_away(mut config: ServerConfig, command: &str) -> ServerConfig {
 }
 
 fn policy_set(con: &mut Connection) -> redis::RedisResult<String> {
-    redis::cmd("RL.POLICY")
-        .arg(&["SET", "api", "5", "1m"])
-        .query(con)
+    policy_cmd(&["SET", "api", "5", "1m"]).query(con)
 }
 
 /// A server whose policies persist (see [`policy_config`]), without `CONFIG`.
@@ -142,9 +140,7 @@ fn without_config_the_module_loads_and_refuses_policies_it_cannot_vouch_for() {
             .arg("aof-use-rdb-preamble", "no")
             .start();
         let mut con = server.conn();
-        let set = redis::cmd("RL.POLICY")
-            .arg(&["SET", "api", "5", "1m"])
-            .clone();
+        let set = policy_cmd(&["SET", "api", "5", "1m"]);
         assert_eq!(error_text(&mut con, &set), cannot_tell, "{flavor:?}");
         let names: Vec<String> = redis::cmd("RL.POLICY")
             .arg("LIST")

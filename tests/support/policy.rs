@@ -83,14 +83,24 @@ pub fn through(
     name: &[u8],
     extra: &[&str],
 ) -> Reply {
-    let values: Vec<i64> = redis::cmd(command)
-        .arg(key)
-        .arg("POLICY")
-        .arg(name)
-        .arg(extra)
+    let values: Vec<i64> = through_cmd(command, key, name, extra)
         .query(con)
         .unwrap_or_else(|e| panic!("{command} {key} POLICY {name:?} {extra:?}: {e}"));
     decode_reply(&values)
+}
+
+/// The command `command key POLICY name [extra ...]`, to run on any connection.
+pub fn through_cmd(command: &str, key: &str, name: &[u8], extra: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(command);
+    cmd.arg(key).arg("POLICY").arg(name).arg(extra);
+    cmd
+}
+
+/// The command `RL.POLICY <args>`, to run or to check the error of.
+pub fn policy_cmd(args: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("RL.POLICY");
+    cmd.arg(args);
+    cmd
 }
 
 /// `RL.HIT key POLICY name` on a RESP2 connection.
