@@ -145,7 +145,7 @@ fn malformed_policy_commands_are_refused_and_change_nothing() {
             ]),
             "{flavor:?}"
         );
-        assert_eq!(info_stat(&server, "errors"), errors, "{flavor:?}");
+        assert_eq!(server.info_stat("errors"), errors, "{flavor:?}");
         // The policies still work.
         let reply = hit_policy(&mut con, "rl:k", b"api");
         assert_eq!((reply.allowed, reply.limit, reply.remaining), (true, 5, 4));

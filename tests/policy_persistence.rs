@@ -83,7 +83,7 @@ fn assert_policies_came_back(server: &Server, expected: &Policies, context: &str
     assert_eq!(&all_policies(server), expected, "{context}");
     let mut con = server.conn();
     assert_eq!(
-        info_stat(server, "policies"),
+        server.info_stat("policies"),
         expected.len() as i64,
         "{context}"
     );
@@ -220,7 +220,7 @@ fn redis_7_0_refuses_policies_unless_they_go_into_the_rdb() {
                 assert_eq!(policy_list(&mut con), Vec::<Vec<u8>>::new());
                 assert_eq!(policy_get(&mut con, b"api"), None);
                 assert_eq!(policy_del(&mut con, b"api"), 0);
-                assert_eq!(info_stat(&server, "policies"), 0);
+                assert_eq!(server.info_stat("policies"), 0);
                 let call = redis::cmd("RL.HIT").arg(&["rl:k", "POLICY", "api"]).clone();
                 assert_eq!(error_text(&mut con, &call), "ERR no such policy 'api'");
             }

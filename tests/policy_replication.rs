@@ -42,7 +42,7 @@ fn replicas_get_policies_refuse_to_change_them_and_keep_them_when_promoted() {
         let before = all_policies(&primary);
         assert_eq!(before.len(), 5);
         assert_eq!(all_policies(&replica), before, "{flavor:?} full sync");
-        assert_eq!(info_stat(&replica, "policies"), 5, "{flavor:?}");
+        assert_eq!(replica.info_stat("policies"), 5, "{flavor:?}");
 
         // Changed after: the changes are propagated.
         policy_set(&mut con, b"late", "2 1h ALGO token BURST 4");
@@ -150,7 +150,7 @@ fn a_server_that_becomes_a_replica_takes_exactly_its_primarys_policies() {
             let on_primary = readable(&all_policies(&primary));
             let on_replica = readable(&all_policies(&server));
             assert_eq!(
-                info_stat(&server, "policies"),
+                server.info_stat("policies"),
                 on_replica.len() as i64,
                 "{flavor:?}"
             );

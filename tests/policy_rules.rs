@@ -55,7 +55,7 @@ fn policies_are_defined_shown_listed_and_deleted() {
         );
         assert_eq!(policy_get(&mut con, b"API"), None, "{flavor:?}");
         assert_eq!(policy_get(&mut con, b"api "), None, "{flavor:?}");
-        assert_eq!(info_stat(&server, "policies"), 8, "{flavor:?}");
+        assert_eq!(server.info_stat("policies"), 8, "{flavor:?}");
         assert_eq!(
             field(&rl_stats(&mut con, None), "policies"),
             8,
@@ -102,12 +102,12 @@ fn policies_are_defined_shown_listed_and_deleted() {
         .map(|n| n.to_vec())
         .collect();
         assert_eq!(policy_list(&mut con), left, "{flavor:?}");
-        assert_eq!(info_stat(&server, "policies"), 6, "{flavor:?}");
+        assert_eq!(server.info_stat("policies"), 6, "{flavor:?}");
         for name in &left {
             assert_eq!(policy_del(&mut con, name), 1, "{flavor:?}");
         }
         assert_eq!(policy_list(&mut con), Vec::<Vec<u8>>::new(), "{flavor:?}");
-        assert_eq!(info_stat(&server, "policies"), 0, "{flavor:?}");
+        assert_eq!(server.info_stat("policies"), 0, "{flavor:?}");
     }
 }
 

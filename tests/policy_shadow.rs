@@ -179,11 +179,11 @@ fn shadow_mode_never_denies_and_counts_what_it_would_have_denied() {
             "policies",
         ]
         .iter()
-        .map(|name| (name.to_string(), info_stat(&server, name)))
+        .map(|name| (name.to_string(), server.info_stat(name)))
         .collect();
         assert_eq!(info, totals, "{flavor:?} INFO ratelimit");
-        assert_eq!(info_stat(&server, "fixed_allowed"), 8, "{flavor:?}");
-        assert_eq!(info_stat(&server, "fixed_denied"), 1, "{flavor:?}");
+        assert_eq!(server.info_stat("fixed_allowed"), 8, "{flavor:?}");
+        assert_eq!(server.info_stat("fixed_denied"), 1, "{flavor:?}");
 
         // A redefinition keeps the counts; hits made without a policy count only in the
         // totals.
@@ -231,8 +231,8 @@ fn shadow_mode_never_denies_and_counts_what_it_would_have_denied() {
             ("policies", 2),
         ]);
         assert_eq!(rl_stats(&mut con, None), zero_totals, "{flavor:?}");
-        assert_eq!(info_stat(&server, "shadow_denied"), 0, "{flavor:?}");
-        assert_eq!(info_stat(&server, "policies"), 2, "{flavor:?}");
+        assert_eq!(server.info_stat("shadow_denied"), 0, "{flavor:?}");
+        assert_eq!(server.info_stat("policies"), 2, "{flavor:?}");
         let lower: String = redis::cmd("RL.STATS")
             .arg("reset")
             .query(&mut con)
@@ -260,6 +260,6 @@ fn shadow_mode_never_denies_and_counts_what_it_would_have_denied() {
             ]),
             "{flavor:?}"
         );
-        assert_eq!(info_stat(&server, "shadow_denied"), 1, "{flavor:?}");
+        assert_eq!(server.info_stat("shadow_denied"), 1, "{flavor:?}");
     }
 }

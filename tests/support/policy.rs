@@ -165,11 +165,6 @@ pub fn rl_stats_reset(con: &mut Connection, name: Option<&[u8]>) {
     assert_eq!(reply, "OK");
 }
 
-/// `INFO ratelimit` field `ratelimit_<name>` of `server`.
-pub fn info_stat(server: &Server, name: &str) -> i64 {
-    server.info_stat(name)
-}
-
 /// `ms` as a window argument in minutes.
 pub fn minutes(ms: i64) -> String {
     format!("{}m", ms / MINUTE_MS)
