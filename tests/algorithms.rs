@@ -5,6 +5,7 @@
 //! shapes, and what happens when a key's parameters change.
 
 mod support;
+use support::shapes::{seed_every_shape, Rule};
 use support::*;
 
 use redis::{Connection, Value};
@@ -300,39 +301,6 @@ fn replicas_hold_the_primarys_bytes_and_expiries_for_every_algorithm() {
     }
 }
 
-/// A key, the spec it is counted under, and that spec's capacity (the reply's `limit`).
-struct Persisted {
-    key: Vec<u8>,
-    spec: String,
-    capacity: i64,
-}
-
-/// Per algorithm: one tier, two tiers and, for the bucket algorithms, a burst apart from
-/// the limit.
-fn persisted_keys(window_ms: i64) -> Vec<Persisted> {
-    let mut keys = Vec::new();
-    for (i, algo) in ALGORITHMS.into_iter().enumerate() {
-        let mut specs = vec![
-            (format!("10 {window_ms}ms ALGO {algo}"), 10),
-            (
-                format!("10 {window_ms}ms 50 {}ms ALGO {algo}", 24 * window_ms),
-                10,
-            ),
-        ];
-        if algo == "token" || algo == "gcra" {
-            specs.push((format!("10 {window_ms}ms ALGO {algo} BURST 15"), 15));
-        }
-        for (j, (spec, capacity)) in specs.into_iter().enumerate() {
-            keys.push(Persisted {
-                key: key(algo, 10 * i + j),
-                spec,
-                capacity,
-            });
-        }
-    }
-    keys
-}
-
 /// Counts 3 units on every key, has `reload` bring the data back, and checks that the
 /// bytes and absolute expiries are as they were and that one more unit counts on from
 /// the stored state: one less remaining than after the 3.
@@ -344,11 +312,19 @@ fn assert_state_survives(
     let server = config.start();
     let mut con = server.conn();
     let window_ms = window_clear_of_edges(&mut con);
-    let keys = persisted_keys(window_ms);
+    // Per algorithm: one tier, two tiers and, for the bucket algorithms, a burst apart from
+    // the limit.
+    let rule = Rule {
+        limit: 10,
+        window_ms,
+        outer_limit: 50,
+        outer_window_ms: 24 * window_ms,
+        burst: Some(15),
+    };
+    let keys = seed_every_shape(&mut con, "persisted", &rule, &[3]);
     for k in &keys {
-        let r = rl_hit(&mut con, &k.key, &format!("{} COST 3", k.spec));
         assert_eq!(
-            (r.allowed, r.remaining),
+            (k.last.allowed, k.last.remaining),
             (true, k.capacity - 3),
             "{}",
             k.spec
@@ -376,13 +352,7 @@ fn assert_state_survives(
 #[test]
 fn debug_reload_keeps_every_algorithms_state() {
     for flavor in FLAVORS {
-        assert_state_survives(flavor, ServerConfig::new(flavor), |server| {
-            redis::cmd("DEBUG")
-                .arg("RELOAD")
-                .exec(&mut server.conn())
-                .expect("DEBUG RELOAD");
-            server
-        });
+        assert_state_survives(flavor, ServerConfig::new(flavor), Server::debug_reload);
     }
 }
 
@@ -390,12 +360,7 @@ fn debug_reload_keeps_every_algorithms_state() {
 fn an_aof_restart_keeps_every_algorithms_state() {
     for flavor in FLAVORS {
         let config = ServerConfig::new(flavor).arg("appendonly", "yes");
-        assert_state_survives(flavor, config, |server| {
-            let config = server.shutdown("NOSAVE");
-            // Nothing but the AOF could bring the keys back.
-            assert!(!config.dir().join("dump.rdb").exists(), "{flavor:?}");
-            config.start()
-        });
+        assert_state_survives(flavor, config, Server::restart_on_the_aof);
     }
 }
 

@@ -25,18 +25,6 @@ const HOUR_MS: i64 = 3_600_000;
 const UNREACHED: &str = "1000000";
 const UNREACHED_LIMIT: i64 = 1_000_000;
 
-/// Waits out the last `margin_ms` before the server's clock reaches a multiple of
-/// `window_ms`, when fixed windows of that length could end mid-test and reset counts the
-/// test expects to keep (1h windows compared across a failover, 1m ones filled and then
-/// denied). Never waits longer than the margin.
-fn stay_clear_of_window_edges(server: &Server, window_ms: i64, margin_ms: i64) {
-    let into_window = server.time_ms().rem_euclid(window_ms);
-    if into_window > window_ms - margin_ms {
-        let until_past_edge = window_ms - into_window + 1_000;
-        std::thread::sleep(Duration::from_millis(until_past_edge as u64));
-    }
-}
-
 /// Runs `command key args...` (RL.HIT, RL.PEEK, RL.REFUND) on any connection, plain or
 /// cluster, and decodes the five integers.
 fn rl(con: &mut impl ConnectionLike, command: &str, key: &str, args: &[&str]) -> Reply {

@@ -7,15 +7,8 @@ mod support;
 
 use redis::{Connection, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use support::{error_text, Flavor, ServerConfig, FLAVORS};
-
-fn policy_config(flavor: Flavor) -> ServerConfig {
-    let config = ServerConfig::new(flavor);
-    match flavor {
-        Flavor::Redis => config.module_arg("policies-in-rdb").module_arg("yes"),
-        Flavor::Valkey => config,
-    }
-}
+use support::policy::policy_config;
+use support::{error_text, ServerConfig, FLAVORS};
 
 fn text(value: &Value) -> String {
     match value {

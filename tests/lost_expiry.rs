@@ -9,52 +9,11 @@
 mod support;
 
 use redis::Connection;
+use support::shapes::{seed_every_shape, Rule, SeededKey, Tiers};
 use support::{
     get_bytes, pexpiretime, primary_with_replica_configs, rl, server_ms, wait_for_replicas,
     window_clear_of_edges, Server, ServerConfig, FLAVORS,
 };
-
-/// A shape of key: its RL.HIT arguments (`{w}` is a window clear of its edges, in ms) and
-/// whether its time lives only in the key's expiry as a bucket's does (then a hit after the
-/// loss takes the bucket as full and is denied).
-struct Shape {
-    name: &'static str,
-    spec: &'static str,
-    bucket: bool,
-}
-
-const SHAPES: [Shape; 6] = [
-    Shape {
-        name: "fixed (plain count)",
-        spec: "5 {w}ms",
-        bucket: false,
-    },
-    Shape {
-        name: "sliding",
-        spec: "5 {w}ms ALGO sliding",
-        bucket: false,
-    },
-    Shape {
-        name: "log",
-        spec: "5 {w}ms ALGO log",
-        bucket: false,
-    },
-    Shape {
-        name: "token (short form)",
-        spec: "5 {w}ms ALGO token",
-        bucket: true,
-    },
-    Shape {
-        name: "gcra (short form)",
-        spec: "5 {w}ms ALGO gcra",
-        bucket: true,
-    },
-    Shape {
-        name: "two fixed tiers",
-        spec: "5 {w}ms 10 {w2}ms",
-        bucket: false,
-    },
-];
 
 /// How a key loses its expiry.
 #[derive(Debug, Clone, Copy)]
@@ -64,11 +23,11 @@ enum Loss {
     Restore,
 }
 
-fn lose_expiry(con: &mut Connection, key: &str, loss: Loss) {
+fn lose_expiry(con: &mut Connection, key: &[u8], loss: Loss) {
     match loss {
         Loss::Persist => {
             let removed: i64 = redis::cmd("PERSIST").arg(key).query(con).expect("PERSIST");
-            assert_eq!(removed, 1, "{key}: it had an expiry");
+            assert_eq!(removed, 1, "{key:?}: it had an expiry");
         }
         Loss::Restore => {
             let dump: Vec<u8> = redis::cmd("DUMP").arg(key).query(con).expect("DUMP");
@@ -81,14 +40,14 @@ fn lose_expiry(con: &mut Connection, key: &str, loss: Loss) {
                 .expect("RESTORE");
         }
     }
-    assert_eq!(pexpiretime(con, key), -1, "{key}: no expiry left");
+    assert_eq!(pexpiretime(con, key), -1, "{key:?}: no expiry left");
 }
 
 /// Every key's value and absolute expiry, in name order.
-type Dataset = Vec<(String, Option<Vec<u8>>, i64)>;
+type Dataset = Vec<(Vec<u8>, Option<Vec<u8>>, i64)>;
 
 fn dataset(con: &mut Connection) -> Dataset {
-    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).expect("KEYS");
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(con).expect("KEYS");
     keys.sort();
     keys.into_iter()
         .map(|k| {
@@ -99,72 +58,91 @@ fn dataset(con: &mut Connection) -> Dataset {
         .collect()
 }
 
-fn error_of(con: &mut Connection, args: &[&str]) -> Option<String> {
-    let mut cmd = redis::cmd(args[0]);
-    cmd.arg(&args[1..]);
+/// The error `command key <spec split on spaces>` answers, `None` when it succeeds.
+fn error_of(con: &mut Connection, command: &str, key: &[u8], spec: &str) -> Option<String> {
+    let args: Vec<&str> = spec.split_whitespace().collect();
+    let mut cmd = redis::cmd(command);
+    cmd.arg(key).arg(&args);
     cmd.query::<redis::Value>(con).err().map(|e| e.to_string())
 }
 
+/// Every algorithm in every tier shape, limit 5 per `window` ms (a second tier of 10 per
+/// twice that, a burst of 8), each key counted twice, then without its expiry by `loss`.
+/// Not two tiers of sliding: its state lasts two of its longer windows, past the renewed
+/// expiry's bound checked here.
+fn keys_without_expiry(
+    con: &mut Connection,
+    window: i64,
+    loss: Loss,
+    role: &str,
+) -> Vec<SeededKey> {
+    let rule = Rule {
+        limit: 5,
+        window_ms: window,
+        outer_limit: 10,
+        outer_window_ms: 2 * window,
+        burst: Some(8),
+    };
+    let what = format!("lost:{loss:?}:{role}");
+    let keys: Vec<SeededKey> = seed_every_shape(con, &what, &rule, &[1, 1])
+        .into_iter()
+        .filter(|k| !(k.algo == "sliding" && k.tiers == Tiers::Two))
+        .collect();
+    for k in &keys {
+        lose_expiry(con, &k.key, loss);
+    }
+    keys
+}
+
 /// Runs every shape through both losses on `primary` and checks what the commands answer
-/// and write; returns how many keys must be left.
+/// and write.
 fn exercise(primary: &Server, context: &str) {
     let mut con = primary.conn();
     let window = window_clear_of_edges(&mut con);
-    for shape in &SHAPES {
-        let spec = shape
-            .spec
-            .replace("{w2}", &(2 * window).to_string())
-            .replace("{w}", &window.to_string());
-        for loss in [Loss::Persist, Loss::Restore] {
-            let context = format!("{context} {} after {loss:?}", shape.name);
-            let renewed = format!("rl:lost:{}:{loss:?}:renewed", shape.name);
-            let reset = format!("rl:lost:{}:{loss:?}:reset", shape.name);
-            for key in [&renewed, &reset] {
-                for _ in 0..2 {
-                    assert!(rl(&mut con, "RL.HIT", key.as_bytes(), &spec).allowed);
-                }
-                lose_expiry(&mut con, key, loss);
-            }
+    for loss in [Loss::Persist, Loss::Restore] {
+        let renewed_keys = keys_without_expiry(&mut con, window, loss, "renewed");
+        let reset_keys = keys_without_expiry(&mut con, window, loss, "reset");
+        for (k, reset) in renewed_keys.iter().zip(&reset_keys) {
+            let context = format!("{context} {} after {loss:?}", k.spec);
+            let (renewed, spec) = (k.key.as_slice(), k.spec.as_str());
 
             // A look reads it and writes nothing.
-            let before = (
-                get_bytes(&mut con, &renewed),
-                pexpiretime(&mut con, &renewed),
-            );
-            let args: Vec<&str> = spec.split_whitespace().collect();
-            let peek = [&["RL.PEEK", renewed.as_str()][..], &args].concat();
-            assert_eq!(error_of(&mut con, &peek), None, "{context}: RL.PEEK");
-            let after = (
-                get_bytes(&mut con, &renewed),
-                pexpiretime(&mut con, &renewed),
-            );
+            let before = (get_bytes(&mut con, renewed), pexpiretime(&mut con, renewed));
+            let peek = error_of(&mut con, "RL.PEEK", renewed, spec);
+            assert_eq!(peek, None, "{context}: RL.PEEK");
+            let after = (get_bytes(&mut con, renewed), pexpiretime(&mut con, renewed));
             assert_eq!(after, before, "{context}: RL.PEEK wrote");
 
             // A hit renews it and sets its absolute expiry again.
             let now = server_ms(&mut con);
-            let hit = rl(&mut con, "RL.HIT", renewed.as_bytes(), &spec);
-            if shape.bucket {
+            let hit = rl(&mut con, "RL.HIT", renewed, spec);
+            if k.time_in_expiry() {
                 assert!(!hit.allowed, "{context}: a bucket without its time is full");
                 assert!(hit.retry_after_ms <= window, "{context}: {hit:?}");
             } else {
                 assert!(hit.allowed, "{context}: {hit:?}");
-                assert_eq!(hit.remaining, 2, "{context}: the 2 units still count");
+                assert_eq!(
+                    hit.remaining,
+                    k.capacity - 3,
+                    "{context}: the 2 units still count"
+                );
             }
-            let expiry = pexpiretime(&mut con, &renewed);
+            let expiry = pexpiretime(&mut con, renewed);
             assert!(
                 expiry > now && expiry <= server_ms(&mut con) + 2 * window,
                 "{context}: expiry {expiry}, now {now}"
             );
             // And it is a state again, read as such.
-            assert_eq!(error_of(&mut con, &peek), None, "{context}");
+            let peek = error_of(&mut con, "RL.PEEK", renewed, spec);
+            assert_eq!(peek, None, "{context}");
 
             // RL.RESET deletes one that lost its expiry.
             let deleted: i64 = redis::cmd("RL.RESET")
-                .arg(&reset)
+                .arg(&reset.key)
                 .query(&mut con)
                 .unwrap_or_else(|e| panic!("{context}: RL.RESET: {e}"));
             assert_eq!(deleted, 1, "{context}");
-            assert_eq!(get_bytes(&mut con, &reset), None, "{context}");
+            assert_eq!(get_bytes(&mut con, &reset.key), None, "{context}");
         }
     }
     // CL.THROTTLE (GCRA, short form) renews one too.
@@ -178,7 +156,7 @@ fn exercise(primary: &Server, context: &str) {
                 .unwrap_or_else(|e| panic!("{context} CL.THROTTLE after {loss:?}: {e}"))
         };
         cell(&mut con);
-        lose_expiry(&mut con, &key, loss);
+        lose_expiry(&mut con, key.as_bytes(), loss);
         assert_eq!(cell(&mut con).len(), 5, "{context}");
         assert!(pexpiretime(&mut con, &key) > 0, "{context} {loss:?}");
     }

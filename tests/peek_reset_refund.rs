@@ -6,6 +6,7 @@
 //! back.
 
 mod support;
+use support::shapes::{seed_every_shape, Rule, SeededKey};
 use support::*;
 
 use redis::{Connection, Value};
@@ -369,26 +370,34 @@ fn peek_on_a_replica_answers_an_expired_key_as_an_empty_window() {
     }
 }
 
+/// Every algorithm with one tier of 4 per `w` ms, and with a second of 8 per day (24 `w`).
+fn four_then_eight(w: i64) -> Rule {
+    Rule {
+        limit: 4,
+        window_ms: w,
+        outer_limit: 8,
+        outer_window_ms: 24 * w,
+        burst: None,
+    }
+}
+
+/// Each seeded key's name and the arguments it was counted under.
+fn seeded_pairs(seeded: Vec<SeededKey>) -> Vec<(Vec<u8>, String)> {
+    seeded.into_iter().map(|k| (k.key, k.spec)).collect()
+}
+
 #[test]
 fn reset_deletes_the_state_everywhere_and_answers_0_for_no_key() {
     for flavor in FLAVORS {
         let (primary, replica) = quiet_primary_with_replica(flavor);
         let (mut con, mut on_replica) = (primary.conn(), replica.conn());
         let w = window_clear_of_edges(&mut con);
-        let mut names = Vec::new();
-        for algo in ALGORITHMS {
-            for (n, spec) in [
-                format!("4 {w}ms ALGO {algo}"),
-                format!("4 {w}ms 8 {}ms ALGO {algo}", 24 * w),
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                let name = key(algo, 5 + n);
-                assert!(rl(&mut con, "RL.HIT", &name, &format!("{spec} COST 3")).allowed);
-                names.push((name, spec));
-            }
-        }
+        let names = seeded_pairs(seed_every_shape(
+            &mut con,
+            "reset",
+            &four_then_eight(w),
+            &[3],
+        ));
         wait_for_replicas(&mut con, 1);
         for (name, _) in &names {
             assert!(get_bytes(&mut on_replica, name).is_some(), "{flavor:?}");
@@ -743,21 +752,8 @@ fn a_refund_that_empties_a_key_deletes_it_everywhere() {
         let (primary, replica) = primary_with_replica(flavor);
         let (mut con, mut on_replica) = (primary.conn(), replica.conn());
         let w = window_clear_of_edges(&mut con);
-        let mut names = Vec::new();
-        for algo in ALGORITHMS {
-            for (n, spec) in [
-                format!("4 {w}ms ALGO {algo}"),
-                format!("4 {w}ms 8 {}ms ALGO {algo}", 24 * w),
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                let name = key(algo, 13 + n);
-                rl(&mut con, "RL.HIT", &name, &format!("{spec} COST 1"));
-                rl(&mut con, "RL.HIT", &name, &format!("{spec} COST 1"));
-                names.push((name, spec));
-            }
-        }
+        let seeded = seed_every_shape(&mut con, "emptied", &four_then_eight(w), &[1, 1]);
+        let names = seeded_pairs(seeded);
         wait_for_replicas(&mut con, 1);
         for (name, spec) in &names {
             assert!(

@@ -6,21 +6,11 @@ mod support;
 use support::*;
 
 use redis::Connection;
-use std::time::Duration;
 
+/// Every window below is whole hours, so all their edges fall on the hour: the tests wait
+/// out the last minute before one, when a window could end mid-test and reset counts the
+/// test expects to keep.
 const HOUR_MS: i64 = 3_600_000;
-
-/// Waits out the last minute before the hour, when a window could end mid-test and reset
-/// counts the test expects to keep. Every window below is whole hours, so all their edges
-/// fall on the hour. Never waits longer than that minute.
-fn stay_clear_of_window_edges(server: &Server) {
-    const MARGIN_MS: i64 = 60_000;
-    let into_hour = server.time_ms().rem_euclid(HOUR_MS);
-    if into_hour > HOUR_MS - MARGIN_MS {
-        let until_past_edge = HOUR_MS - into_hour + 1_000;
-        std::thread::sleep(Duration::from_millis(until_past_edge as u64));
-    }
-}
 
 /// A key counted up to `count` units of `limit` per window.
 struct Counted {
@@ -131,7 +121,7 @@ fn assert_counting_continues(server: &Server, keys: &[Counted], before: &[(Optio
 /// (restarting or not), and checks every key is as it was and counting goes on from there.
 fn assert_state_survives(config: ServerConfig, reload: impl FnOnce(Server) -> Server) {
     let server = config.start();
-    stay_clear_of_window_edges(&server);
+    stay_clear_of_window_edges(&server, HOUR_MS, 60_000);
     let keys = counted_keys();
     let mut con = server.conn();
     for k in &keys {
@@ -148,37 +138,21 @@ fn assert_state_survives(config: ServerConfig, reload: impl FnOnce(Server) -> Se
 fn aof_replay_restores_counts_and_expiries() {
     for flavor in FLAVORS {
         let config = ServerConfig::new(flavor).arg("appendonly", "yes");
-        assert_state_survives(config, |server| {
-            let config = server.shutdown("NOSAVE");
-            // Nothing but the AOF could have brought the keys back.
-            assert!(!config.dir().join("dump.rdb").exists(), "{flavor:?}");
-            config.start()
-        });
+        assert_state_survives(config, Server::restart_on_the_aof);
     }
 }
 
 #[test]
 fn rdb_restores_counts_and_expiries() {
     for flavor in FLAVORS {
-        assert_state_survives(ServerConfig::new(flavor), |server| {
-            redis::cmd("SAVE").exec(&mut server.conn()).expect("SAVE");
-            let config = server.shutdown("NOSAVE");
-            assert!(config.dir().join("dump.rdb").exists(), "{flavor:?}");
-            config.start()
-        });
+        assert_state_survives(ServerConfig::new(flavor), Server::save_and_restart);
     }
 }
 
 #[test]
 fn debug_reload_restores_counts_and_expiries() {
     for flavor in FLAVORS {
-        assert_state_survives(ServerConfig::new(flavor), |server| {
-            redis::cmd("DEBUG")
-                .arg("RELOAD")
-                .exec(&mut server.conn())
-                .expect("DEBUG RELOAD");
-            server
-        });
+        assert_state_survives(ServerConfig::new(flavor), Server::debug_reload);
     }
 }
 
@@ -197,7 +171,7 @@ fn changes_since_save(server: &Server) -> i64 {
 fn allowed_hits_count_as_changes_for_save_rules() {
     for flavor in FLAVORS {
         let server = ServerConfig::new(flavor).start();
-        stay_clear_of_window_edges(&server);
+        stay_clear_of_window_edges(&server, HOUR_MS, 60_000);
         let mut con = server.conn();
         assert_eq!(changes_since_save(&server), 0, "{flavor:?}");
         for _ in 0..3 {
@@ -229,7 +203,7 @@ fn assert_aof_loads_without_module(flavor: Flavor, preamble: Option<&str>, base_
         config = config.arg("aof-use-rdb-preamble", preamble);
     }
     let server = config.start();
-    stay_clear_of_window_edges(&server);
+    stay_clear_of_window_edges(&server, HOUR_MS, 60_000);
     let keys = counted_keys();
     let (in_base, appended) = keys.split_at(keys.len() / 2);
     let mut con = server.conn();

@@ -10,6 +10,7 @@ mod support;
 use redis::Connection;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::policy::{policy_cmd, policy_config};
 use support::{error_text, module_path, Flavor, ServerConfig, FLAVORS};
 
 /// The log line of a refused load, up to the command's name.
@@ -119,17 +120,12 @@ fn renamed_away(mut config: ServerConfig, command: &str) -> ServerConfig {
 }
 
 fn policy_set(con: &mut Connection) -> redis::RedisResult<String> {
-    redis::cmd("RL.POLICY")
-        .arg(&["SET", "api", "5", "1m"])
-        .query(con)
+    policy_cmd(&["SET", "api", "5", "1m"]).query(con)
 }
 
+/// A server whose policies persist (see [`policy_config`]), without `CONFIG`.
 fn without_config(flavor: Flavor) -> ServerConfig {
-    let config = renamed_away(ServerConfig::new(flavor), "CONFIG");
-    match flavor {
-        Flavor::Redis => config.module_arg("policies-in-rdb").module_arg("yes"),
-        Flavor::Valkey => config,
-    }
+    renamed_away(policy_config(flavor), "CONFIG")
 }
 
 #[test]
@@ -144,9 +140,7 @@ fn without_config_the_module_loads_and_refuses_policies_it_cannot_vouch_for() {
             .arg("aof-use-rdb-preamble", "no")
             .start();
         let mut con = server.conn();
-        let set = redis::cmd("RL.POLICY")
-            .arg(&["SET", "api", "5", "1m"])
-            .clone();
+        let set = policy_cmd(&["SET", "api", "5", "1m"]);
         assert_eq!(error_text(&mut con, &set), cannot_tell, "{flavor:?}");
         let names: Vec<String> = redis::cmd("RL.POLICY")
             .arg("LIST")

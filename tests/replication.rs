@@ -11,7 +11,7 @@ use std::time::Duration;
 const HOUR_MS: i64 = 3_600_000;
 
 /// Windows as RL.HIT accepts them, with their length in ms. All are whole hours, so every
-/// window edge falls on the hour (see [`stay_clear_of_window_edges`]).
+/// window edge falls on the hour, and the tests wait out the minute before one.
 const WINDOWS: [(&str, i64); 7] = [
     ("1h", HOUR_MS),
     ("2h", 2 * HOUR_MS),
@@ -21,17 +21,6 @@ const WINDOWS: [(&str, i64); 7] = [
     ("7d", 7 * 24 * HOUR_MS),
     ("30d", 30 * 24 * HOUR_MS),
 ];
-
-/// Waits out the last minute before the hour, when a window could end mid-test and reset
-/// counts the test expects to keep growing. Never waits longer than that minute.
-fn stay_clear_of_window_edges(server: &Server) {
-    const MARGIN_MS: i64 = 60_000;
-    let into_hour = server.time_ms().rem_euclid(HOUR_MS);
-    if into_hour > HOUR_MS - MARGIN_MS {
-        let until_past_edge = HOUR_MS - into_hour + 1_000;
-        std::thread::sleep(Duration::from_millis(until_past_edge as u64));
-    }
-}
 
 /// Key number `i`: plain names and names with NUL, 0xff, CR LF and non-ASCII bytes, plus
 /// the empty name, all distinct.
@@ -192,7 +181,7 @@ fn loaded_modules(server: &Server) -> Vec<String> {
 fn replica_holds_the_primarys_bytes_and_expiries() {
     for flavor in FLAVORS {
         let (primary, replica) = primary_with_replica(flavor);
-        stay_clear_of_window_edges(&primary);
+        stay_clear_of_window_edges(&primary, HOUR_MS, 60_000);
         let plans = plans();
         let mut con = primary.conn();
         let allowed = run_plans(&mut con, &plans);
@@ -217,7 +206,7 @@ fn replica_without_the_module_holds_the_same_state() {
         );
         assert_eq!(loaded_modules(&replica), Vec::<String>::new(), "{flavor:?}");
         assert_eq!(loaded_modules(&primary), vec!["ratelimit"], "{flavor:?}");
-        stay_clear_of_window_edges(&primary);
+        stay_clear_of_window_edges(&primary, HOUR_MS, 60_000);
         let plans = plans();
         let mut con = primary.conn();
         run_plans(&mut con, &plans);
@@ -232,7 +221,7 @@ fn replica_without_the_module_holds_the_same_state() {
 fn replica_attached_late_holds_the_same_state() {
     for flavor in FLAVORS {
         let primary = ServerConfig::new(flavor).start();
-        stay_clear_of_window_edges(&primary);
+        stay_clear_of_window_edges(&primary, HOUR_MS, 60_000);
         let plans = plans();
         let (before_sync, after_sync) = plans.split_at(plans.len() / 2);
         let mut con = primary.conn();
@@ -265,7 +254,7 @@ fn denied_and_failing_hits_propagate_nothing() {
             ServerConfig::new(flavor).arg("repl-ping-replica-period", "3600"),
             ServerConfig::new(flavor),
         );
-        stay_clear_of_window_edges(&primary);
+        stay_clear_of_window_edges(&primary, HOUR_MS, 60_000);
         let mut con = primary.conn();
         let mut rl_hit_calls = 0;
 

@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 pub mod cluster;
+pub mod policy;
+pub mod shapes;
 
 /// Which server implementation to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,6 +367,42 @@ impl Server {
         self.config.clone()
     }
 
+    /// `DEBUG RELOAD`: the server saves an RDB and loads it again, without a restart.
+    pub fn debug_reload(self) -> Server {
+        redis::cmd("DEBUG")
+            .arg("RELOAD")
+            .exec(&mut self.conn())
+            .expect("DEBUG RELOAD");
+        self
+    }
+
+    /// Shuts down without saving and starts again, on the AOF alone (the server runs with
+    /// `appendonly yes`).
+    pub fn restart_on_the_aof(self) -> Server {
+        let flavor = self.config.flavor;
+        let config = self.shutdown("NOSAVE");
+        // Nothing but the AOF could bring the data back.
+        assert!(!config.dir().join("dump.rdb").exists(), "{flavor:?}");
+        config.start()
+    }
+
+    /// `SAVE`, then shuts down without saving again and starts on that RDB.
+    pub fn save_and_restart(self) -> Server {
+        let flavor = self.config.flavor;
+        redis::cmd("SAVE").exec(&mut self.conn()).expect("SAVE");
+        let config = self.shutdown("NOSAVE");
+        assert!(config.dir().join("dump.rdb").exists(), "{flavor:?}");
+        config.start()
+    }
+
+    /// `INFO ratelimit` field `ratelimit_<name>`.
+    pub fn info_stat(&self, name: &str) -> i64 {
+        self.info_field("ratelimit", &format!("ratelimit_{name}"))
+            .unwrap_or_else(|| panic!("INFO ratelimit has no ratelimit_{name}"))
+            .parse()
+            .expect("a count")
+    }
+
     /// The child's pid, for signals.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(Child::id).unwrap_or(0)
@@ -394,13 +432,18 @@ pub fn primary_with_replica_configs(
     let replica = replica
         .arg("replicaof", &format!("127.0.0.1 {}", primary.port()))
         .start();
+    wait_for_link(&replica);
+    (primary, replica)
+}
+
+/// Waits until `replica`'s link to its primary is up (the full sync done).
+pub fn wait_for_link(replica: &Server) {
     wait_until(Duration::from_secs(30), "replica link up", || {
         replica
             .info_field("replication", "master_link_status")
             .as_deref()
             == Some("up")
     });
-    (primary, replica)
 }
 
 /// Waits until every write made on `con` (a connection to the primary) reached
@@ -497,6 +540,17 @@ pub fn pexpiretime(con: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
 pub fn server_ms(con: &mut Connection) -> i64 {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
     secs * 1_000 + micros / 1_000
+}
+
+/// Waits out the last `margin_ms` before the server's clock reaches a multiple of
+/// `window_ms`, when fixed windows of that length could end mid-test and reset counts the
+/// test expects to keep. Never waits longer than the margin (and a second past the edge).
+pub fn stay_clear_of_window_edges(server: &Server, window_ms: i64, margin_ms: i64) {
+    let into_window = server.time_ms().rem_euclid(window_ms);
+    if into_window > window_ms - margin_ms {
+        let until_past_edge = window_ms - into_window + 1_000;
+        std::thread::sleep(Duration::from_millis(until_past_edge as u64));
+    }
 }
 
 /// A window of about an hour, in whole minutes, whose current epoch-aligned instance ends
