@@ -163,6 +163,20 @@ impl Rate {
 /// [`Token`](super::token_bucket::Token) `= Bucket<4>`. The id is a const parameter rather
 /// than a field so that each instance is its own type: the limiter stays monomorphised for
 /// each, with no dispatch at run time, and the stored id cannot differ from the type.
+///
+/// # Example
+///
+/// The two instances decide alike; only their stored id tells them apart.
+///
+/// ```
+/// use ratelimit_core::algorithm::{Algorithm, Quota};
+/// use ratelimit_core::{gcra::Gcra, token_bucket::Token};
+///
+/// let quota = Quota { limit: 10, window_ms: 1_000, burst: 3 };
+/// let t0 = 1_796_083_200_000;
+/// assert_eq!(Gcra::check(None, t0, &quota, 2), Token::check(None, t0, &quota, 2));
+/// assert_eq!((Token::ID, Gcra::ID), (4, 5));
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Bucket<const ID: u8>;
 

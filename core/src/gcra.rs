@@ -29,8 +29,8 @@
 //! look fuller: elapsed time below zero counts as zero, never as a free burst. A state
 //! always ends within [`span_ms`](super::algorithm::Algorithm::span_ms) = `burst * T` of
 //! the write; one that lasts longer from `now` (the clock went back by more than that) is
-//! renewed by `limiter` from its usage, so no wait is longer than the span. The key expires at TAT, when the
-//! state is the same as no state.
+//! renewed by `limiter` from its usage, so no wait is longer than the span. The key
+//! expires at TAT, when the state is the same as no state.
 //!
 //! **Memory.** One 8-byte time per tier (plus the tier's parameters in the stored value),
 //! whatever the traffic or the limit.
@@ -44,6 +44,25 @@ use super::bucket::Bucket;
 
 /// The GCRA algorithm: the [`Bucket`] arithmetic stored under id 5. Its state is a
 /// [`BucketState`](super::bucket::BucketState).
+///
+/// # Example
+///
+/// One unit per second with a tolerance of one: units are spaced a second apart, and the
+/// wait is exact.
+///
+/// ```
+/// use ratelimit_core::algorithm::{Algorithm, Quota};
+/// use ratelimit_core::gcra::Gcra;
+///
+/// let quota = Quota::new(1, 1_000);
+/// let t0 = 1_796_083_200_000;
+/// let first = Gcra::check(None, t0, &quota, 1)?;
+/// assert!(first.decision.allowed);
+/// let early = Gcra::check(first.charged.as_ref(), t0 + 400, &quota, 1)?.decision;
+/// assert_eq!((early.allowed, early.retry_after_ms), (false, 600));
+/// assert!(Gcra::check(first.charged.as_ref(), t0 + 1_000, &quota, 1)?.decision.allowed);
+/// # Ok::<(), ratelimit_core::algorithm::OutOfRange>(())
+/// ```
 pub type Gcra = Bucket<5>;
 
 #[cfg(test)]

@@ -31,6 +31,26 @@ use super::bucket::Bucket;
 
 /// The token-bucket algorithm: the [`Bucket`] arithmetic stored under id 4. Its state is a
 /// [`BucketState`](super::bucket::BucketState): the instant the bucket is full again.
+///
+/// # Example
+///
+/// A bucket of 4 tokens refilled at 2 per second: 3 taken leave 1, and 2 more are there
+/// half a second later.
+///
+/// ```
+/// use ratelimit_core::algorithm::{Algorithm, Quota};
+/// use ratelimit_core::token_bucket::Token;
+///
+/// let quota = Quota { limit: 2, window_ms: 1_000, burst: 4 };
+/// let t0 = 1_796_083_200_000;
+/// let three = Token::check(None, t0, &quota, 3)?;
+/// let d = three.decision;
+/// assert_eq!((d.allowed, d.limit, d.remaining, d.reset_after_ms), (true, 4, 1, 1_500));
+/// let two_now = Token::check(three.charged.as_ref(), t0, &quota, 2)?.decision;
+/// assert_eq!((two_now.allowed, two_now.retry_after_ms), (false, 500));
+/// assert!(Token::check(three.charged.as_ref(), t0 + 500, &quota, 2)?.decision.allowed);
+/// # Ok::<(), ratelimit_core::algorithm::OutOfRange>(())
+/// ```
 pub type Token = Bucket<4>;
 
 /// The whole tokens in the bucket at `now_ms` (`burst` for no state): `view`'s
