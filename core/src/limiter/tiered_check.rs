@@ -9,6 +9,7 @@ use crate::encoding::{encode_count, encode_short, encode_tiers};
 
 /// The states the request starts from, one per tier (`None`: empty).
 pub(super) struct Start<S> {
+    /// One per tier, in request order.
     pub(super) states: PerTier<Option<S>>,
     /// The key was renewed from its usage (see the module docs): worth writing even when
     /// nothing is counted.
@@ -18,6 +19,9 @@ pub(super) struct Start<S> {
     pub(super) lost_expiry: bool,
 }
 
+/// The stored states when they were written with the request's parameters and last no
+/// longer than their span from now; else states seeded with the units the old ones still
+/// count (a renewal, see the module docs of [`limiter`](super)).
 pub(super) fn starting_states<A: Algorithm>(
     prior: Prior<A::State>,
     tiers: &[Quota],
@@ -74,6 +78,8 @@ pub(super) fn starting_states<A: Algorithm>(
     })
 }
 
+/// Checks `cost` in every tier: counted in all of them when every tier allows (and
+/// `writes`, which a look does not), else in none.
 pub(super) fn check<A: Algorithm>(
     start: Start<A::State>,
     tiers: &[Quota],
@@ -122,6 +128,8 @@ pub(super) fn check<A: Algorithm>(
     })
 }
 
+/// Gives back up to `amount` units in every tier, never below empty; an emptied key is
+/// deleted.
 pub(super) fn refund<A: Algorithm>(
     start: Start<A::State>,
     tiers: &[Quota],
@@ -181,6 +189,8 @@ pub(super) fn refund<A: Algorithm>(
     })
 }
 
+/// The write that keeps a renewal, or a state that lost its expiry, when nothing is
+/// counted: so the announced wait holds, and the key goes when its state does.
 fn renewal<A: Algorithm>(tiers: &[Quota], states: PerTier<Option<A::State>>, now_ms: i64) -> Write {
     let states: Option<PerTier<A::State>> = states.into_iter().collect();
     states.map_or(Write::Nothing, |states| store::<A>(tiers, &states, now_ms))
