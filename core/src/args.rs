@@ -150,6 +150,28 @@ fn is_option(arg: &[u8]) -> bool {
 /// Parses `limit window [limit window ...] [ALGO name] [BURST b] [COST n]`. Takes an
 /// iterator so that the command layer can hand over the server's arguments without
 /// collecting them first.
+///
+/// # Example
+///
+/// `RL.HIT user:42 10 1m 100 1h ALGO sliding COST 2`, whose arguments after the key are:
+///
+/// ```
+/// use ratelimit_core::algorithm::Quota;
+/// use ratelimit_core::args::{parse_limits, ArgError, Settings};
+/// use ratelimit_core::limiter::AlgorithmKind;
+///
+/// let args: [&[u8]; 8] = [b"10", b"1m", b"100", b"1h", b"ALGO", b"sliding", b"COST", b"2"];
+/// let parsed = parse_limits(args.into_iter(), &Settings::default())?;
+/// assert_eq!(parsed.limits.algorithm, AlgorithmKind::Sliding);
+/// assert_eq!(parsed.limits.tiers[..], [Quota::new(10, 60_000), Quota::new(100, 3_600_000)]);
+/// assert_eq!(parsed.cost, 2);
+///
+/// // A window above `ratelimit.max-window-ms` (366 days by default) is refused.
+/// let too_long: [&[u8]; 2] = [b"5", b"400d"];
+/// let refused = parse_limits(too_long.into_iter(), &Settings::default()).unwrap_err();
+/// assert_eq!(refused.message(), "ERR window must be at most 366d (ratelimit.max-window-ms)");
+/// # Ok::<(), ArgError>(())
+/// ```
 pub fn parse_limits<'a>(
     args: impl ExactSizeIterator<Item = &'a [u8]>,
     settings: &Settings,

@@ -37,7 +37,7 @@
 //! counted meanwhile, and it is the shortest such wait in whole milliseconds.
 
 use super::algorithm::checked::{add, mul, sub, to_i64};
-use super::algorithm::{OutOfRange, Quota, TierCheck, View};
+use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
 use super::codec::{put_i64, Bytes, Reader};
 use super::decision::{Decision, NEVER};
 
@@ -155,242 +155,192 @@ impl Rate {
     }
 }
 
-/// Checks whether `cost` units fit at `now_ms` and, when they do, returns the state with
-/// them counted (see [`Algorithm::check`](super::algorithm::Algorithm::check)). A cost of 0
-/// checks without taking anything (allowed unless the bucket is over-full); a negative cost
-/// counts as 0.
-pub fn check(
-    state: Option<&BucketState>,
-    now_ms: i64,
-    quota: &Quota,
-    cost: i64,
-) -> Result<TierCheck<BucketState>, OutOfRange> {
-    let rate = Rate::new(quota)?;
-    let now = rate.now(now_ms)?;
-    let fill = rate.fill(state, now)?;
-    let cost = cost.max(0);
-    let needed = add(fill, mul(rate.interval, i128::from(cost))?)?;
-    if needed <= rate.tolerance {
-        // max(TAT, now) + c*T, with max(TAT, now) = now + fill.
-        let (next, tat) = rate.store(add(now, needed)?)?;
-        let fill = sub(tat, now)?;
-        return Ok(TierCheck {
+/// One bucket algorithm, told apart from the other only by the id `ID` it is stored under.
+///
+/// GCRA and the token bucket are one algorithm seen two ways (a theoretical arrival time
+/// is the instant a bucket is full again), so they share this one arithmetic: each is an
+/// instance of this type, [`Gcra`](super::gcra::Gcra) `= Bucket<5>` and
+/// [`Token`](super::token_bucket::Token) `= Bucket<4>`. The id is a const parameter rather
+/// than a field so that each instance is its own type: the limiter stays monomorphised for
+/// each, with no dispatch at run time, and the stored id cannot differ from the type.
+///
+/// # Example
+///
+/// The two instances decide alike; only their stored id tells them apart.
+///
+/// ```
+/// use ratelimit_core::algorithm::{Algorithm, Quota};
+/// use ratelimit_core::{gcra::Gcra, token_bucket::Token};
+///
+/// let quota = Quota { limit: 10, window_ms: 1_000, burst: 3 };
+/// let t0 = 1_796_083_200_000;
+/// assert_eq!(Gcra::check(None, t0, &quota, 2), Token::check(None, t0, &quota, 2));
+/// assert_eq!((Token::ID, Gcra::ID), (4, 5));
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Bucket<const ID: u8>;
+
+impl<const ID: u8> Algorithm for Bucket<ID> {
+    type State = BucketState;
+    const ID: u8 = ID;
+
+    /// Checks whether `cost` units fit at `now_ms` and, when they do, returns the state
+    /// with them counted. A cost of 0 checks without taking anything (allowed unless the
+    /// bucket is over-full); a negative cost counts as 0.
+    fn check(
+        state: Option<&BucketState>,
+        now_ms: i64,
+        quota: &Quota,
+        cost: i64,
+    ) -> Result<TierCheck<BucketState>, OutOfRange> {
+        let rate = Rate::new(quota)?;
+        let now = rate.now(now_ms)?;
+        let fill = rate.fill(state, now)?;
+        let cost = cost.max(0);
+        let needed = add(fill, mul(rate.interval, i128::from(cost))?)?;
+        if needed <= rate.tolerance {
+            // max(TAT, now) + c*T, with max(TAT, now) = now + fill.
+            let (next, tat) = rate.store(add(now, needed)?)?;
+            let fill = sub(tat, now)?;
+            return Ok(TierCheck {
+                decision: Decision {
+                    allowed: true,
+                    limit: rate.burst,
+                    remaining: rate.remaining(fill),
+                    reset_after_ms: rate.ceil_ms(fill)?,
+                    retry_after_ms: 0,
+                },
+                charged: Some(next),
+            });
+        }
+        // It fits once fill + c*T <= b*T: after `needed - tolerance` more ticks.
+        let retry_after_ms = if cost > rate.burst {
+            NEVER
+        } else {
+            rate.ceil_ms(sub(needed, rate.tolerance)?)?
+        };
+        Ok(TierCheck {
             decision: Decision {
-                allowed: true,
+                allowed: false,
                 limit: rate.burst,
                 remaining: rate.remaining(fill),
                 reset_after_ms: rate.ceil_ms(fill)?,
-                retry_after_ms: 0,
+                retry_after_ms,
             },
-            charged: Some(next),
-        });
+            charged: None,
+        })
     }
-    // It fits once fill + c*T <= b*T: after `needed - tolerance` more ticks.
-    let retry_after_ms = if cost > rate.burst {
-        NEVER
-    } else {
-        rate.ceil_ms(sub(needed, rate.tolerance)?)?
-    };
-    Ok(TierCheck {
-        decision: Decision {
-            allowed: false,
-            limit: rate.burst,
+
+    /// Units that could be taken at `now_ms`, and the ms until the bucket is full again.
+    fn view(state: Option<&BucketState>, now_ms: i64, quota: &Quota) -> Result<View, OutOfRange> {
+        let rate = Rate::new(quota)?;
+        let fill = rate.fill(state, rate.now(now_ms)?)?;
+        Ok(View {
             remaining: rate.remaining(fill),
             reset_after_ms: rate.ceil_ms(fill)?,
-            retry_after_ms,
-        },
-        charged: None,
-    })
-}
-
-/// Units that could be taken at `now_ms`, and the ms until the bucket is full again.
-pub fn view(state: Option<&BucketState>, now_ms: i64, quota: &Quota) -> Result<View, OutOfRange> {
-    let rate = Rate::new(quota)?;
-    let fill = rate.fill(state, rate.now(now_ms)?)?;
-    Ok(View {
-        remaining: rate.remaining(fill),
-        reset_after_ms: rate.ceil_ms(fill)?,
-    })
-}
-
-/// The capacity: `burst`.
-pub fn capacity(quota: &Quota) -> i64 {
-    quota.burst.max(1)
-}
-
-/// The longest a state made at `now` lasts: b*T rounded up to whole ms (`i64::MAX` if
-/// longer). The product of two `i64` cannot overflow an `i128`.
-pub fn span_ms(quota: &Quota) -> i64 {
-    let burst_window = i128::from(capacity(quota)) * i128::from(quota.window_ms.max(1));
-    let span = div_ceil(burst_window, i128::from(quota.limit.max(1)));
-    i64::try_from(span).unwrap_or(i64::MAX)
-}
-
-/// Moves the TAT back by `amount * T`, never before `now_ms` (never above capacity).
-/// `None` when nothing changes: no state, an empty bucket, or `amount` < 1.
-pub fn refund(
-    state: Option<&BucketState>,
-    now_ms: i64,
-    quota: &Quota,
-    amount: i64,
-) -> Option<BucketState> {
-    let state = state.filter(|_| amount >= 1)?;
-    let rate = Rate::new(quota).ok()?;
-    let now = rate.now(now_ms).ok()?;
-    let tat = rate.load(state).ok()?;
-    if tat <= now {
-        return None;
+        })
     }
-    let back = rate
-        .interval
-        .checked_mul(i128::from(amount))
-        .unwrap_or(i128::MAX);
-    let (next, _) = rate.store(tat.saturating_sub(back).max(now)).ok()?;
-    (next != *state).then_some(next)
-}
 
-/// Units the state counts at `now_ms`: `fill / T` rounded up, >= 0. A clock reading so
-/// early that it cannot be computed counts as a full bucket, never as an empty one.
-pub fn used(state: &BucketState, now_ms: i64, quota: &Quota) -> i64 {
-    let units = Rate::new(quota).and_then(|rate| {
-        let fill = rate.fill(Some(state), rate.now(now_ms)?)?;
-        Ok(div_ceil(fill, rate.interval))
-    });
-    units.map_or(i64::MAX, |units| i64::try_from(units).unwrap_or(i64::MAX))
-}
-
-/// The state that counts `used` units at `now_ms`: TAT = now + used * T.
-pub fn seeded(used: i64, now_ms: i64, quota: &Quota) -> Result<BucketState, OutOfRange> {
-    let rate = Rate::new(quota)?;
-    let tat = add(
-        rate.now(now_ms)?,
-        mul(rate.interval, i128::from(used.max(0)))?,
-    )?;
-    Ok(rate.store(tat)?.0)
-}
-
-/// The TAT in ms, rounded up: from then on the state is the same as no state.
-pub fn expires_at_ms(state: &BucketState) -> i64 {
-    // An i64 divided by 10^6 and rounded up fits an i64.
-    i64::try_from(div_ceil(i128::from(state.tat_ns), NS_PER_MS)).unwrap_or(i64::MAX)
-}
-
-/// The ns by which the TAT falls short of the key's expiry (`expires_at_ms`, the TAT
-/// rounded up to a ms): 0 when the TAT is a whole ms, always below 10^6. With the expiry it
-/// gives the TAT back, so a single-tier key need not store the 8-byte time.
-pub fn to_short(state: &BucketState, expires_at_ms: i64) -> Option<i64> {
-    let short = i128::from(expires_at_ms) * NS_PER_MS - i128::from(state.tat_ns);
-    i64::try_from(short)
-        .ok()
-        .filter(|&ns| (0..1_000_000).contains(&ns))
-}
-
-/// The state [`to_short`] stood for.
-pub fn from_short(short: i64, expires_at_ms: i64) -> Option<BucketState> {
-    if !(0..1_000_000).contains(&short) {
-        return None;
+    /// The capacity: `burst`.
+    fn capacity(quota: &Quota) -> i64 {
+        quota.burst.max(1)
     }
-    let tat_ns = i128::from(expires_at_ms) * NS_PER_MS - i128::from(short);
-    Some(BucketState {
-        tat_ns: i64::try_from(tat_ns).ok()?,
-    })
-}
 
-/// Appends the TAT as 8 little-endian bytes.
-pub fn encode(state: &BucketState, out: &mut Bytes) {
-    put_i64(out, state.tat_ns);
-}
+    /// The longest a state made at `now` lasts: b*T rounded up to whole ms (`i64::MAX` if
+    /// longer). The product of two `i64` cannot overflow an `i128`.
+    fn span_ms(quota: &Quota) -> i64 {
+        let burst_window = i128::from(Self::capacity(quota)) * i128::from(quota.window_ms.max(1));
+        let span = div_ceil(burst_window, i128::from(quota.limit.max(1)));
+        i64::try_from(span).unwrap_or(i64::MAX)
+    }
 
-/// Reads 8 bytes written by [`encode`]; `None` if they are missing.
-pub fn decode(reader: &mut Reader<'_>) -> Option<BucketState> {
-    Some(BucketState {
-        tat_ns: reader.i64()?,
-    })
-}
-
-/// Implements [`Algorithm`](super::algorithm::Algorithm) for `$name` (with id `$id`) on the
-/// arithmetic of this module: GCRA and the token bucket are the same algorithm under two
-/// names, so they share one implementation.
-macro_rules! bucket_algorithm {
-    ($name:ident, $id:expr) => {
-        impl $crate::algorithm::Algorithm for $name {
-            type State = $crate::bucket::BucketState;
-            const ID: u8 = $id;
-
-            fn check(
-                state: Option<&Self::State>,
-                now_ms: i64,
-                quota: &$crate::algorithm::Quota,
-                cost: i64,
-            ) -> Result<$crate::algorithm::TierCheck<Self::State>, $crate::algorithm::OutOfRange>
-            {
-                $crate::bucket::check(state, now_ms, quota, cost)
-            }
-
-            fn view(
-                state: Option<&Self::State>,
-                now_ms: i64,
-                quota: &$crate::algorithm::Quota,
-            ) -> Result<$crate::algorithm::View, $crate::algorithm::OutOfRange> {
-                $crate::bucket::view(state, now_ms, quota)
-            }
-
-            fn capacity(quota: &$crate::algorithm::Quota) -> i64 {
-                $crate::bucket::capacity(quota)
-            }
-
-            fn span_ms(quota: &$crate::algorithm::Quota) -> i64 {
-                $crate::bucket::span_ms(quota)
-            }
-
-            fn refund(
-                state: Option<&Self::State>,
-                now_ms: i64,
-                quota: &$crate::algorithm::Quota,
-                amount: i64,
-            ) -> Option<Self::State> {
-                $crate::bucket::refund(state, now_ms, quota, amount)
-            }
-
-            fn used(state: &Self::State, now_ms: i64, quota: &$crate::algorithm::Quota) -> i64 {
-                $crate::bucket::used(state, now_ms, quota)
-            }
-
-            fn seeded(
-                used: i64,
-                now_ms: i64,
-                quota: &$crate::algorithm::Quota,
-            ) -> Result<Self::State, $crate::algorithm::OutOfRange> {
-                $crate::bucket::seeded(used, now_ms, quota)
-            }
-
-            fn expires_at_ms(state: &Self::State, _quota: &$crate::algorithm::Quota) -> i64 {
-                $crate::bucket::expires_at_ms(state)
-            }
-
-            fn to_short(state: &Self::State, expires_at_ms: i64) -> Option<i64> {
-                $crate::bucket::to_short(state, expires_at_ms)
-            }
-
-            fn from_short(short: i64, expires_at_ms: i64) -> Option<Self::State> {
-                $crate::bucket::from_short(short, expires_at_ms)
-            }
-
-            fn encode(state: &Self::State, out: &mut $crate::codec::Bytes) {
-                $crate::bucket::encode(state, out);
-            }
-
-            fn decode(reader: &mut $crate::codec::Reader<'_>) -> Option<Self::State> {
-                $crate::bucket::decode(reader)
-            }
+    /// Moves the TAT back by `amount * T`, never before `now_ms` (never above capacity).
+    /// `None` when nothing changes: no state, an empty bucket, or `amount` < 1.
+    fn refund(
+        state: Option<&BucketState>,
+        now_ms: i64,
+        quota: &Quota,
+        amount: i64,
+    ) -> Option<BucketState> {
+        let state = state.filter(|_| amount >= 1)?;
+        let rate = Rate::new(quota).ok()?;
+        let now = rate.now(now_ms).ok()?;
+        let tat = rate.load(state).ok()?;
+        if tat <= now {
+            return None;
         }
-    };
+        let back = rate
+            .interval
+            .checked_mul(i128::from(amount))
+            .unwrap_or(i128::MAX);
+        let (next, _) = rate.store(tat.saturating_sub(back).max(now)).ok()?;
+        (next != *state).then_some(next)
+    }
+
+    /// Units the state counts at `now_ms`: `fill / T` rounded up, >= 0. A clock reading so
+    /// early that it cannot be computed counts as a full bucket, never as an empty one.
+    fn used(state: &BucketState, now_ms: i64, quota: &Quota) -> i64 {
+        let units = Rate::new(quota).and_then(|rate| {
+            let fill = rate.fill(Some(state), rate.now(now_ms)?)?;
+            Ok(div_ceil(fill, rate.interval))
+        });
+        units.map_or(i64::MAX, |units| i64::try_from(units).unwrap_or(i64::MAX))
+    }
+
+    /// The state that counts `used` units at `now_ms`: TAT = now + used * T.
+    fn seeded(used: i64, now_ms: i64, quota: &Quota) -> Result<BucketState, OutOfRange> {
+        let rate = Rate::new(quota)?;
+        let tat = add(
+            rate.now(now_ms)?,
+            mul(rate.interval, i128::from(used.max(0)))?,
+        )?;
+        Ok(rate.store(tat)?.0)
+    }
+
+    /// The TAT in ms, rounded up: from then on the state is the same as no state.
+    fn expires_at_ms(state: &BucketState, _quota: &Quota) -> i64 {
+        // An i64 divided by 10^6 and rounded up fits an i64.
+        i64::try_from(div_ceil(i128::from(state.tat_ns), NS_PER_MS)).unwrap_or(i64::MAX)
+    }
+
+    /// The ns by which the TAT falls short of the key's expiry (`expires_at_ms`, the TAT
+    /// rounded up to a ms): 0 when the TAT is a whole ms, always below 10^6. With the
+    /// expiry it gives the TAT back, so a single-tier key need not store the 8-byte time.
+    fn to_short(state: &BucketState, expires_at_ms: i64) -> Option<i64> {
+        let short = i128::from(expires_at_ms) * NS_PER_MS - i128::from(state.tat_ns);
+        i64::try_from(short)
+            .ok()
+            .filter(|&ns| (0..1_000_000).contains(&ns))
+    }
+
+    /// The state [`to_short`](Self::to_short) stood for.
+    fn from_short(short: i64, expires_at_ms: i64) -> Option<BucketState> {
+        if !(0..1_000_000).contains(&short) {
+            return None;
+        }
+        let tat_ns = i128::from(expires_at_ms) * NS_PER_MS - i128::from(short);
+        Some(BucketState {
+            tat_ns: i64::try_from(tat_ns).ok()?,
+        })
+    }
+
+    /// Appends the TAT as 8 little-endian bytes.
+    fn encode(state: &BucketState, out: &mut Bytes) {
+        put_i64(out, state.tat_ns);
+    }
+
+    /// Reads 8 bytes written by [`encode`](Self::encode); `None` if they are missing.
+    fn decode(reader: &mut Reader<'_>) -> Option<BucketState> {
+        Some(BucketState {
+            tat_ns: reader.i64()?,
+        })
+    }
 }
-pub(crate) use bucket_algorithm;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gcra::Gcra;
 
     /// 2026-11-30T00:00:00Z.
     const T0: i64 = 1_796_083_200_000;
@@ -441,10 +391,10 @@ mod tests {
     #[test]
     fn clock_readings_past_2262_answer_like_2262() {
         let quota = Quota::new(5, 1_000);
-        let late = view(None, i64::MAX, &quota).expect("reads");
+        let late = Gcra::view(None, i64::MAX, &quota).expect("reads");
         assert_eq!((late.remaining, late.reset_after_ms), (5, 0));
-        assert_eq!(check(None, i64::MAX, &quota, 1), Err(OutOfRange));
-        let never = check(None, i64::MAX, &quota, 6).expect("nothing to store");
+        assert_eq!(Gcra::check(None, i64::MAX, &quota, 1), Err(OutOfRange));
+        let never = Gcra::check(None, i64::MAX, &quota, 6).expect("nothing to store");
         assert_eq!(never.decision.retry_after_ms, NEVER);
     }
 }

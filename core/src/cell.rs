@@ -1,5 +1,5 @@
 //! The pure part of `CL.THROTTLE key max_burst count_per_period period [quantity]`, the
-//! command of the redis-cell module, answered by [`Gcra`].
+//! command of the redis-cell module, answered by [`Gcra`](super::gcra::Gcra).
 //!
 //! **Mapping.** `count_per_period` units per `period` seconds with a capacity of
 //! `max_burst + 1` units is the quota `limit = count_per_period`, `window = period * 1000`

@@ -24,6 +24,19 @@ pub enum DurationError {
 }
 
 /// Parses a duration into milliseconds, within `1..=LARGEST_WINDOW_MS`.
+///
+/// # Example
+///
+/// ```
+/// use ratelimit_core::duration::{parse_duration_ms, DurationError};
+///
+/// assert_eq!(parse_duration_ms(b"250ms"), Ok(250));
+/// assert_eq!(parse_duration_ms(b"5m"), Ok(300_000));
+/// assert_eq!(parse_duration_ms(b"60"), Ok(60_000), "bare digits are seconds");
+/// assert_eq!(parse_duration_ms(b"1.5s"), Err(DurationError::Malformed));
+/// assert_eq!(parse_duration_ms(b"2w"), Err(DurationError::UnknownUnit));
+/// assert_eq!(parse_duration_ms(b"0ms"), Err(DurationError::TooShort));
+/// ```
 pub fn parse_duration_ms(text: &[u8]) -> Result<i64, DurationError> {
     let digits_end = text
         .iter()

@@ -16,6 +16,30 @@
 //!   `window_ms`, `burst`) and the algorithm's state. A plain count starts with a digit, so
 //!   the first byte tells the forms apart. Storing the parameters lets a key whose limit,
 //!   window or algorithm changed be carried over instead of misread.
+//!
+//! # Example
+//!
+//! ```
+//! use ratelimit_core::algorithm::{Algorithm, Quota};
+//! use ratelimit_core::encoding::{classify, decode_count, encode_count, encode_short, StoredForm};
+//! use ratelimit_core::gcra::Gcra;
+//!
+//! // A single-tier fixed window stores its count as INCR would.
+//! let mut buf = [0u8; 20];
+//! assert_eq!(encode_count(42, &mut buf), b"42");
+//! assert_eq!(decode_count(b"42"), Some(42));
+//! assert_eq!(classify(b"42"), Some(StoredForm::PlainCount(42)));
+//!
+//! // One GCRA tier of 100 per hour fits in 4 bytes: the key's expiry holds its time.
+//! let quota = Quota::new(100, 3_600_000);
+//! let value = encode_short::<Gcra>(&quota, 0).expect("GCRA has a short form");
+//! assert_eq!(value.len(), 4);
+//! assert_eq!(classify(&value), Some(StoredForm::Short { algorithm: Gcra::ID, quota, short: 0 }));
+//!
+//! // Text a user stored, or a count with a leading zero, is no state this crate wrote.
+//! assert_eq!(classify(b"hello"), None);
+//! assert_eq!(decode_count(b"042"), None);
+//! ```
 
 use super::algorithm::{Algorithm, Quota};
 use super::codec::{put_varint, Bytes, Reader};

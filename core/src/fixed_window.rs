@@ -12,6 +12,26 @@ use super::codec::{put_i64, put_varint, Bytes, Reader};
 use super::decision::{Decision, NEVER};
 
 /// The fixed-window algorithm.
+///
+/// # Example
+///
+/// Two per minute: the third hit waits for the window to end.
+///
+/// ```
+/// use ratelimit_core::algorithm::{Algorithm, Quota};
+/// use ratelimit_core::fixed_window::{Fixed, WindowState};
+///
+/// let quota = Quota::new(2, 60_000);
+/// let t0 = 1_796_083_200_000; // a whole minute since the epoch
+/// let first = Fixed::check(None, t0 + 10_000, &quota, 1)?;
+/// assert_eq!(first.charged, Some(WindowState { count: 1, ends_at_ms: t0 + 60_000 }));
+/// let second = Fixed::check(first.charged.as_ref(), t0 + 20_000, &quota, 1)?;
+/// assert_eq!(second.decision.remaining, 0);
+/// let third = Fixed::check(second.charged.as_ref(), t0 + 30_000, &quota, 1)?;
+/// assert!(!third.decision.allowed);
+/// assert_eq!(third.decision.retry_after_ms, 30_000, "until the window ends");
+/// # Ok::<(), ratelimit_core::algorithm::OutOfRange>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Fixed;
 

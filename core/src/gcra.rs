@@ -6,7 +6,7 @@
 //! come exactly T apart. A cost c fits at `now` iff `max(TAT, now) + c*T - now <= burst*T`;
 //! then `TAT' = max(TAT, now) + c*T`. The arithmetic (exact, in ticks of 1/limit ns, so T
 //! may be any fraction of a millisecond such as 10 000 per second) is shared with the
-//! token bucket in [`bucket`].
+//! token bucket in [`bucket`](super::bucket): [`Gcra`] is an instance of its [`Bucket`].
 //!
 //! **The same algorithm as the token bucket.** A token bucket of capacity `burst`, refilled
 //! at `limit` per window, holds `burst - (TAT - now) / T` tokens and is full at TAT: the
@@ -27,10 +27,10 @@
 //!
 //! **Time.** A `now` before the TAT (including a clock that went back) only makes the key
 //! look fuller: elapsed time below zero counts as zero, never as a free burst. A state
-//! always ends within [`span_ms`](Algorithm::span_ms) = `burst * T` of the write; one that
-//! lasts longer from `now` (the clock went back by more than that) is renewed by `limiter`
-//! from its usage, so no wait is longer than the span. The key expires at TAT, when the
-//! state is the same as no state.
+//! always ends within [`span_ms`](super::algorithm::Algorithm::span_ms) = `burst * T` of
+//! the write; one that lasts longer from `now` (the clock went back by more than that) is
+//! renewed by `limiter` from its usage, so no wait is longer than the span. The key
+//! expires at TAT, when the state is the same as no state.
 //!
 //! **Memory.** One 8-byte time per tier (plus the tier's parameters in the stored value),
 //! whatever the traffic or the limit.
@@ -40,13 +40,30 @@
 //! fixed window's double burst at window edges nor the sliding log's memory per unit. It is
 //! what redis-cell's `CL.THROTTLE` uses (see [`cell`](super::cell)).
 
-use super::bucket;
+use super::bucket::Bucket;
 
-/// The GCRA algorithm. Its state is a [`BucketState`].
-#[derive(Debug, Clone, Copy)]
-pub struct Gcra;
-
-bucket::bucket_algorithm!(Gcra, 5);
+/// The GCRA algorithm: the [`Bucket`] arithmetic stored under id 5. Its state is a
+/// [`BucketState`](super::bucket::BucketState).
+///
+/// # Example
+///
+/// One unit per second with a tolerance of one: units are spaced a second apart, and the
+/// wait is exact.
+///
+/// ```
+/// use ratelimit_core::algorithm::{Algorithm, Quota};
+/// use ratelimit_core::gcra::Gcra;
+///
+/// let quota = Quota::new(1, 1_000);
+/// let t0 = 1_796_083_200_000;
+/// let first = Gcra::check(None, t0, &quota, 1)?;
+/// assert!(first.decision.allowed);
+/// let early = Gcra::check(first.charged.as_ref(), t0 + 400, &quota, 1)?.decision;
+/// assert_eq!((early.allowed, early.retry_after_ms), (false, 600));
+/// assert!(Gcra::check(first.charged.as_ref(), t0 + 1_000, &quota, 1)?.decision.allowed);
+/// # Ok::<(), ratelimit_core::algorithm::OutOfRange>(())
+/// ```
+pub type Gcra = Bucket<5>;
 
 #[cfg(test)]
 mod tests {

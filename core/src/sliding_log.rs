@@ -48,6 +48,25 @@ pub const MAX_LOG_LIMIT: i64 = 10_000;
 const MAX_ENTRIES: usize = MAX_LOG_LIMIT as usize + 1;
 
 /// The sliding-log algorithm.
+///
+/// # Example
+///
+/// Two per second, exactly: after hits at 0 and 500 ms, a third fits when the first is a
+/// whole second old.
+///
+/// ```
+/// use ratelimit_core::algorithm::{Algorithm, Quota};
+/// use ratelimit_core::sliding_log::Log;
+///
+/// let quota = Quota::new(2, 1_000);
+/// let t0 = 1_796_083_200_000;
+/// let first = Log::check(None, t0, &quota, 1)?.charged;
+/// let second = Log::check(first.as_ref(), t0 + 500, &quota, 1)?.charged;
+/// let early = Log::check(second.as_ref(), t0 + 900, &quota, 1)?.decision;
+/// assert_eq!((early.allowed, early.retry_after_ms), (false, 100));
+/// assert!(Log::check(second.as_ref(), t0 + 1_000, &quota, 1)?.decision.allowed);
+/// # Ok::<(), ratelimit_core::algorithm::OutOfRange>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Log;
 

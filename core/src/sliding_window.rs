@@ -47,6 +47,26 @@ use super::decision::{Decision, NEVER};
 use super::fixed_window::aligned_end;
 
 /// The sliding-window-counter algorithm.
+///
+/// # Example
+///
+/// Ten per minute, all ten taken in one minute: halfway through the next, the previous
+/// minute still weighs half, so five more fit and a sixth does not.
+///
+/// ```
+/// use ratelimit_core::algorithm::{Algorithm, Quota};
+/// use ratelimit_core::sliding_window::Sliding;
+///
+/// let quota = Quota::new(10, 60_000);
+/// let t0 = 1_796_083_200_000; // a whole minute since the epoch
+/// let full = Sliding::check(None, t0 + 1_000, &quota, 10)?.charged;
+/// let half_later = t0 + 90_000;
+/// assert!(!Sliding::check(full.as_ref(), half_later, &quota, 6)?.decision.allowed);
+/// let five = Sliding::check(full.as_ref(), half_later, &quota, 5)?;
+/// assert!(five.decision.allowed);
+/// assert_eq!(five.decision.remaining, 0);
+/// # Ok::<(), ratelimit_core::algorithm::OutOfRange>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Sliding;
 

@@ -6,9 +6,10 @@
 //! limit, a bucket is full again at one instant, and until then holds
 //! `tokens(now) = burst - (full_at - now) / T`. That instant is exactly GCRA's theoretical
 //! arrival time, and "c tokens are there" is exactly GCRA's "`full_at - now + c*T <=
-//! burst*T`". So this module stores that instant (the same 8-byte [`BucketState`]) and
-//! delegates every computation to [`bucket`], which [`Gcra`](super::gcra::Gcra)
-//! uses too. There is no refill loop and no separate token count to keep in step: tokens
+//! burst*T`". So this module stores that instant (the same 8-byte
+//! [`BucketState`](super::bucket::BucketState)): [`Token`] is the [`Bucket`] of
+//! [`bucket`](super::bucket), whose arithmetic [`Gcra`](super::gcra::Gcra) is too, under
+//! another id. There is no refill loop and no separate token count to keep in step: tokens
 //! are a function of the clock.
 //!
 //! **What differs for a user.** Only the vocabulary and the `ALGO` name: `remaining` is the
@@ -26,25 +27,43 @@
 //! bandwidth budgets with a cost per byte); choose [`gcra`](super::gcra) when they think of
 //! a rate with a tolerance, or for redis-cell compatibility.
 
-use super::bucket;
+use super::bucket::Bucket;
 
-/// The token-bucket algorithm. Its state is a [`BucketState`]: the instant the bucket is
-/// full again.
-#[derive(Debug, Clone, Copy)]
-pub struct Token;
+/// The token-bucket algorithm: the [`Bucket`] arithmetic stored under id 4. Its state is a
+/// [`BucketState`](super::bucket::BucketState): the instant the bucket is full again.
+///
+/// # Example
+///
+/// A bucket of 4 tokens refilled at 2 per second: 3 taken leave 1, and 2 more are there
+/// half a second later.
+///
+/// ```
+/// use ratelimit_core::algorithm::{Algorithm, Quota};
+/// use ratelimit_core::token_bucket::Token;
+///
+/// let quota = Quota { limit: 2, window_ms: 1_000, burst: 4 };
+/// let t0 = 1_796_083_200_000;
+/// let three = Token::check(None, t0, &quota, 3)?;
+/// let d = three.decision;
+/// assert_eq!((d.allowed, d.limit, d.remaining, d.reset_after_ms), (true, 4, 1, 1_500));
+/// let two_now = Token::check(three.charged.as_ref(), t0, &quota, 2)?.decision;
+/// assert_eq!((two_now.allowed, two_now.retry_after_ms), (false, 500));
+/// assert!(Token::check(three.charged.as_ref(), t0 + 500, &quota, 2)?.decision.allowed);
+/// # Ok::<(), ratelimit_core::algorithm::OutOfRange>(())
+/// ```
+pub type Token = Bucket<4>;
 
 /// The whole tokens in the bucket at `now_ms` (`burst` for no state): `view`'s
 /// `remaining`, named in token terms for the tests.
 #[cfg(test)]
 pub fn tokens(
-    state: Option<&bucket::BucketState>,
+    state: Option<&super::bucket::BucketState>,
     now_ms: i64,
     quota: &super::algorithm::Quota,
 ) -> Result<i64, super::algorithm::OutOfRange> {
-    Ok(bucket::view(state, now_ms, quota)?.remaining)
+    use super::algorithm::Algorithm;
+    Ok(Token::view(state, now_ms, quota)?.remaining)
 }
-
-bucket::bucket_algorithm!(Token, 4);
 
 #[cfg(test)]
 mod tests {
