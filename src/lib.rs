@@ -10,15 +10,15 @@ mod command_docs;
 mod config;
 mod ffi;
 mod metrics;
-mod persist;
-mod policies;
+mod policy;
 mod propagation;
 mod reply;
 mod server_info;
 mod store;
 mod strings;
 
-use command::{limit, policy, reset, testing, throttle};
+use command::{limit, reset, testing, throttle};
+use policy::command as policy_command;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{raw, redis_module, Context, ModuleOptions, RedisString, Status};
 use std::ffi::CStr;
@@ -55,7 +55,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     let opted_in = config::POLICIES_IN_RDB.load(std::sync::atomic::Ordering::Relaxed);
     let persistence =
-        persist::register(ctx, opted_in).and_then(|()| persist::subscribe_to_loading(ctx));
+        policy::rdb::register(ctx, opted_in).and_then(|()| policy::rdb::subscribe_to_loading(ctx));
     if let Err(err) = persistence {
         ctx.log_warning(&format!("ratelimit: {err}"));
         return Status::Err;
@@ -125,7 +125,7 @@ const COMMANDS: &[Command] = &[
 ];
 
 /// Keyless commands: they name no key, so Cluster lets any node run them.
-const KEYLESS_COMMANDS: &[Command] = &[(c"RL.STATS", policy::rl_stats, c"fast")];
+const KEYLESS_COMMANDS: &[Command] = &[(c"RL.STATS", policy_command::rl_stats, c"fast")];
 
 /// `RL.POLICY` is a container, so that each subcommand has its own flags: the reading ones
 /// answer during a write pause and under OOM, the writing ones wait for the pause to end
@@ -133,11 +133,11 @@ const KEYLESS_COMMANDS: &[Command] = &[(c"RL.STATS", policy::rl_stats, c"fast")]
 /// handler, which reads the subcommand from the arguments as before.
 const POLICY_CONTAINER: &CStr = c"RL.POLICY";
 const POLICY_SUBCOMMANDS: &[Command] = &[
-    (c"SET", policy::rl_policy, c"write deny-oom"),
-    (c"DEL", policy::rl_policy, c"write"),
-    (c"GET", policy::rl_policy, c"readonly fast"),
-    (c"LIST", policy::rl_policy, c"readonly"),
-    (c"HELP", policy::rl_policy, c"readonly fast"),
+    (c"SET", policy_command::rl_policy, c"write deny-oom"),
+    (c"DEL", policy_command::rl_policy, c"write"),
+    (c"GET", policy_command::rl_policy, c"readonly fast"),
+    (c"LIST", policy_command::rl_policy, c"readonly"),
+    (c"HELP", policy_command::rl_policy, c"readonly fast"),
 ];
 
 /// Registered only with the module argument `enable-testing-commands`.

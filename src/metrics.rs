@@ -128,7 +128,7 @@ fn build_info(ctx: &InfoContext) -> RedisResult<()> {
         .field("shadow_denied", totals.shadow_denied)?
         .field("errors", totals.errors)?
         .field("propagation_failures", load(&PROPAGATION_FAILURES))?
-        .field("policies", crate::policies::count() as i64)?;
+        .field("policies", crate::policy::registry::count() as i64)?;
     for ((_, name), decisions) in AlgorithmKind::ALL.iter().zip(&DECISIONS) {
         section = section
             .field(&format!("{name}_allowed"), load(&decisions.allowed))?

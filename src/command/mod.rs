@@ -7,7 +7,6 @@
 //! path that could panic on odd bytes is ever used.
 
 pub mod limit;
-pub mod policy;
 pub mod reset;
 pub mod testing;
 pub mod throttle;

@@ -10,9 +10,9 @@
 //! Format (encoding version 1): the number of policies, then for each its name and the
 //! arguments that define it (as `RL.POLICY GET` shows them), parsed again on load.
 
+use super::registry;
 use crate::config;
 use crate::ffi::api;
-use crate::policies;
 use ratelimit_core::args::{parse_policy, policy_arguments, Settings};
 use ratelimit_core::duration::LARGEST_WINDOW_MS;
 use redis_module::raw::{self, RedisModuleIO};
@@ -106,7 +106,7 @@ extern "C" fn on_loading(
         raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
     ];
     if starts.contains(&subevent) {
-        let _ = std::panic::catch_unwind(|| policies::replace_all(Vec::new()));
+        let _ = std::panic::catch_unwind(|| registry::replace_all(Vec::new()));
     }
 }
 
@@ -157,7 +157,7 @@ fn prepare_save() -> Vec<(Vec<u8>, Vec<String>)> {
     if PANIC_IN_NEXT_SAVE.swap(false, Ordering::Relaxed) {
         panic!("RL.TESTING.PANIC-IN-SAVE: saving the policies panics");
     }
-    policies::all()
+    registry::all()
         .into_iter()
         .map(|(name, definition)| (name, policy_arguments(&definition)))
         .collect()
@@ -168,7 +168,7 @@ extern "C" fn aux_load(rdb: *mut RedisModuleIO, encver: c_int, _when: c_int) -> 
     let loaded = std::panic::catch_unwind(|| load_all(rdb, encver));
     match loaded {
         Ok(Some(all)) => {
-            policies::replace_all(all);
+            registry::replace_all(all);
             raw::REDISMODULE_OK as c_int
         }
         _ => raw::REDISMODULE_ERR as c_int,

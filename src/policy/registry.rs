@@ -3,7 +3,7 @@
 //!
 //! They live in memory rather than in keys because every primary of a Cluster needs them
 //! (a key lives on one shard). They reach replicas and the AOF as the `RL.POLICY` commands
-//! that changed them (deterministic: no clock), and are saved with the RDB (see `persist`).
+//! that changed them (deterministic: no clock), and are saved with the RDB (see `policy::rdb`).
 
 use ratelimit_core::args::PolicyArgs;
 use std::collections::BTreeMap;
