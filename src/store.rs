@@ -6,18 +6,38 @@
 //! key`): replicas and AOF replay then store the same bytes and the same absolute expiry
 //! without reading any clock, and can do so without the module loaded.
 
-use crate::command::CommandError;
 use crate::ffi::api;
 use crate::{metrics, strings};
 use ratelimit_core::encoding::decode_count;
 use ratelimit_core::limiter::Write;
 use redis_module::raw::{self, RedisModuleString};
 use redis_module::Context;
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::os::raw::c_int;
 
 /// The error for a string value that this module did not write.
 pub const NOT_OURS: &str = "ERR key holds a string that is not a ratelimit state";
+
+/// Why the store could not do what it was asked; the command layer turns it into the
+/// client's error reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// The key holds another Redis type than a string.
+    WrongType,
+    /// The server would not propagate `command` (renamed away?); nothing was written.
+    NotPropagated(Cow<'static, str>),
+}
+
+impl StoreError {
+    /// The error reply's text for a failed propagation.
+    pub fn not_propagated_message(command: &str) -> String {
+        format!(
+            "ERR cannot propagate {command} to replicas and the AOF (is {command} renamed?): \
+             nothing was written"
+        )
+    }
+}
 
 /// How a command uses its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,11 +83,11 @@ impl<'a> StoredKey<'a> {
 
     /// The key's string value; `None` for no key; `WRONGTYPE` for another type. The bytes
     /// are valid until the key is written, which `apply` taking `&mut self` enforces.
-    pub fn value(&self) -> Result<Option<&[u8]>, CommandError> {
+    pub fn value(&self) -> Result<Option<&[u8]>, StoreError> {
         match self.key_type() {
             raw::REDISMODULE_KEYTYPE_EMPTY => return Ok(None),
             raw::REDISMODULE_KEYTYPE_STRING => {}
-            _ => return Err(CommandError::WrongType),
+            _ => return Err(StoreError::WrongType),
         }
         let mut len = 0usize;
         // SAFETY: self.key is an open string key; the buffer lives until the key is written
@@ -107,7 +127,7 @@ impl<'a> StoredKey<'a> {
     /// returns, so the order inside the command does not matter to replicas and the AOF,
     /// and a change that could not be propagated (the command it is spelt with renamed
     /// away) is not made here either.
-    pub fn apply(&mut self, write: &Write) -> Result<(), CommandError> {
+    pub fn apply(&mut self, write: &Write) -> Result<(), StoreError> {
         if self.key.is_null() {
             return Ok(());
         }
@@ -196,7 +216,7 @@ impl<'a> StoredKey<'a> {
         &self,
         value: *mut RedisModuleString,
         expires_at_ms: i64,
-    ) -> Result<(), CommandError> {
+    ) -> Result<(), StoreError> {
         let expiry = strings::expiry(expires_at_ms);
         // SAFETY: every argument is a live server string, passed with `s`: the server takes
         // its own reference.
@@ -211,16 +231,16 @@ impl<'a> StoredKey<'a> {
                 expiry,
             )
         };
-        replicated(status, "SET")
+        replicated(status, Cow::Borrowed("SET"))
     }
 
     /// Propagates `DEL key`.
-    fn propagate_del(&self) -> Result<(), CommandError> {
+    fn propagate_del(&self) -> Result<(), StoreError> {
         // SAFETY: the key name is a live server string, passed with `s`.
         let status = unsafe {
             api!(RedisModule_Replicate)(self.ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name)
         };
-        replicated(status, "DEL")
+        replicated(status, Cow::Borrowed("DEL"))
     }
 }
 
@@ -254,18 +274,12 @@ impl ValueString {
 }
 
 /// The error for an effect the server would not propagate.
-fn replicated(status: c_int, command: &str) -> Result<(), CommandError> {
+fn replicated(status: c_int, command: Cow<'static, str>) -> Result<(), StoreError> {
     if status == raw::REDISMODULE_OK as c_int {
         return Ok(());
     }
     metrics::record_propagation_failure();
-    Err(CommandError::Message(
-        format!(
-            "ERR cannot propagate {command} to replicas and the AOF (is {command} renamed?): \
-             nothing was written"
-        )
-        .into(),
-    ))
+    Err(StoreError::NotPropagated(command))
 }
 
 /// Propagates `command args...`: for a command whose effect is deterministic (RL.POLICY,
@@ -275,7 +289,7 @@ pub fn propagate_command(
     ctx: &Context,
     command: &std::ffi::CStr,
     args: &[&[u8]],
-) -> Result<(), CommandError> {
+) -> Result<(), StoreError> {
     let strings: Vec<*mut RedisModuleString> = args.iter().map(|a| strings::create(a)).collect();
     // SAFETY: the format `v` takes an array of live server strings and its length; the
     // server takes its own references, so ours are released after.
@@ -289,7 +303,7 @@ pub fn propagate_command(
         )
     };
     strings.into_iter().for_each(strings::free);
-    replicated(status, &command.to_string_lossy())
+    replicated(status, Cow::Owned(command.to_string_lossy().into_owned()))
 }
 
 /// Fires the keyspace event `rl.denied` (class generic) on `key`, for watching abuse with

@@ -12,6 +12,7 @@ pub mod testing;
 pub mod throttle;
 
 use crate::ffi::api;
+use crate::store::StoreError;
 use ratelimit_core::args::ArgError;
 use redis_module::{raw, Context};
 use std::borrow::Cow;
@@ -35,6 +36,17 @@ impl From<ArgError> for CommandError {
         match err {
             ArgError::WrongArity => CommandError::WrongArity,
             other => CommandError::Message(other.message()),
+        }
+    }
+}
+
+impl From<StoreError> for CommandError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::WrongType => CommandError::WrongType,
+            StoreError::NotPropagated(command) => {
+                CommandError::Message(StoreError::not_propagated_message(&command).into())
+            }
         }
     }
 }
