@@ -35,7 +35,12 @@ fn run(ctx: &Context, args: Args<'_>, action: fn(i64) -> Action) -> CommandResul
     let action = action(request.cost);
     let outcome = decide(ctx, args, &request.limits, action)?;
     if let Action::Hit { .. } = action {
-        metrics::record_hit(request.limits.algorithm, outcome.decision.allowed, false);
+        metrics::record_hit(
+            request.limits.algorithm,
+            outcome.decision.allowed,
+            false,
+            None,
+        );
     }
     reply::outcome(ctx, &outcome, None);
     Ok(())
@@ -55,8 +60,7 @@ fn run_policy(ctx: &Context, args: Args<'_>, name: &[u8], action: Action) -> Com
     }
     if let Action::Hit { .. } = action {
         let allowed = outcome.decision.allowed;
-        metrics::record_hit(policy.limits.algorithm, allowed, shadow_denied);
-        registry::record_hit(name, allowed, shadow_denied);
+        metrics::record_hit(policy.limits.algorithm, allowed, shadow_denied, Some(name));
     }
     reply::outcome(ctx, &outcome, (shadow && !refund).then_some(shadow_denied));
     Ok(())

@@ -91,8 +91,9 @@ pub fn count() -> usize {
     with_registry(|r| r.len())
 }
 
-/// Counts one hit made through `name`.
-pub fn record_hit(name: &[u8], allowed: bool, shadow_denied: bool) {
+/// Counts one hit made through `name` (called by `metrics::record_hit`, which counts it
+/// everywhere).
+pub(crate) fn record_hit(name: &[u8], allowed: bool, shadow_denied: bool) {
     with_registry(|r| {
         if let Some(entry) = r.get_mut(name) {
             let stats = &mut entry.stats;
