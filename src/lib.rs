@@ -4,23 +4,22 @@
 //! checks. The logic lives in the `ratelimit-core` crate (pure, in `core/`) under `command`
 //! (handlers) and `store`.
 
-mod clock;
 mod command;
 mod command_docs;
 mod config;
-mod ffi;
 mod metrics;
 mod policy;
 mod propagation;
 mod reply;
-mod server_info;
+pub mod server;
 mod store;
 mod strings;
 
 use command::{limit, reset, testing, throttle};
 use policy::command as policy_command;
 use redis_module::configuration::ConfigurationFlags;
-use redis_module::{raw, redis_module, Context, ModuleOptions, RedisString, Status};
+use redis_module::{redis_module, Context, InfoContext, ModuleOptions, RedisString, Status};
+use server::command::{register, register_container, Callback};
 use std::ffi::CStr;
 
 // The Redis allocator is only there inside a server; unit tests use the system one.
@@ -30,7 +29,7 @@ use redis_module::alloc::RedisAlloc as ModuleAlloc;
 use std::alloc::System as ModuleAlloc;
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
-    let missing = ffi::missing_apis();
+    let missing = server::missing_apis();
     if !missing.is_empty() {
         ctx.log_warning(&format!(
             "ratelimit: this server lacks module API functions: {}; Redis 7.0 or newer (or \
@@ -62,8 +61,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     install_panic_hook();
     strings::init();
-    // SAFETY: called during load with the load context.
-    unsafe { crate::ffi::api!(RedisModule_RegisterInfoFunc)(ctx.ctx, Some(info)) };
+    server::info_func::register_info::<Info>(ctx);
     let testing = args.iter().any(|arg| {
         arg.as_slice()
             .eq_ignore_ascii_case(b"enable-testing-commands")
@@ -75,7 +73,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         .map(|c| (c, (1, 1, 1)));
     let keyless = KEYLESS_COMMANDS.iter().map(|c| (c, (0, 0, 0)));
     for ((name, callback, flags), keys) in keyed.chain(keyless) {
-        if let Err(err) = command::register(ctx, name, Some(*callback), flags, keys) {
+        if let Err(err) = register(ctx, name, Some(*callback), flags, keys) {
             ctx.log_warning(&format!("ratelimit: {err}"));
             return Status::Err;
         }
@@ -83,7 +81,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let subcommands = POLICY_SUBCOMMANDS
         .iter()
         .map(|(name, callback, flags)| (*name, Some(*callback), *flags));
-    if let Err(err) = command::register_container(ctx, POLICY_CONTAINER, subcommands) {
+    if let Err(err) = register_container(ctx, POLICY_CONTAINER, subcommands) {
         ctx.log_warning(&format!("ratelimit: {err}"));
         return Status::Err;
     }
@@ -92,15 +90,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 }
 
 /// A command's name, callback and flags.
-type Command = (
-    &'static CStr,
-    unsafe extern "C" fn(
-        *mut raw::RedisModuleCtx,
-        *mut *mut raw::RedisModuleString,
-        std::os::raw::c_int,
-    ) -> std::os::raw::c_int,
-    &'static CStr,
-);
+type Command = (&'static CStr, Callback, &'static CStr);
 
 /// The commands, registered in `init` with plain C callbacks (see `command`). No
 /// `#[command]` macro and no ACL categories: both need Redis 7.2 APIs, and the module must
@@ -151,12 +141,15 @@ const TESTING_COMMANDS: &[Command] = &[
 ];
 
 /// `INFO ratelimit` (see `metrics`), registered in `init` in place of the crate's default.
-extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: std::os::raw::c_int) {
-    let ctx = redis_module::InfoContext::new(ctx);
-    // A panic must not cross into the server; INFO then just lacks the section.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        metrics::info(&ctx, for_crash_report != 0)
-    }));
+struct Info;
+
+impl server::info_func::InfoSource for Info {
+    fn info(ctx: &InfoContext, for_crash_report: bool) {
+        // A panic must not cross into the server; INFO then just lacks the section.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            metrics::info(ctx, for_crash_report)
+        }));
+    }
 }
 
 /// Sends panic messages to the server log: a daemonized server has no stderr to read.

@@ -7,8 +7,9 @@
 use super::{command_handler, Args, CommandError, CommandResult};
 use crate::policy::command::no_such_policy;
 use crate::policy::registry;
+use crate::server::clock;
 use crate::store::{self, Access, StoredKey};
-use crate::{clock, config, metrics, reply};
+use crate::{config, metrics, reply};
 use ratelimit_core::args::{parse_limits, parse_policy_call, Mode};
 use ratelimit_core::limiter::{self, Action, LimiterError, Limits, Outcome};
 use redis_module::Context;

@@ -10,7 +10,8 @@ use super::{rdb, registry};
 use crate::command::{
     command_handler, from_primary_or_aof, read_only_replica, Args, CommandError, CommandResult,
 };
-use crate::{config, metrics, reply, server_info, store};
+use crate::server::info;
+use crate::{config, metrics, reply, store};
 use ratelimit_core::args::{parse_policy, policy_arguments, Settings};
 use ratelimit_core::duration::LARGEST_WINDOW_MS;
 use redis_module::{Context, RedisValue};
@@ -124,7 +125,7 @@ fn run_subcommand(ctx: &Context, args: Args<'_>) -> CommandResult {
 /// `CONFIG GET`, so where `CONFIG` is renamed away a policy is refused rather than allowed
 /// on a guess.
 fn aof_rewrite_would_drop_policies(ctx: &Context) -> Result<bool, CommandError> {
-    if !server_info::aof_enabled(ctx) {
+    if !info::aof_enabled(ctx) {
         return Ok(false);
     }
     let reply = ctx.call("CONFIG", &["GET", "aof-use-rdb-preamble"][..]);
