@@ -2,7 +2,8 @@
 //!
 //! This file only registers things: the commands table, the allocator and the load-time
 //! checks. The logic lives in the `ratelimit-core` crate (pure, in `core/`) under `command`
-//! (handlers) and `store`.
+//! (handlers), `policy` (named policies) and `store`. Every call into the server goes
+//! through [`server`], the only place with unsafe code.
 
 mod command;
 mod command_docs;
