@@ -31,6 +31,7 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	scripts/check-core-pure.sh
+	scripts/check-unsafe.sh
 
 unit: ## Unit and property tests of the pure core and of the gateway
 	cargo test -p ratelimit-core

@@ -7,11 +7,9 @@
 //! arity, so the module keeps checking its arguments itself. Docs are optional: a server
 //! that refuses them gets a log line, and the module loads anyway.
 
-use crate::ffi::api;
-use redis_module::{raw, Context};
+use crate::server::command::set_docs;
+use redis_module::Context;
 use std::ffi::CStr;
-use std::os::raw::c_int;
-use std::ptr::null_mut;
 
 /// A command's (or subcommand's, `RL.POLICY|SET`) summary, complexity and tips.
 type Docs = (
@@ -95,52 +93,11 @@ const DOCS: &[Docs] = &[
     ),
 ];
 
-/// The layout version the server checks the info against (the header's
-/// `RedisModule_CurrentCommandInfoVersion`, a `static` that bindings cannot reach).
-static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
-    version: 1,
-    sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
-    sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
-    sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
-};
-
 /// Sets the docs of every registered command; called at load, after registration.
 pub fn describe_all(ctx: &Context) {
     for (name, summary, complexity, tips) in DOCS {
-        if let Err(err) = describe(ctx, name, summary, complexity, *tips) {
+        if let Err(err) = set_docs(ctx, name, summary, complexity, *tips) {
             ctx.log_notice(&format!("ratelimit: {err}"));
         }
-    }
-}
-
-fn describe(
-    ctx: &Context,
-    name: &CStr,
-    summary: &CStr,
-    complexity: &CStr,
-    tips: Option<&CStr>,
-) -> Result<(), String> {
-    // SAFETY: called during load; the name is a live C string.
-    let command = unsafe { api!(RedisModule_GetCommand)(ctx.ctx, name.as_ptr()) };
-    if command.is_null() {
-        return Err(format!("no command {name:?} to describe"));
-    }
-    let info = raw::RedisModuleCommandInfo {
-        version: &INFO_VERSION,
-        summary: summary.as_ptr(),
-        complexity: complexity.as_ptr(),
-        since: null_mut(),
-        history: null_mut(),
-        tips: tips.map_or(std::ptr::null(), CStr::as_ptr),
-        arity: 0,
-        key_specs: null_mut(),
-        args: null_mut(),
-    };
-    // SAFETY: `command` was just looked up; the server copies every string it keeps.
-    let status = unsafe { api!(RedisModule_SetCommandInfo)(command, &info) };
-    if status == raw::REDISMODULE_OK as c_int {
-        Ok(())
-    } else {
-        Err(format!("the server refused the docs of {name:?}"))
     }
 }

@@ -5,7 +5,7 @@
 //! | `ratelimit.default-algorithm` | `fixed` | `fixed`, `sliding`, `log`, `token`, `gcra` |
 //! | `ratelimit.max-window-ms` | 31622400000 (366 days) | 1 to 316224000000 (3660 days) |
 //! | `ratelimit.max-log-limit` | 10000 | 1 to 10000 |
-//! | `ratelimit.policies-in-rdb` | `no` | load time only; Redis 7.0 only (see `persist`) |
+//! | `ratelimit.policies-in-rdb` | `no` | load time only; Redis 7.0 only (see `policy::rdb`) |
 //! | `ratelimit.notify-denied` | `no` | `yes`: a denied hit fires the keyspace event `rl.denied` |
 //!
 //! The server refuses values outside the range (or unknown names) with an error, and

@@ -2,25 +2,25 @@
 //!
 //! This file only registers things: the commands table, the allocator and the load-time
 //! checks. The logic lives in the `ratelimit-core` crate (pure, in `core/`) under `command`
-//! (handlers) and `store`.
+//! (handlers), `policy` (named policies) and `store`. Every call into the server goes
+//! through [`server`], the only place with unsafe code.
 
-mod clock;
 mod command;
 mod command_docs;
 mod config;
-mod ffi;
 mod metrics;
-mod persist;
-mod policies;
+mod policy;
 mod propagation;
 mod reply;
-mod server_info;
+pub mod server;
 mod store;
 mod strings;
 
-use command::{limit, policy, reset, testing, throttle};
+use command::{limit, reset, testing, throttle};
+use policy::command as policy_command;
 use redis_module::configuration::ConfigurationFlags;
-use redis_module::{raw, redis_module, Context, ModuleOptions, RedisString, Status};
+use redis_module::{redis_module, Context, InfoContext, ModuleOptions, RedisString, Status};
+use server::command::{register, register_container, Callback};
 use std::ffi::CStr;
 
 // The Redis allocator is only there inside a server; unit tests use the system one.
@@ -30,7 +30,7 @@ use redis_module::alloc::RedisAlloc as ModuleAlloc;
 use std::alloc::System as ModuleAlloc;
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
-    let missing = ffi::missing_apis();
+    let missing = server::missing_apis();
     if !missing.is_empty() {
         ctx.log_warning(&format!(
             "ratelimit: this server lacks module API functions: {}; Redis 7.0 or newer (or \
@@ -55,15 +55,14 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     let opted_in = config::POLICIES_IN_RDB.load(std::sync::atomic::Ordering::Relaxed);
     let persistence =
-        persist::register(ctx, opted_in).and_then(|()| persist::subscribe_to_loading(ctx));
+        policy::rdb::register(ctx, opted_in).and_then(|()| policy::rdb::subscribe_to_loading(ctx));
     if let Err(err) = persistence {
         ctx.log_warning(&format!("ratelimit: {err}"));
         return Status::Err;
     }
     install_panic_hook();
     strings::init();
-    // SAFETY: called during load with the load context.
-    unsafe { crate::ffi::api!(RedisModule_RegisterInfoFunc)(ctx.ctx, Some(info)) };
+    server::info_func::register_info::<Info>(ctx);
     let testing = args.iter().any(|arg| {
         arg.as_slice()
             .eq_ignore_ascii_case(b"enable-testing-commands")
@@ -75,7 +74,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         .map(|c| (c, (1, 1, 1)));
     let keyless = KEYLESS_COMMANDS.iter().map(|c| (c, (0, 0, 0)));
     for ((name, callback, flags), keys) in keyed.chain(keyless) {
-        if let Err(err) = command::register(ctx, name, Some(*callback), flags, keys) {
+        if let Err(err) = register(ctx, name, Some(*callback), flags, keys) {
             ctx.log_warning(&format!("ratelimit: {err}"));
             return Status::Err;
         }
@@ -83,7 +82,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let subcommands = POLICY_SUBCOMMANDS
         .iter()
         .map(|(name, callback, flags)| (*name, Some(*callback), *flags));
-    if let Err(err) = command::register_container(ctx, POLICY_CONTAINER, subcommands) {
+    if let Err(err) = register_container(ctx, POLICY_CONTAINER, subcommands) {
         ctx.log_warning(&format!("ratelimit: {err}"));
         return Status::Err;
     }
@@ -92,15 +91,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 }
 
 /// A command's name, callback and flags.
-type Command = (
-    &'static CStr,
-    unsafe extern "C" fn(
-        *mut raw::RedisModuleCtx,
-        *mut *mut raw::RedisModuleString,
-        std::os::raw::c_int,
-    ) -> std::os::raw::c_int,
-    &'static CStr,
-);
+type Command = (&'static CStr, Callback, &'static CStr);
 
 /// The commands, registered in `init` with plain C callbacks (see `command`). No
 /// `#[command]` macro and no ACL categories: both need Redis 7.2 APIs, and the module must
@@ -125,7 +116,7 @@ const COMMANDS: &[Command] = &[
 ];
 
 /// Keyless commands: they name no key, so Cluster lets any node run them.
-const KEYLESS_COMMANDS: &[Command] = &[(c"RL.STATS", policy::rl_stats, c"fast")];
+const KEYLESS_COMMANDS: &[Command] = &[(c"RL.STATS", policy_command::rl_stats, c"fast")];
 
 /// `RL.POLICY` is a container, so that each subcommand has its own flags: the reading ones
 /// answer during a write pause and under OOM, the writing ones wait for the pause to end
@@ -133,11 +124,11 @@ const KEYLESS_COMMANDS: &[Command] = &[(c"RL.STATS", policy::rl_stats, c"fast")]
 /// handler, which reads the subcommand from the arguments as before.
 const POLICY_CONTAINER: &CStr = c"RL.POLICY";
 const POLICY_SUBCOMMANDS: &[Command] = &[
-    (c"SET", policy::rl_policy, c"write deny-oom"),
-    (c"DEL", policy::rl_policy, c"write"),
-    (c"GET", policy::rl_policy, c"readonly fast"),
-    (c"LIST", policy::rl_policy, c"readonly"),
-    (c"HELP", policy::rl_policy, c"readonly fast"),
+    (c"SET", policy_command::rl_policy, c"write deny-oom"),
+    (c"DEL", policy_command::rl_policy, c"write"),
+    (c"GET", policy_command::rl_policy, c"readonly fast"),
+    (c"LIST", policy_command::rl_policy, c"readonly"),
+    (c"HELP", policy_command::rl_policy, c"readonly fast"),
 ];
 
 /// Registered only with the module argument `enable-testing-commands`.
@@ -151,12 +142,15 @@ const TESTING_COMMANDS: &[Command] = &[
 ];
 
 /// `INFO ratelimit` (see `metrics`), registered in `init` in place of the crate's default.
-extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: std::os::raw::c_int) {
-    let ctx = redis_module::InfoContext::new(ctx);
-    // A panic must not cross into the server; INFO then just lacks the section.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        metrics::info(&ctx, for_crash_report != 0)
-    }));
+struct Info;
+
+impl server::info_func::InfoSource for Info {
+    fn info(ctx: &InfoContext, for_crash_report: bool) {
+        // A panic must not cross into the server; INFO then just lacks the section.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            metrics::info(ctx, for_crash_report)
+        }));
+    }
 }
 
 /// Sends panic messages to the server log: a daemonized server has no stderr to read.

@@ -59,9 +59,19 @@ fn index(kind: AlgorithmKind) -> usize {
         .unwrap_or(0)
 }
 
-/// Counts one decision of a hit (RL.HIT, CL.THROTTLE): allowed or denied, and whether a
-/// shadow policy allowed what it would have denied.
-pub fn record_hit(kind: AlgorithmKind, allowed: bool, shadow_denied: bool) {
+/// Counts one decision of a hit (RL.HIT, CL.THROTTLE) everywhere it is counted: in the
+/// algorithm's counters and, for a call through the policy `policy`, in that policy's. A
+/// hit is allowed or denied; `shadow_denied` says a shadow policy allowed what it would
+/// have denied.
+pub fn record_hit(kind: AlgorithmKind, allowed: bool, shadow_denied: bool, policy: Option<&[u8]>) {
+    count_decision(kind, allowed, shadow_denied);
+    if let Some(name) = policy {
+        crate::policy::registry::record_hit(name, allowed, shadow_denied);
+    }
+}
+
+/// The algorithm's share of [`record_hit`].
+fn count_decision(kind: AlgorithmKind, allowed: bool, shadow_denied: bool) {
     let decisions = &DECISIONS[index(kind)];
     let counter = if allowed {
         &decisions.allowed
@@ -128,7 +138,7 @@ fn build_info(ctx: &InfoContext) -> RedisResult<()> {
         .field("shadow_denied", totals.shadow_denied)?
         .field("errors", totals.errors)?
         .field("propagation_failures", load(&PROPAGATION_FAILURES))?
-        .field("policies", crate::policies::count() as i64)?;
+        .field("policies", crate::policy::registry::count() as i64)?;
     for ((_, name), decisions) in AlgorithmKind::ALL.iter().zip(&DECISIONS) {
         section = section
             .field(&format!("{name}_allowed"), load(&decisions.allowed))?

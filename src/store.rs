@@ -6,18 +6,39 @@
 //! key`): replicas and AOF replay then store the same bytes and the same absolute expiry
 //! without reading any clock, and can do so without the module loaded.
 
-use crate::command::CommandError;
-use crate::ffi::api;
+use crate::server::context::{self, replicate1, replicate4, replicate_all};
+use crate::server::key::{Key, Mode};
+use crate::server::string::{ServerStr, ServerString};
 use crate::{metrics, strings};
 use ratelimit_core::encoding::decode_count;
 use ratelimit_core::limiter::Write;
-use redis_module::raw::{self, RedisModuleString};
+use redis_module::raw;
 use redis_module::Context;
+use std::borrow::Cow;
 use std::cell::Cell;
-use std::os::raw::c_int;
 
 /// The error for a string value that this module did not write.
 pub const NOT_OURS: &str = "ERR key holds a string that is not a ratelimit state";
+
+/// Why the store could not do what it was asked; the command layer turns it into the
+/// client's error reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// The key holds another Redis type than a string.
+    WrongType,
+    /// The server would not propagate `command` (renamed away?); nothing was written.
+    NotPropagated(Cow<'static, str>),
+}
+
+impl StoreError {
+    /// The error reply's text for a failed propagation.
+    pub fn not_propagated_message(command: &str) -> String {
+        format!(
+            "ERR cannot propagate {command} to replicas and the AOF (is {command} renamed?): \
+             nothing was written"
+        )
+    }
+}
 
 /// How a command uses its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,8 +52,8 @@ pub enum Access {
 /// A key opened for the duration of one command.
 pub struct StoredKey<'a> {
     ctx: &'a Context,
-    name: *mut RedisModuleString,
-    key: *mut raw::RedisModuleKey,
+    name: ServerStr<'a>,
+    key: Key<'a>,
     /// The key's absolute expiry once read (`Some(None)`: it has none).
     expiry: Cell<Option<Option<i64>>>,
 }
@@ -41,61 +62,38 @@ impl<'a> StoredKey<'a> {
     /// Opens the key `name` (an argument of the running command). A logically expired key
     /// reads as empty on a primary; on a replica it may still be there, and the core reads
     /// its absolute times as ended.
-    pub fn open(ctx: &'a Context, name: *mut RedisModuleString, access: Access) -> Self {
+    #[inline]
+    pub fn open(ctx: &'a Context, name: ServerStr<'a>, access: Access) -> Self {
         let mode = match access {
-            Access::Read => raw::REDISMODULE_READ,
-            Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+            Access::Read => Mode::Read,
+            Access::Write => Mode::Write,
         };
-        // SAFETY: ctx and name are live for the current command.
-        let key = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name, mode as c_int) };
         StoredKey {
             ctx,
             name,
-            key,
+            key: Key::open(ctx, name, mode),
             expiry: Cell::new(None),
         }
     }
 
-    fn key_type(&self) -> isize {
-        // SAFETY: self.key is open until drop.
-        unsafe { api!(RedisModule_KeyType)(self.key) as isize }
-    }
-
     /// The key's string value; `None` for no key; `WRONGTYPE` for another type. The bytes
     /// are valid until the key is written, which `apply` taking `&mut self` enforces.
-    pub fn value(&self) -> Result<Option<&[u8]>, CommandError> {
-        match self.key_type() {
-            raw::REDISMODULE_KEYTYPE_EMPTY => return Ok(None),
-            raw::REDISMODULE_KEYTYPE_STRING => {}
-            _ => return Err(CommandError::WrongType),
-        }
-        let mut len = 0usize;
-        // SAFETY: self.key is an open string key; the buffer lives until the key is written
-        // or closed, and the borrow of self prevents both meanwhile.
-        unsafe {
-            let ptr =
-                api!(RedisModule_StringDMA)(self.key, &mut len, raw::REDISMODULE_READ as c_int);
-            if ptr.is_null() {
-                return Ok(Some(&[]));
-            }
-            Ok(Some(std::slice::from_raw_parts(ptr.cast::<u8>(), len)))
-        }
+    #[inline]
+    pub fn value(&self) -> Result<Option<&[u8]>, StoreError> {
+        self.key.value().map_err(|_| StoreError::WrongType)
     }
 
     /// The key's absolute expiry in ms, `None` when it has none (or there is no key). Read
     /// from the server once per command.
+    #[inline]
     pub fn expiry(&self) -> Option<i64> {
         if let Some(known) = self.expiry.get() {
             return known;
         }
-        if self.key.is_null() {
-            // OpenKey gives NULL for a missing key opened for reading.
-            return None;
+        let expiry = self.key.expiry();
+        if self.key.is_open() {
+            self.expiry.set(Some(expiry));
         }
-        // SAFETY: self.key is open until drop.
-        let expiry = unsafe { api!(RedisModule_GetAbsExpire)(self.key) };
-        let expiry = (expiry != raw::REDISMODULE_NO_EXPIRE as i64).then_some(expiry);
-        self.expiry.set(Some(expiry));
         expiry
     }
 
@@ -107,8 +105,8 @@ impl<'a> StoredKey<'a> {
     /// returns, so the order inside the command does not matter to replicas and the AOF,
     /// and a change that could not be propagated (the command it is spelt with renamed
     /// away) is not made here either.
-    pub fn apply(&mut self, write: &Write) -> Result<(), CommandError> {
-        if self.key.is_null() {
+    pub fn apply(&mut self, write: &Write) -> Result<(), StoreError> {
+        if !self.key.is_open() {
             return Ok(());
         }
         match write {
@@ -117,27 +115,21 @@ impl<'a> StoredKey<'a> {
                 value,
                 expires_at_ms,
             } => {
-                let fresh = self.key_type() == raw::REDISMODULE_KEYTYPE_EMPTY;
+                let fresh = self.key.is_empty();
                 let string = if fresh {
-                    ValueString::Made(strings::create(value))
+                    ValueString::Made(ServerString::new(value))
                 } else {
                     ValueString::for_value(value)
                 };
-                let propagated = self.propagate_set(string.get(), *expires_at_ms);
-                if propagated.is_ok() {
-                    self.write_value(value, *expires_at_ms, fresh, &string);
-                }
-                string.release();
-                propagated?;
+                self.propagate_set(string.as_str(), *expires_at_ms)?;
+                self.write_value(value, *expires_at_ms, fresh, string.as_str());
             }
             Write::Delete => {
                 self.propagate_del()?;
-                // SAFETY: self.key is open for writing.
-                unsafe { api!(RedisModule_DeleteKey)(self.key) };
+                self.key.delete();
             }
         }
-        // SAFETY: ctx and name are live for the current command.
-        unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, self.name) };
+        context::signal_modified(self.ctx, self.name);
         Ok(())
     }
 
@@ -145,127 +137,80 @@ impl<'a> StoredKey<'a> {
     /// live key is rewritten in place: no new object, and its expiry is only touched when
     /// it moves (never for a fixed window's next hit), or when it has none (after
     /// `PERSIST`), which this sets again.
-    fn write_value(&self, value: &[u8], expires_at_ms: i64, fresh: bool, string: &ValueString) {
+    fn write_value(&mut self, value: &[u8], expires_at_ms: i64, fresh: bool, string: ServerStr) {
         if fresh {
-            self.create_value(string.get(), expires_at_ms);
-        } else if self.overwrite_value(value) {
+            self.create_value(string, expires_at_ms);
+        } else if self.key.overwrite(value) {
             if self.expiry() != Some(expires_at_ms) {
-                // SAFETY: self.key is an open string key.
-                unsafe { api!(RedisModule_SetAbsExpire)(self.key, expires_at_ms) };
+                self.key.set_expiry(expires_at_ms);
             }
         } else {
-            let made = strings::create(value);
-            self.create_value(made, expires_at_ms);
-            strings::free(made);
+            let made = ServerString::new(value);
+            self.create_value(made.as_str(), expires_at_ms);
         }
     }
 
-    /// Rewrites the value of an existing string key in place; its expiry stays. Whether it
-    /// could (else the caller sets the value anew).
-    fn overwrite_value(&self, value: &[u8]) -> bool {
-        let write = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
-        // SAFETY: self.key is an open string key; DMA gives a buffer of `len` bytes that we
-        // fill completely after truncating it to exactly `value.len()`.
-        unsafe {
-            let mut len = 0usize;
-            let mut ptr = api!(RedisModule_StringDMA)(self.key, &mut len, write);
-            if len != value.len() {
-                api!(RedisModule_StringTruncate)(self.key, value.len());
-                ptr = api!(RedisModule_StringDMA)(self.key, &mut len, write);
-            }
-            if ptr.is_null() || len != value.len() {
-                return false;
-            }
-            std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len);
-            true
-        }
-    }
-
-    /// Sets the key to `string` with its absolute expiry.
-    fn create_value(&self, string: *mut RedisModuleString, expires_at_ms: i64) {
-        // SAFETY: StringSet takes its own reference to `string`; self.key is open for
-        // writing.
-        unsafe {
-            api!(RedisModule_StringSet)(self.key, string);
-            api!(RedisModule_SetAbsExpire)(self.key, expires_at_ms);
-        }
+    /// Sets the key to `string` (the server takes its own reference) with its absolute
+    /// expiry.
+    fn create_value(&mut self, string: ServerStr, expires_at_ms: i64) {
+        self.key.set(string);
+        self.key.set_expiry(expires_at_ms);
     }
 
     /// Propagates `SET key value PXAT expires_at_ms`.
-    fn propagate_set(
-        &self,
-        value: *mut RedisModuleString,
-        expires_at_ms: i64,
-    ) -> Result<(), CommandError> {
-        let expiry = strings::expiry(expires_at_ms);
-        // SAFETY: every argument is a live server string, passed with `s`: the server takes
-        // its own reference.
-        let status = unsafe {
-            api!(RedisModule_Replicate)(
-                self.ctx.ctx,
-                c"SET".as_ptr(),
-                c"ssss".as_ptr(),
-                self.name,
-                value,
-                strings::pxat(),
-                expiry,
+    fn propagate_set(&self, value: ServerStr, expires_at_ms: i64) -> Result<(), StoreError> {
+        let accepted = strings::with_expiry(expires_at_ms, |expiry| {
+            replicate4(
+                self.ctx,
+                c"SET",
+                [self.name, value, strings::pxat(), expiry],
             )
-        };
-        replicated(status, "SET")
+        });
+        replicated(accepted, Cow::Borrowed("SET"))
     }
 
     /// Propagates `DEL key`.
-    fn propagate_del(&self) -> Result<(), CommandError> {
-        // SAFETY: the key name is a live server string, passed with `s`.
-        let status = unsafe {
-            api!(RedisModule_Replicate)(self.ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.name)
-        };
-        replicated(status, "DEL")
+    fn propagate_del(&self) -> Result<(), StoreError> {
+        replicated(
+            replicate1(self.ctx, c"DEL", self.name),
+            Cow::Borrowed("DEL"),
+        )
     }
 }
 
 /// The server string of a value to propagate (and, for a new key, to store).
 enum ValueString {
-    /// Made for this write; released after it.
-    Made(*mut RedisModuleString),
-    /// A small count from the table made at load; never released.
-    Shared(*mut RedisModuleString),
+    /// Made for this write; freed after it.
+    Made(ServerString),
+    /// A small count from the table made at load; kept.
+    Shared(ServerStr<'static>),
 }
 
 impl ValueString {
+    #[inline]
     fn for_value(value: &[u8]) -> Self {
         match decode_count(value).and_then(strings::count) {
             Some(shared) => ValueString::Shared(shared),
-            None => ValueString::Made(strings::create(value)),
+            None => ValueString::Made(ServerString::new(value)),
         }
     }
 
-    fn get(&self) -> *mut RedisModuleString {
+    #[inline]
+    fn as_str(&self) -> ServerStr<'_> {
         match self {
-            ValueString::Made(s) | ValueString::Shared(s) => *s,
-        }
-    }
-
-    fn release(self) {
-        if let ValueString::Made(string) = self {
-            strings::free(string);
+            ValueString::Made(s) => s.as_str(),
+            ValueString::Shared(s) => *s,
         }
     }
 }
 
 /// The error for an effect the server would not propagate.
-fn replicated(status: c_int, command: &str) -> Result<(), CommandError> {
-    if status == raw::REDISMODULE_OK as c_int {
+fn replicated(accepted: bool, command: Cow<'static, str>) -> Result<(), StoreError> {
+    if accepted {
         return Ok(());
     }
     metrics::record_propagation_failure();
-    Err(CommandError::Message(
-        format!(
-            "ERR cannot propagate {command} to replicas and the AOF (is {command} renamed?): \
-             nothing was written"
-        )
-        .into(),
-    ))
+    Err(StoreError::NotPropagated(command))
 }
 
 /// Propagates `command args...`: for a command whose effect is deterministic (RL.POLICY,
@@ -275,40 +220,15 @@ pub fn propagate_command(
     ctx: &Context,
     command: &std::ffi::CStr,
     args: &[&[u8]],
-) -> Result<(), CommandError> {
-    let strings: Vec<*mut RedisModuleString> = args.iter().map(|a| strings::create(a)).collect();
-    // SAFETY: the format `v` takes an array of live server strings and its length; the
-    // server takes its own references, so ours are released after.
-    let status = unsafe {
-        api!(RedisModule_Replicate)(
-            ctx.ctx,
-            command.as_ptr(),
-            c"v".as_ptr(),
-            strings.as_ptr(),
-            strings.len(),
-        )
-    };
-    strings.into_iter().for_each(strings::free);
-    replicated(status, &command.to_string_lossy())
+) -> Result<(), StoreError> {
+    let strings: Vec<ServerString> = args.iter().map(|a| ServerString::new(a)).collect();
+    let accepted = replicate_all(ctx, command, &strings);
+    drop(strings);
+    replicated(accepted, Cow::Owned(command.to_string_lossy().into_owned()))
 }
 
 /// Fires the keyspace event `rl.denied` (class generic) on `key`, for watching abuse with
 /// `SUBSCRIBE __keyevent@<db>__:rl.denied`.
-pub fn notify_denied(ctx: &Context, key: *mut RedisModuleString) {
-    // SAFETY: key is a live argument of the running command.
-    unsafe {
-        api!(RedisModule_NotifyKeyspaceEvent)(
-            ctx.ctx,
-            raw::REDISMODULE_NOTIFY_GENERIC,
-            c"rl.denied".as_ptr(),
-            key,
-        );
-    }
-}
-
-impl Drop for StoredKey<'_> {
-    fn drop(&mut self) {
-        // SAFETY: self.key was opened by OpenKey and is closed exactly once.
-        unsafe { api!(RedisModule_CloseKey)(self.key) };
-    }
+pub fn notify_denied(ctx: &Context, key: ServerStr<'_>) {
+    context::notify_keyspace_event(ctx, raw::REDISMODULE_NOTIFY_GENERIC, c"rl.denied", key);
 }

@@ -6,56 +6,30 @@
 //! a fixed window stores, and the latest expiry time (shared by every key whose window
 //! ends at the same moment) are made once and kept.
 
-use crate::ffi::api;
+use crate::server::string::{KeptString, ReusedString, ServerStr, ServerString};
 use ratelimit_core::encoding::encode_count;
-use redis_module::raw::RedisModuleString;
-use std::ptr::null_mut;
-use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
 /// Counts below this are propagated from the table made at load.
 const TABLE_SIZE: usize = 1024;
 
-/// The strings made at load. Only the server's main thread, which runs every command,
-/// touches them.
+/// The strings made at load, kept while the module is loaded.
 struct Strings {
-    pxat: Owned,
-    counts: Vec<Owned>,
+    pxat: KeptString,
+    counts: Vec<KeptString>,
 }
-
-/// A server string this module owns a reference to.
-struct Owned(*mut RedisModuleString);
-
-// SAFETY: the pointers are only dereferenced by the server on its main thread, inside
-// command callbacks; the module never frees them while it is loaded.
-unsafe impl Send for Owned {}
-// SAFETY: as above.
-unsafe impl Sync for Owned {}
 
 static STRINGS: OnceLock<Strings> = OnceLock::new();
 
-/// The latest expiry string and its time; replaced when another time is needed.
-static EXPIRY_MS: AtomicI64 = AtomicI64::new(i64::MIN);
-static EXPIRY: AtomicPtr<RedisModuleString> = AtomicPtr::new(null_mut());
-
-/// A new server string holding `bytes`, owned by the caller (no auto memory).
-pub fn create(bytes: &[u8]) -> *mut RedisModuleString {
-    // SAFETY: a NULL context makes a string the caller frees; the bytes are copied.
-    unsafe { api!(RedisModule_CreateString)(null_mut(), bytes.as_ptr().cast(), bytes.len()) }
-}
-
-/// Releases a string from [`create`].
-pub fn free(string: *mut RedisModuleString) {
-    // SAFETY: `string` came from `create` and is released exactly once.
-    unsafe { api!(RedisModule_FreeString)(null_mut(), string) };
-}
+/// The latest expiry string, keyed by its time; replaced when another time is needed.
+static EXPIRY: ReusedString = ReusedString::new();
 
 /// The strings, made on first use (at load: `init`).
 fn strings() -> &'static Strings {
     STRINGS.get_or_init(|| Strings {
-        pxat: Owned(create(b"PXAT")),
+        pxat: KeptString::new(b"PXAT"),
         counts: (0..TABLE_SIZE)
-            .map(|n| Owned(create(n.to_string().as_bytes())))
+            .map(|n| KeptString::new(n.to_string().as_bytes()))
             .collect(),
     })
 }
@@ -66,29 +40,25 @@ pub fn init() {
 }
 
 /// The string `PXAT`.
-pub fn pxat() -> *mut RedisModuleString {
-    strings().pxat.0
+#[inline]
+pub fn pxat() -> ServerStr<'static> {
+    strings().pxat.as_str()
 }
 
 /// The decimal string of a small `count`, from the table, if there is one.
-pub fn count(count: i64) -> Option<*mut RedisModuleString> {
+#[inline]
+pub fn count(count: i64) -> Option<ServerStr<'static>> {
     let index = usize::try_from(count).ok()?;
-    strings().counts.get(index).map(|s| s.0)
+    strings().counts.get(index).map(KeptString::as_str)
 }
 
-/// The decimal string of `expires_at_ms`, reused while the same time recurs (every key
-/// of a fixed window ends at the same moment). The string stays valid until the next call
-/// asks for another time; `Replicate` takes its own reference before that.
-pub fn expiry(expires_at_ms: i64) -> *mut RedisModuleString {
-    let cached = EXPIRY.load(Ordering::Relaxed);
-    if !cached.is_null() && EXPIRY_MS.load(Ordering::Relaxed) == expires_at_ms {
-        return cached;
-    }
-    let fresh = create(encode_count(expires_at_ms, &mut [0u8; 20]));
-    let old = EXPIRY.swap(fresh, Ordering::Relaxed);
-    EXPIRY_MS.store(expires_at_ms, Ordering::Relaxed);
-    if !old.is_null() {
-        free(old);
-    }
-    fresh
+/// Runs `use_it` with the decimal string of `expires_at_ms`, reused while the same time
+/// recurs (every key of a fixed window ends at the same moment).
+#[inline]
+pub fn with_expiry<R>(expires_at_ms: i64, use_it: impl FnOnce(ServerStr<'_>) -> R) -> R {
+    EXPIRY.with(
+        expires_at_ms,
+        || ServerString::new(encode_count(expires_at_ms, &mut [0u8; 20])),
+        use_it,
+    )
 }

@@ -4,10 +4,12 @@
 //! tier and counts in all or none; RL.PEEK answers the same without writing; RL.REFUND
 //! gives back up to `COST` units.
 
-use super::policy::no_such_policy;
 use super::{command_handler, Args, CommandError, CommandResult};
+use crate::policy::command::no_such_policy;
+use crate::policy::registry;
+use crate::server::clock;
 use crate::store::{self, Access, StoredKey};
-use crate::{clock, config, metrics, policies, reply};
+use crate::{config, metrics, reply};
 use ratelimit_core::args::{parse_limits, parse_policy_call, Mode};
 use ratelimit_core::limiter::{self, Action, LimiterError, Limits, Outcome};
 use redis_module::Context;
@@ -34,7 +36,12 @@ fn run(ctx: &Context, args: Args<'_>, action: fn(i64) -> Action) -> CommandResul
     let action = action(request.cost);
     let outcome = decide(ctx, args, &request.limits, action)?;
     if let Action::Hit { .. } = action {
-        metrics::record_hit(request.limits.algorithm, outcome.decision.allowed, false);
+        metrics::record_hit(
+            request.limits.algorithm,
+            outcome.decision.allowed,
+            false,
+            None,
+        );
     }
     reply::outcome(ctx, &outcome, None);
     Ok(())
@@ -44,7 +51,7 @@ fn run(ctx: &Context, args: Args<'_>, action: fn(i64) -> Action) -> CommandResul
 /// but says (RESP3 `shadow_denied`; RESP2: `allowed` 1 with a `retry_after_ms` other than
 /// 0) what enforcing would have done. A denied hit writes nothing in either mode.
 fn run_policy(ctx: &Context, args: Args<'_>, name: &[u8], action: Action) -> CommandResult {
-    let policy = policies::get(name).ok_or_else(|| no_such_policy(name))?;
+    let policy = registry::get(name).ok_or_else(|| no_such_policy(name))?;
     let mut outcome = decide(ctx, args, &policy.limits, action)?;
     let shadow = policy.mode == Mode::Shadow;
     let refund = matches!(action, Action::Refund { .. });
@@ -54,8 +61,7 @@ fn run_policy(ctx: &Context, args: Args<'_>, name: &[u8], action: Action) -> Com
     }
     if let Action::Hit { .. } = action {
         let allowed = outcome.decision.allowed;
-        metrics::record_hit(policy.limits.algorithm, allowed, shadow_denied);
-        policies::record_hit(name, allowed, shadow_denied);
+        metrics::record_hit(policy.limits.algorithm, allowed, shadow_denied, Some(name));
     }
     reply::outcome(ctx, &outcome, (shadow && !refund).then_some(shadow_denied));
     Ok(())

@@ -11,7 +11,7 @@ command_handler!(rl_testing_panic, |_, _| panic!(
 ));
 
 command_handler!(rl_testing_panic_in_save, |ctx, _| {
-    crate::persist::panic_in_next_save();
+    crate::policy::rdb::panic_in_next_save();
     crate::reply::ok(ctx);
     Ok(())
 });

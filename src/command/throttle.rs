@@ -25,7 +25,7 @@ fn run(ctx: &Context, args: Args<'_>) -> CommandResult {
     let (limits, action) = throttle.request();
     let outcome = decide(ctx, args, &limits, action)?;
     if let Action::Hit { .. } = action {
-        metrics::record_hit(limits.algorithm, outcome.decision.allowed, false);
+        metrics::record_hit(limits.algorithm, outcome.decision.allowed, false, None);
     }
     reply::integers(ctx, &cell_reply(&outcome.decision));
     Ok(())

@@ -1,6 +1,6 @@
 //! The server's clock, read once per command and handed to the core.
 
-use crate::ffi::api;
+use super::api::api;
 
 /// Wall-clock Unix time in milliseconds, as the server sees it.
 ///

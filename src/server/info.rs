@@ -1,7 +1,7 @@
 //! What the module needs to know about the server it runs in, read without calling a
 //! command (an operator may have renamed `CONFIG` or `INFO` away).
 
-use crate::ffi::api;
+use super::api::api;
 use redis_module::Context;
 use std::os::raw::c_int;
 

@@ -1,4 +1,4 @@
-//! Access to the raw module API functions the command path calls directly.
+//! Access to the raw module API functions the module calls directly.
 //!
 //! The crate exposes each `RedisModule_*` function as an `Option`, `None` when the server
 //! lacks it. [`missing_apis`] is checked once at load time, so that the module refuses to
@@ -12,7 +12,7 @@ macro_rules! api {
         redis_module::raw::$name.expect(concat!(stringify!($name), " is checked at load"))
     };
 }
-pub(crate) use api;
+pub(super) use api;
 
 /// Names of the raw API functions the module needs and this server does not have.
 pub fn missing_apis() -> Vec<&'static str> {

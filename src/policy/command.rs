@@ -6,9 +6,12 @@
 //! RL.PEEK, RL.REFUND) apply. A change propagates as the command itself: it reads no clock,
 //! so replaying it is replaying its effect.
 
-use super::CommandResult;
-use super::{command_handler, from_primary_or_aof, read_only_replica, Args, CommandError};
-use crate::{config, metrics, persist, policies, reply, server_info, store};
+use super::{rdb, registry};
+use crate::command::{
+    command_handler, from_primary_or_aof, read_only_replica, Args, CommandError, CommandResult,
+};
+use crate::server::info;
+use crate::{config, metrics, reply, store};
 use ratelimit_core::args::{parse_policy, policy_arguments, Settings};
 use ratelimit_core::duration::LARGEST_WINDOW_MS;
 use redis_module::{Context, RedisValue};
@@ -54,7 +57,7 @@ fn run_subcommand(ctx: &Context, args: Args<'_>) -> CommandResult {
         (b"SET", Some(name)) => {
             refuse_on_replica(ctx)?;
             if !from_primary_or_aof(ctx) {
-                if !persist::policies_persist() {
+                if !rdb::policies_persist() {
                     return Err(message(NOT_PERSISTED));
                 }
                 if aof_rewrite_would_drop_policies(ctx)? {
@@ -83,24 +86,24 @@ fn run_subcommand(ctx: &Context, args: Args<'_>) -> CommandResult {
             // Propagated before it is applied: a policy that could not reach the replicas
             // and the AOF is not defined here either.
             store::propagate_command(ctx, c"RL.POLICY", &propagated)?;
-            policies::set(name, definition);
+            registry::set(name, definition);
             reply::ok(ctx);
         }
-        (b"GET", Some(name)) if rest.len() == 0 => match policies::get(name) {
+        (b"GET", Some(name)) if rest.len() == 0 => match registry::get(name) {
             Some(definition) => reply::bulk_strings(ctx, &policy_arguments(&definition)),
             None => reply::null(ctx),
         },
         (b"DEL", Some(name)) if rest.len() == 0 => {
             refuse_on_replica(ctx)?;
-            let deleted = policies::get(name).is_some();
+            let deleted = registry::get(name).is_some();
             if deleted {
                 store::propagate_command(ctx, c"RL.POLICY", &[b"DEL", name])?;
-                policies::delete(name);
+                registry::delete(name);
             }
             reply::integer(ctx, i64::from(deleted));
         }
         (b"LIST", None) => {
-            let names: Vec<Vec<u8>> = policies::all().into_iter().map(|(n, _)| n).collect();
+            let names: Vec<Vec<u8>> = registry::all().into_iter().map(|(n, _)| n).collect();
             reply::bulk_strings(ctx, &names);
         }
         (b"HELP", None) => reply::bulk_strings(ctx, &HELP),
@@ -122,7 +125,7 @@ fn run_subcommand(ctx: &Context, args: Args<'_>) -> CommandResult {
 /// `CONFIG GET`, so where `CONFIG` is renamed away a policy is refused rather than allowed
 /// on a guess.
 fn aof_rewrite_would_drop_policies(ctx: &Context) -> Result<bool, CommandError> {
-    if !server_info::aof_enabled(ctx) {
+    if !info::aof_enabled(ctx) {
         return Ok(false);
     }
     let reply = ctx.call("CONFIG", &["GET", "aof-use-rdb-preamble"][..]);
@@ -167,23 +170,23 @@ fn run_stats(ctx: &Context, args: Args<'_>) -> CommandResult {
                     (c"denied", totals.denied),
                     (c"shadow_denied", totals.shadow_denied),
                     (c"errors", totals.errors),
-                    (c"policies", policies::count() as i64),
+                    (c"policies", registry::count() as i64),
                 ],
             );
         }
         [reset] if reset.eq_ignore_ascii_case(b"RESET") => {
             metrics::reset();
-            policies::reset_stats(None);
+            registry::reset_stats(None);
             reply::ok(ctx);
         }
         [reset, name] if reset.eq_ignore_ascii_case(b"RESET") => {
-            if !policies::reset_stats(Some(name)) {
+            if !registry::reset_stats(Some(name)) {
                 return Err(no_such_policy(name));
             }
             reply::ok(ctx);
         }
         [name] => {
-            let stats = policies::stats(name).ok_or_else(|| no_such_policy(name))?;
+            let stats = registry::stats(name).ok_or_else(|| no_such_policy(name))?;
             let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
             reply::named_integers(
                 ctx,

@@ -3,7 +3,7 @@
 //!
 //! They live in memory rather than in keys because every primary of a Cluster needs them
 //! (a key lives on one shard). They reach replicas and the AOF as the `RL.POLICY` commands
-//! that changed them (deterministic: no clock), and are saved with the RDB (see `persist`).
+//! that changed them (deterministic: no clock), and are saved with the RDB (see `policy::rdb`).
 
 use ratelimit_core::args::PolicyArgs;
 use std::collections::BTreeMap;
@@ -91,8 +91,9 @@ pub fn count() -> usize {
     with_registry(|r| r.len())
 }
 
-/// Counts one hit made through `name`.
-pub fn record_hit(name: &[u8], allowed: bool, shadow_denied: bool) {
+/// Counts one hit made through `name` (called by `metrics::record_hit`, which counts it
+/// everywhere).
+pub(crate) fn record_hit(name: &[u8], allowed: bool, shadow_denied: bool) {
     with_registry(|r| {
         if let Some(entry) = r.get_mut(name) {
             let stats = &mut entry.stats;

@@ -1,0 +1,230 @@
+//! Commands: the callback the server calls, the arguments it passes, and registration.
+
+use super::api::api;
+use super::string::ServerStr;
+use redis_module::{raw, Context};
+use std::ffi::CStr;
+use std::os::raw::c_int;
+
+/// The arguments of the running command (the command name first), as the server holds
+/// them: nothing is copied or reference-counted on the way in.
+#[derive(Clone, Copy)]
+pub struct Args<'ctx> {
+    argv: &'ctx [ServerStr<'ctx>],
+}
+
+impl<'ctx> Args<'ctx> {
+    /// Wraps the server's argument vector.
+    ///
+    /// # Safety
+    /// `argv` must point to `argc` live strings that stay alive and unchanged for `'ctx`.
+    #[inline]
+    unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
+        let len = usize::try_from(argc).unwrap_or(0);
+        let argv = if argv.is_null() || len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the caller's promise; ServerStr is one string pointer
+            // (repr(transparent)), so the vector is a slice of them.
+            unsafe { std::slice::from_raw_parts(argv.cast::<ServerStr<'ctx>>(), len) }
+        };
+        Args { argv }
+    }
+
+    /// How many arguments, the command name included.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.argv.len()
+    }
+
+    /// Whether there are no arguments at all (the server always passes the name).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.argv.is_empty()
+    }
+
+    /// The argument at `index` as the server's string (for keys and propagation).
+    #[inline]
+    pub fn string(&self, index: usize) -> Option<ServerStr<'ctx>> {
+        self.argv.get(index).copied()
+    }
+
+    /// The bytes of the arguments from `start` on, borrowed from the server.
+    #[inline]
+    pub fn bytes_from(&self, start: usize) -> impl ExactSizeIterator<Item = &'ctx [u8]> + 'ctx {
+        self.argv
+            .get(start..)
+            .unwrap_or(&[])
+            .iter()
+            .map(|s| s.bytes())
+    }
+}
+
+/// What the server calls for a command.
+pub type Callback = unsafe extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *mut *mut raw::RedisModuleString,
+    c_int,
+) -> c_int;
+
+/// A command the module implements: [`callback::<C>`](callback) is what it registers.
+pub trait Command {
+    /// Runs the command and writes its reply. Handlers never see the raw pointers.
+    fn run(ctx: &Context, args: Args<'_>);
+}
+
+/// The callback of command `C`: wraps the server's context and arguments for the
+/// duration of the call and runs it.
+///
+/// # Safety
+/// Only the server calls it, with a command's live context and argument vector.
+pub unsafe extern "C" fn callback<C: Command>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let context = Context::new(ctx);
+    // SAFETY: the server passes `argc` live arguments that stay alive and unchanged until
+    // the callback returns; `C::run` takes them for any lifetime, so cannot keep them.
+    let args = unsafe { Args::new(argv, argc) };
+    C::run(&context, args);
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Registers a command with its callback, flags and key positions (first, last, step).
+pub fn register(
+    ctx: &Context,
+    name: &CStr,
+    callback: Option<Callback>,
+    flags: &CStr,
+    keys: (c_int, c_int, c_int),
+) -> Result<(), String> {
+    // SAFETY: called during module load with the load context; the C strings outlive the
+    // call (the server copies them).
+    let status = unsafe {
+        api!(RedisModule_CreateCommand)(
+            ctx.ctx,
+            name.as_ptr(),
+            callback,
+            flags.as_ptr(),
+            keys.0,
+            keys.1,
+            keys.2,
+        )
+    };
+    if status == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err(format!("cannot register {name:?}"))
+    }
+}
+
+/// Registers `name` as a container command (no handler of its own) and each of
+/// `subcommands` under it, keyless, with its own flags. `RL.POLICY x` for an unknown `x`
+/// is then answered by the server itself.
+pub fn register_container<'a>(
+    ctx: &Context,
+    name: &CStr,
+    subcommands: impl IntoIterator<Item = (&'a CStr, Option<Callback>, &'a CStr)>,
+) -> Result<(), String> {
+    register(ctx, name, None, c"", (0, 0, 0))?;
+    // SAFETY: called during module load; the name is a live C string.
+    let parent = unsafe { api!(RedisModule_GetCommand)(ctx.ctx, name.as_ptr()) };
+    if parent.is_null() {
+        return Err(format!(
+            "cannot find the container {name:?} just registered"
+        ));
+    }
+    for (sub, callback, flags) in subcommands {
+        // SAFETY: `parent` is the container registered above; the C strings are live for
+        // the call.
+        let status = unsafe {
+            api!(RedisModule_CreateSubcommand)(
+                parent,
+                sub.as_ptr(),
+                callback,
+                flags.as_ptr(),
+                0,
+                0,
+                0,
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!(
+                "cannot register the subcommand {sub:?} of {name:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the server can look up the command of `call` (a whole call: the lookup also
+/// checks its arity and finds its keys).
+pub fn command_known(ctx: &Context, call: &[&[u8]]) -> bool {
+    let mut argv: Vec<super::string::ServerString> = call
+        .iter()
+        .map(|arg| super::string::ServerString::new(arg))
+        .collect();
+    let mut keys: c_int = 0;
+    // SAFETY: argv holds live server strings for the duration of the call (ServerString is
+    // one string pointer); the returned array, if any, is the server's allocation and is
+    // freed with RedisModule_Free.
+    unsafe {
+        let positions = api!(RedisModule_GetCommandKeys)(
+            ctx.ctx,
+            argv.as_mut_ptr().cast::<*mut raw::RedisModuleString>(),
+            argv.len() as c_int,
+            &mut keys,
+        );
+        if positions.is_null() {
+            false
+        } else {
+            api!(RedisModule_Free)(positions.cast());
+            true
+        }
+    }
+}
+
+/// Sets the summary, complexity and tips `COMMAND DOCS` shows for the registered command
+/// `name` (no key specs, no arity: both stay as registered).
+pub fn set_docs(
+    ctx: &Context,
+    name: &CStr,
+    summary: &CStr,
+    complexity: &CStr,
+    tips: Option<&CStr>,
+) -> Result<(), String> {
+    // SAFETY: called during load; the name is a live C string.
+    let command = unsafe { api!(RedisModule_GetCommand)(ctx.ctx, name.as_ptr()) };
+    if command.is_null() {
+        return Err(format!("no command {name:?} to describe"));
+    }
+    let info = raw::RedisModuleCommandInfo {
+        version: &INFO_VERSION,
+        summary: summary.as_ptr(),
+        complexity: complexity.as_ptr(),
+        since: std::ptr::null_mut(),
+        history: std::ptr::null_mut(),
+        tips: tips.map_or(std::ptr::null(), CStr::as_ptr),
+        arity: 0,
+        key_specs: std::ptr::null_mut(),
+        args: std::ptr::null_mut(),
+    };
+    // SAFETY: `command` was just looked up; the info and its strings are live for the
+    // call, and the server copies every string it keeps.
+    let status = unsafe { api!(RedisModule_SetCommandInfo)(command, &info) };
+    if status == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err(format!("the server refused the docs of {name:?}"))
+    }
+}
+
+/// The layout version the server checks the command info against (the header's
+/// `RedisModule_CurrentCommandInfoVersion`, a `static` that bindings cannot reach).
+static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
+    version: 1,
+    sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+    sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+    sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+};

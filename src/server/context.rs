@@ -1,0 +1,78 @@
+//! What a command asks of its context besides keys and replies: its flags, signalling a
+//! key as modified, keyspace events and propagation.
+
+use super::api::api;
+use super::string::{ServerStr, ServerString};
+use redis_module::raw;
+use redis_module::Context;
+use std::ffi::CStr;
+use std::os::raw::c_int;
+
+/// The context's flags (`REDISMODULE_CTX_FLAGS_*`).
+#[inline]
+pub fn flags(ctx: &Context) -> i32 {
+    // SAFETY: ctx is the live context of the running command.
+    unsafe { api!(RedisModule_GetContextFlags)(ctx.ctx) }
+}
+
+/// Signals `key` as modified (for WATCH and client-side caching).
+#[inline]
+pub fn signal_modified(ctx: &Context, key: ServerStr<'_>) {
+    // SAFETY: ctx is the live context of the running command; key is live for the call.
+    unsafe { api!(RedisModule_SignalModifiedKey)(ctx.ctx, key.as_ptr()) };
+}
+
+/// Fires the keyspace event `event` of class `class` (`REDISMODULE_NOTIFY_*`) on `key`.
+#[inline]
+pub fn notify_keyspace_event(ctx: &Context, class: c_int, event: &CStr, key: ServerStr<'_>) {
+    // SAFETY: ctx is the live context of the running command; event and key are live for
+    // the call, and the server copies what it keeps.
+    unsafe { api!(RedisModule_NotifyKeyspaceEvent)(ctx.ctx, class, event.as_ptr(), key.as_ptr()) };
+}
+
+/// Propagates `command` with one argument; whether the server accepted it.
+#[inline]
+pub fn replicate1(ctx: &Context, command: &CStr, arg: ServerStr<'_>) -> bool {
+    // SAFETY: the format `s` takes one live server string, retained by the server.
+    let status = unsafe {
+        api!(RedisModule_Replicate)(ctx.ctx, command.as_ptr(), c"s".as_ptr(), arg.as_ptr())
+    };
+    status == raw::REDISMODULE_OK as c_int
+}
+
+/// Propagates `command` with four arguments; whether the server accepted it.
+#[inline]
+pub fn replicate4(ctx: &Context, command: &CStr, args: [ServerStr<'_>; 4]) -> bool {
+    let [a, b, c, d] = args;
+    // SAFETY: the format `ssss` takes four live server strings, each retained by the
+    // server (a reference-count increment, no copy).
+    let status = unsafe {
+        api!(RedisModule_Replicate)(
+            ctx.ctx,
+            command.as_ptr(),
+            c"ssss".as_ptr(),
+            a.as_ptr(),
+            b.as_ptr(),
+            c.as_ptr(),
+            d.as_ptr(),
+        )
+    };
+    status == raw::REDISMODULE_OK as c_int
+}
+
+/// Propagates `command` with the arguments `args`; whether the server accepted it.
+pub fn replicate_all(ctx: &Context, command: &CStr, args: &[ServerString]) -> bool {
+    // SAFETY: the format `v` takes an array of live server strings and its length;
+    // ServerString is one string pointer (repr(transparent)), and the server only reads
+    // the array and retains the strings it keeps.
+    let status = unsafe {
+        api!(RedisModule_Replicate)(
+            ctx.ctx,
+            command.as_ptr(),
+            c"v".as_ptr(),
+            args.as_ptr().cast::<*mut raw::RedisModuleString>(),
+            args.len(),
+        )
+    };
+    status == raw::REDISMODULE_OK as c_int
+}
