@@ -716,7 +716,7 @@ fn tier(text: &str) -> Result<Tier, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Failure;
+    use crate::failure::Failure;
 
     const MINIMAL: &str =
         "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n";

@@ -1,5 +1,6 @@
 //! Counters and the Redis latency histogram, rendered in the Prometheus text format.
 
+use crate::failure::Failure;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -41,42 +42,6 @@ impl Outcome {
     }
 }
 
-/// Why Redis could not decide.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// No answer within the deadline.
-    Timeout,
-    /// No connection (refused, dropped, not yet made).
-    Connection,
-    /// The server answered that it cannot take the command now: OOM, LOADING, READONLY,
-    /// MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY.
-    Unavailable,
-    /// Any other error reply, e.g. the module is not loaded or a policy does not exist.
-    Error,
-    /// The circuit breaker is open: Redis was not asked.
-    Breaker,
-}
-
-impl Failure {
-    pub const ALL: [Failure; 5] = [
-        Failure::Timeout,
-        Failure::Connection,
-        Failure::Unavailable,
-        Failure::Error,
-        Failure::Breaker,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Failure::Timeout => "timeout",
-            Failure::Connection => "connection",
-            Failure::Unavailable => "unavailable",
-            Failure::Error => "error",
-            Failure::Breaker => "breaker",
-        }
-    }
-}
-
 /// Upper bounds of the latency buckets, in seconds: 50 µs to 100 ms.
 const LATENCY_BUCKETS: [f64; 12] = [
     0.00005,
@@ -98,7 +63,7 @@ pub struct Metrics {
     /// Per rule, a count per [`Outcome`] (indexed by its discriminant).
     decisions: Mutex<BTreeMap<String, [u64; Outcome::ALL.len()]>>,
     refunds: Mutex<BTreeMap<String, u64>>,
-    fail_open: [AtomicU64; 5],
+    fail_open: [AtomicU64; Failure::ALL.len()],
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_sum_ns: AtomicU64,
     latency_count: AtomicU64,
