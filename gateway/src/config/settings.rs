@@ -41,6 +41,11 @@ impl ServerSettings {
     pub fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
         crate::client_ip::is_trusted(ip, &self.trusted_proxies)
     }
+
+    /// The network `ip` is counted by (`[client_ip]`): the address itself, or its prefix.
+    pub fn client_network(&self, ip: IpAddr) -> IpAddr {
+        self.client_prefixes.aggregate(ip)
+    }
 }
 
 /// The headers a proxy in front of check mode names the original request with. Only the
