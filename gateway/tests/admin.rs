@@ -19,12 +19,7 @@ algorithm = "log"
 
 #[test]
 fn healthz_answers_ok() {
-    let redis = ServerConfig::new(Flavor::Redis).start();
-    let upstream = Upstream::start();
-    let gateway = Gateway::start(
-        &upstream.server_line(),
-        &format!("{}{RULES}", redis_section(redis.port(), "")),
-    );
+    let (_redis, upstream, gateway) = stack(Flavor::Redis, RULES);
     let resp = gateway.admin_get("/healthz");
     assert_eq!(resp.status, 200, "{resp:?}");
     assert_eq!(resp.body.trim(), "ok", "{resp:?}");
@@ -126,12 +121,7 @@ fn metrics_count_decisions_and_redis_latency() {
 
 #[test]
 fn sigterm_stops_the_gateway() {
-    let redis = ServerConfig::new(Flavor::Valkey).start();
-    let upstream = Upstream::start();
-    let mut gateway = Gateway::start(
-        &upstream.server_line(),
-        &format!("{}{RULES}", redis_section(redis.port(), "")),
-    );
+    let (_redis, _upstream, mut gateway) = stack(Flavor::Valkey, RULES);
     assert_eq!(gateway.get("/other").status, 200);
     assert!(gateway.running());
     gateway.terminate();
