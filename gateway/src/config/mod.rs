@@ -6,10 +6,12 @@
 //! - `rule_set` and `limit`: the rules, compiled.
 
 mod limit;
+mod one_of;
 mod rule_set;
 mod schema;
 mod settings;
 
+pub(crate) use one_of::one_of;
 pub use settings::{CheckHeaders, Mode, RedisSettings, RedisTarget, ServerSettings};
 
 use crate::pattern::PathPolicy;

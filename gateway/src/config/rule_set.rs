@@ -3,6 +3,7 @@
 //! settings) so that a reload either swaps in rules that all apply or changes nothing.
 
 use super::limit::limit;
+use super::one_of;
 use super::schema::{CountSection, HeadersSection, RuleSection};
 use super::Mode;
 use crate::pattern::{PathPattern, PathPolicy};
@@ -134,11 +135,11 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
             Counting::Statuses(statuses)
         }
     };
-    let shadow = match section.mode.as_str() {
-        "enforce" => false,
-        "shadow" => true,
-        other => return Err(format!("mode '{other}' must be \"enforce\" or \"shadow\"")),
-    };
+    let shadow = one_of(
+        "mode",
+        &section.mode,
+        &[("enforce", false), ("shadow", true)],
+    )?;
     let on_failure = OnFailure {
         redis_closed: open_or_closed("on_redis_failure", &section.on_redis_failure)?,
         error_closed: open_or_closed("on_module_error", &section.on_module_error)?,
@@ -158,11 +159,7 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
 
 /// `"open"` (false) or `"closed"` (true), the value of the setting `name`.
 fn open_or_closed(name: &str, value: &str) -> Result<bool, String> {
-    match value {
-        "open" => Ok(false),
-        "closed" => Ok(true),
-        other => Err(format!("{name} '{other}' must be \"open\" or \"closed\"")),
-    }
+    one_of(name, value, &[("open", false), ("closed", true)])
 }
 
 fn key_source(key: &str) -> Result<KeySource, String> {

@@ -2,6 +2,7 @@
 //! (the listeners, the mode, the upstream, the trusted proxies, check mode's headers) and
 //! `[redis]` (where, how long to wait, the breaker, the key prefix, the rules key).
 
+use super::one_of;
 use super::schema::{RedisSection, ServerSection};
 use ipnet::IpNet;
 use std::net::{IpAddr, SocketAddr};
@@ -93,15 +94,11 @@ pub(super) fn server_settings(section: ServerSection) -> Result<ServerSettings, 
             .parse::<SocketAddr>()
             .map_err(|_| format!("[server] {name} '{value}' is not an address like 127.0.0.1:8080"))
     };
-    let mode = match section.mode.as_str() {
-        "proxy" => Mode::Proxy,
-        "check" => Mode::Check,
-        other => {
-            return Err(format!(
-                "[server] mode '{other}' must be \"proxy\" or \"check\""
-            ))
-        }
-    };
+    let mode = one_of(
+        "[server] mode",
+        &section.mode,
+        &[("proxy", Mode::Proxy), ("check", Mode::Check)],
+    )?;
     let upstream = match (&section.upstream, mode) {
         (Some(url), _) => Some(upstream_uri(url)?),
         (None, Mode::Proxy) => return Err("[server] upstream is needed in mode = \"proxy\"".into()),
