@@ -406,6 +406,19 @@ impl Metrics {
         )
     }
 
+    /// Asserts `rl_gateway_decisions_total` for each `(rule, outcome, count)`; a failure
+    /// names `what` and shows the whole scrape.
+    pub fn assert_decisions(&self, what: &str, expected: &[(&str, &str, f64)]) {
+        for &(rule, outcome, count) in expected {
+            assert_eq!(
+                self.decisions(rule, outcome),
+                count,
+                "{what}: {rule} {outcome}:\n{}",
+                self.text
+            );
+        }
+    }
+
     /// `rl_gateway_fail_open_total{reason}`.
     pub fn fail_open(&self, reason: &str) -> f64 {
         self.counter("rl_gateway_fail_open_total", &[("reason", reason)])
