@@ -4,8 +4,8 @@
 //! RESP3, so that multi-tier replies name every tier.
 
 use crate::config::RedisTarget;
+use crate::failure::Failure;
 use crate::logging::log;
-use crate::metrics::Failure;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;

@@ -6,8 +6,9 @@ use crate::backend::{classify, Backend};
 use crate::breaker::Breaker;
 use crate::config::RedisSettings;
 use crate::deny_cache::DenyCache;
+use crate::failure::Failure;
 use crate::logging::log;
-use crate::metrics::{Failure, Metrics};
+use crate::metrics::Metrics;
 use crate::module_errors::ModuleErrorLog;
 use crate::rules::{Limit, Rule};
 use crate::verdict::Verdict;
@@ -32,7 +33,7 @@ pub struct Decider {
     breaker: Breaker,
     deny_cache: DenyCache,
     deadline: Duration,
-    pub metrics: Metrics,
+    metrics: Metrics,
     module_errors: ModuleErrorLog,
 }
 
@@ -51,6 +52,11 @@ impl Decider {
     /// Called when the rules change: a denial under the old rules may not hold any more.
     pub fn forget_denials(&self) {
         self.deny_cache.clear();
+    }
+
+    /// The counters: the gateway's, which the decider keeps as it counts its own work.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     pub fn breaker_open(&self) -> bool {

@@ -12,6 +12,7 @@ pub mod connection_limits;
 pub mod connection_watch;
 pub mod decider;
 pub mod deny_cache;
+pub mod failure;
 pub mod headers;
 pub mod logging;
 pub mod methods;

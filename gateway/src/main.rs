@@ -102,17 +102,7 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
         gateway.clone(),
         server::main_handler,
     ));
-    if let Some(key) = config.redis.rules_key.clone() {
-        reload::spawn_redis_refresher(
-            key,
-            config.redis.rules_refresh,
-            backend,
-            path.clone(),
-            gateway.clone(),
-            config.server.mode,
-        );
-    }
-    reload::spawn(path, gateway, config);
+    reload::spawn(reload::RuleSource::new(path, config), backend, gateway);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot listen for SIGTERM: {e}"))?;
     tokio::select! {

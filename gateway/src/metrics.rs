@@ -1,5 +1,6 @@
 //! Counters and the Redis latency histogram, rendered in the Prometheus text format.
 
+use crate::failure::Failure;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -41,42 +42,6 @@ impl Outcome {
     }
 }
 
-/// Why Redis could not decide.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// No answer within the deadline.
-    Timeout,
-    /// No connection (refused, dropped, not yet made).
-    Connection,
-    /// The server answered that it cannot take the command now: OOM, LOADING, READONLY,
-    /// MASTERDOWN, CLUSTERDOWN, TRYAGAIN, BUSY.
-    Unavailable,
-    /// Any other error reply, e.g. the module is not loaded or a policy does not exist.
-    Error,
-    /// The circuit breaker is open: Redis was not asked.
-    Breaker,
-}
-
-impl Failure {
-    pub const ALL: [Failure; 5] = [
-        Failure::Timeout,
-        Failure::Connection,
-        Failure::Unavailable,
-        Failure::Error,
-        Failure::Breaker,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Failure::Timeout => "timeout",
-            Failure::Connection => "connection",
-            Failure::Unavailable => "unavailable",
-            Failure::Error => "error",
-            Failure::Breaker => "breaker",
-        }
-    }
-}
-
 /// Upper bounds of the latency buckets, in seconds: 50 µs to 100 ms.
 const LATENCY_BUCKETS: [f64; 12] = [
     0.00005,
@@ -98,7 +63,7 @@ pub struct Metrics {
     /// Per rule, a count per [`Outcome`] (indexed by its discriminant).
     decisions: Mutex<BTreeMap<String, [u64; Outcome::ALL.len()]>>,
     refunds: Mutex<BTreeMap<String, u64>>,
-    fail_open: [AtomicU64; 5],
+    fail_open: [AtomicU64; Failure::ALL.len()],
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_sum_ns: AtomicU64,
     latency_count: AtomicU64,
@@ -162,10 +127,12 @@ impl Metrics {
     /// The Prometheus text exposition of every metric.
     pub fn render(&self, breaker_open: bool) -> String {
         let mut out = String::with_capacity(4096);
-        out.push_str(
-            "# HELP rl_gateway_decisions_total Requests a rule applied to, by rule and outcome.\n",
+        describe(
+            &mut out,
+            "rl_gateway_decisions_total",
+            "counter",
+            "Requests a rule applied to, by rule and outcome.",
         );
-        out.push_str("# TYPE rl_gateway_decisions_total counter\n");
         for (rule, counts) in self
             .decisions
             .lock()
@@ -181,10 +148,12 @@ impl Metrics {
                 );
             }
         }
-        out.push_str(
-            "# HELP rl_gateway_fail_open_total Decisions Redis could not make, by reason.\n",
+        describe(
+            &mut out,
+            "rl_gateway_fail_open_total",
+            "counter",
+            "Decisions Redis could not make, by reason.",
         );
-        out.push_str("# TYPE rl_gateway_fail_open_total counter\n");
         for failure in Failure::ALL {
             let count = self.fail_open[failure as usize].load(Relaxed);
             let _ = writeln!(
@@ -193,24 +162,19 @@ impl Metrics {
                 failure.label()
             );
         }
-        out.push_str("# HELP rl_gateway_refunds_total Hits given back because the response status does not count.\n");
-        out.push_str("# TYPE rl_gateway_refunds_total counter\n");
-        for (rule, count) in self
-            .refunds
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            let _ = writeln!(
-                out,
-                "rl_gateway_refunds_total{{rule=\"{}\"}} {count}",
-                escape(rule)
-            );
-        }
-        out.push_str(
-            "# HELP rl_gateway_redis_latency_seconds Time of each Redis call that answered.\n",
+        describe(
+            &mut out,
+            "rl_gateway_refunds_total",
+            "counter",
+            "Hits given back because the response status does not count.",
         );
-        out.push_str("# TYPE rl_gateway_redis_latency_seconds histogram\n");
+        per_rule(&mut out, "rl_gateway_refunds_total", &self.refunds);
+        describe(
+            &mut out,
+            "rl_gateway_redis_latency_seconds",
+            "histogram",
+            "Time of each Redis call that answered.",
+        );
         let mut cumulative = 0;
         for (bound, count) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
             cumulative += count.load(Relaxed);
@@ -231,52 +195,68 @@ impl Metrics {
             "rl_gateway_redis_latency_seconds_count {}",
             self.latency_count.load(Relaxed)
         );
-        out.push_str(
-            "# HELP rl_gateway_breaker_open Whether the circuit breaker skips Redis now.\n",
+        describe(
+            &mut out,
+            "rl_gateway_breaker_open",
+            "gauge",
+            "Whether the circuit breaker skips Redis now.",
         );
-        out.push_str("# TYPE rl_gateway_breaker_open gauge\n");
         let _ = writeln!(out, "rl_gateway_breaker_open {}", u8::from(breaker_open));
-        out.push_str("# HELP rl_gateway_rule_reloads_total Rule file reloads, by result.\n");
-        out.push_str("# TYPE rl_gateway_rule_reloads_total counter\n");
-        let _ = writeln!(
-            out,
-            "rl_gateway_rule_reloads_total{{result=\"ok\"}} {}",
-            self.reloads_ok.load(Relaxed)
+        describe(
+            &mut out,
+            "rl_gateway_rule_reloads_total",
+            "counter",
+            "Rule file reloads, by result.",
         );
-        let _ = writeln!(
-            out,
-            "rl_gateway_rule_reloads_total{{result=\"refused\"}} {}",
-            self.reloads_refused.load(Relaxed)
-        );
-        out.push_str("# HELP rl_gateway_upstream_errors_total Requests the upstream could not answer (502).\n");
-        out.push_str("# TYPE rl_gateway_upstream_errors_total counter\n");
-        let _ = writeln!(
-            out,
-            "rl_gateway_upstream_errors_total {}",
-            self.upstream_errors.load(Relaxed)
-        );
-        out.push_str("# HELP rl_gateway_connections_refused_total Connections over max_connections, answered 503 and closed.\n");
-        out.push_str("# TYPE rl_gateway_connections_refused_total counter\n");
-        let _ = writeln!(
-            out,
-            "rl_gateway_connections_refused_total {}",
-            self.connections_refused.load(Relaxed)
-        );
-        out.push_str("# HELP rl_gateway_module_errors_total Error replies of the module (a misconfiguration: a missing policy, a refused rule), by rule.\n");
-        out.push_str("# TYPE rl_gateway_module_errors_total counter\n");
-        for (rule, count) in self
-            .module_errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
+        for (result, counter) in [("ok", &self.reloads_ok), ("refused", &self.reloads_refused)] {
             let _ = writeln!(
                 out,
-                "rl_gateway_module_errors_total{{rule=\"{}\"}} {count}",
-                escape(rule)
+                "rl_gateway_rule_reloads_total{{result=\"{result}\"}} {}",
+                counter.load(Relaxed)
             );
         }
+        let totals = [
+            (
+                "rl_gateway_upstream_errors_total",
+                "Requests the upstream could not answer (502).",
+                &self.upstream_errors,
+            ),
+            (
+                "rl_gateway_connections_refused_total",
+                "Connections over max_connections, answered 503 and closed.",
+                &self.connections_refused,
+            ),
+        ];
+        for (name, help, counter) in totals {
+            describe(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {}", counter.load(Relaxed));
+        }
+        describe(
+            &mut out,
+            "rl_gateway_module_errors_total",
+            "counter",
+            "Error replies of the module (a misconfiguration: a missing policy, a refused \
+             rule), by rule.",
+        );
+        per_rule(
+            &mut out,
+            "rl_gateway_module_errors_total",
+            &self.module_errors,
+        );
         out
+    }
+}
+
+/// The `# HELP` and `# TYPE` lines that introduce the metric `name`.
+fn describe(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// One sample of the counter `name` per rule, labelled with the rule.
+fn per_rule(out: &mut String, name: &str, counts: &Mutex<BTreeMap<String, u64>>) {
+    for (rule, count) in counts.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let _ = writeln!(out, "{name}{{rule=\"{}\"}} {count}", escape(rule));
     }
 }
 

@@ -5,23 +5,82 @@
 //! exists its rules are in force, and when it is deleted the file's rules come back.
 
 use crate::backend::Backend;
-use crate::config::{self, Config, Mode};
+use crate::config::{self, Config};
 use crate::logging::log;
+use crate::rules::RuleSet;
 use crate::service::Gateway;
 use redis::Value;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::signal::unix::{signal, SignalKind};
+
+/// Where the rules come from: the file, and while `[redis] rules_key` exists and its last
+/// value loaded, that key instead. Reload owns it; the file watcher and the Redis
+/// refresher share it, so that a change of the file waits while the key's rules are in
+/// force.
+pub struct RuleSource {
+    path: PathBuf,
+    /// The configuration the gateway started with: what a reloaded file is compared to,
+    /// and the mode and path policy the rules in Redis are checked for.
+    started_with: Config,
+    /// Whether the rules in force came from the Redis key.
+    from_redis: AtomicBool,
+}
+
+impl RuleSource {
+    /// The rules of the file at `path`, which the gateway started with as `started_with`.
+    pub fn new(path: PathBuf, started_with: Config) -> RuleSource {
+        RuleSource {
+            path,
+            started_with,
+            from_redis: AtomicBool::new(false),
+        }
+    }
+
+    fn rules_from_redis(&self) -> bool {
+        self.from_redis.load(Ordering::Relaxed)
+    }
+
+    fn set_rules_from_redis(&self, from_redis: bool) {
+        self.from_redis.store(from_redis, Ordering::Relaxed);
+    }
+
+    /// The rules a value of the Redis key holds, checked as the file's rules are.
+    fn parse_redis_value(&self, bytes: &[u8]) -> Result<RuleSet, String> {
+        let server = &self.started_with.server;
+        std::str::from_utf8(bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|text| config::parse_rules_with(text, server.mode, &server.requests.paths))
+    }
+}
+
+/// Follows the rule source for the life of the process: the file (on SIGHUP and when it
+/// changes) and, with `[redis] rules_key`, that key through `backend`.
+pub fn spawn(source: RuleSource, backend: Backend, gateway: Arc<Gateway>) {
+    let source = Arc::new(source);
+    let redis = &source.started_with.redis;
+    if let Some(key) = redis.rules_key.clone() {
+        spawn_redis_refresher(
+            key,
+            redis.rules_refresh,
+            backend,
+            source.clone(),
+            gateway.clone(),
+        );
+    }
+    spawn_file_watcher(source, gateway);
+}
 
 fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-/// Watches `path` for the life of the process.
-pub fn spawn(path: PathBuf, gateway: Arc<Gateway>, started_with: Config) {
+/// Watches the file for the life of the process.
+fn spawn_file_watcher(source: Arc<RuleSource>, gateway: Arc<Gateway>) {
     tokio::spawn(async move {
+        let path = &source.path;
         let mut hangup = match signal(SignalKind::hangup()) {
             Ok(stream) => Some(stream),
             Err(error) => {
@@ -29,8 +88,8 @@ pub fn spawn(path: PathBuf, gateway: Arc<Gateway>, started_with: Config) {
                 None
             }
         };
-        let interval = started_with.server.reload_interval;
-        let mut seen = modified(&path);
+        let interval = source.started_with.server.reload_interval;
+        let mut seen = modified(path);
         loop {
             let poll = async {
                 if interval.is_zero() {
@@ -49,7 +108,7 @@ pub fn spawn(path: PathBuf, gateway: Arc<Gateway>, started_with: Config) {
             let why = tokio::select! {
                 _ = hup => "SIGHUP",
                 _ = poll => {
-                    let now = modified(&path);
+                    let now = modified(path);
                     if now == seen {
                         continue;
                     }
@@ -57,12 +116,13 @@ pub fn spawn(path: PathBuf, gateway: Arc<Gateway>, started_with: Config) {
                     "file change"
                 }
             };
-            reload(&path, &gateway, &started_with, why);
+            reload(&source, &gateway, why);
         }
     });
 }
 
-fn reload(path: &Path, gateway: &Gateway, started_with: &Config, why: &str) {
+fn reload(source: &RuleSource, gateway: &Gateway, why: &str) {
+    let (path, started_with) = (&source.path, &source.started_with);
     match config::load(path) {
         Ok(config) => {
             if config.server != started_with.server
@@ -75,7 +135,7 @@ fn reload(path: &Path, gateway: &Gateway, started_with: &Config, why: &str) {
                 );
             }
             gateway.metrics().reload(true);
-            if gateway.rules_from_redis.load(Ordering::Relaxed) {
+            if source.rules_from_redis() {
                 log!(
                     "rules file {} checked ({why}); the rules from Redis stay in force until their key is deleted",
                     path.display()
@@ -98,7 +158,7 @@ fn reload(path: &Path, gateway: &Gateway, started_with: &Config, why: &str) {
     }
 }
 
-fn apply(gateway: &Gateway, rules: crate::rules::RuleSet, from: &str) {
+fn apply(gateway: &Gateway, rules: RuleSet, from: &str) {
     let count = rules.count();
     gateway.replace_rules(rules);
     log!("rules reloaded from {from}: {count} rules");
@@ -106,13 +166,12 @@ fn apply(gateway: &Gateway, rules: crate::rules::RuleSet, from: &str) {
 
 /// Reads `key` every `every`; applies its rules when its value changes, and the file's
 /// again when it disappears. Redis being unreachable changes nothing.
-pub fn spawn_redis_refresher(
+fn spawn_redis_refresher(
     key: String,
     every: std::time::Duration,
     backend: Backend,
-    path: PathBuf,
+    source: Arc<RuleSource>,
     gateway: Arc<Gateway>,
-    mode: Mode,
 ) {
     tokio::spawn(async move {
         let mut applied: Option<Vec<u8>> = None;
@@ -123,13 +182,9 @@ pub fn spawn_redis_refresher(
             match answer {
                 Ok(Ok(Value::BulkString(bytes))) if applied.as_ref() != Some(&bytes) => {
                     let from = format!("Redis key {key}");
-                    match std::str::from_utf8(&bytes)
-                        .map_err(|e| e.to_string())
-                        .and_then(|text| {
-                            config::parse_rules_with(text, mode, &gateway.server.requests.paths)
-                        }) {
+                    match source.parse_redis_value(&bytes) {
                         Ok(rules) => {
-                            gateway.rules_from_redis.store(true, Ordering::Relaxed);
+                            source.set_rules_from_redis(true);
                             gateway.metrics().reload(true);
                             apply(&gateway, rules, &from);
                         }
@@ -140,17 +195,17 @@ pub fn spawn_redis_refresher(
                     }
                     applied = Some(bytes);
                 }
-                Ok(Ok(Value::Nil)) if applied.is_some() => match config::load(&path) {
+                Ok(Ok(Value::Nil)) if applied.is_some() => match config::load(&source.path) {
                     Ok(config) => {
                         applied = None;
-                        gateway.rules_from_redis.store(false, Ordering::Relaxed);
-                        let from = format!("{} (Redis key {key} deleted)", path.display());
+                        source.set_rules_from_redis(false);
+                        let from = format!("{} (Redis key {key} deleted)", source.path.display());
                         apply(&gateway, config.rules, &from);
                     }
                     Err(error) => log!(
                         "Redis key {key} deleted, but the rules file {} is refused: {error}; \
                          the previous rules stay",
-                        path.display()
+                        source.path.display()
                     ),
                 },
                 _ => {}

@@ -4,6 +4,7 @@
 //! `path_with_escaped_slashes_action`).
 
 use crate::canonical::{EscapedSlashes, PathParameters, PathPolicy};
+use crate::config::one_of;
 use crate::methods::MethodOverrides;
 use serde::Deserialize;
 
@@ -65,36 +66,32 @@ impl Default for RequestsSection {
 
 /// Checks the section.
 pub fn request_policy(section: RequestsSection) -> Result<RequestPolicy, String> {
-    let escaped_slashes = match section.path_with_escaped_slashes_action.as_str() {
-        "reject_request" => EscapedSlashes::Reject,
-        "keep_unchanged" => EscapedSlashes::Keep,
-        "unescape_and_forward" => EscapedSlashes::Unescape,
-        other => {
-            return Err(format!(
-                "[requests] path_with_escaped_slashes_action '{other}' must be \
-                 \"reject_request\", \"keep_unchanged\" or \"unescape_and_forward\""
-            ))
-        }
-    };
-    let path_parameters = match section.path_parameters.as_str() {
-        "strip" => PathParameters::Strip,
-        "reject" => PathParameters::Reject,
-        "keep" => PathParameters::Keep,
-        other => {
-            return Err(format!(
-                "[requests] path_parameters '{other}' must be \"strip\", \"reject\" or \"keep\""
-            ))
-        }
-    };
-    let method_overrides = match section.method_override_headers.as_str() {
-        "reject" => MethodOverrides::Reject,
-        "keep" => MethodOverrides::Keep,
-        other => {
-            return Err(format!(
-                "[requests] method_override_headers '{other}' must be \"reject\" or \"keep\""
-            ))
-        }
-    };
+    let escaped_slashes = one_of(
+        "[requests] path_with_escaped_slashes_action",
+        &section.path_with_escaped_slashes_action,
+        &[
+            ("reject_request", EscapedSlashes::Reject),
+            ("keep_unchanged", EscapedSlashes::Keep),
+            ("unescape_and_forward", EscapedSlashes::Unescape),
+        ],
+    )?;
+    let path_parameters = one_of(
+        "[requests] path_parameters",
+        &section.path_parameters,
+        &[
+            ("strip", PathParameters::Strip),
+            ("reject", PathParameters::Reject),
+            ("keep", PathParameters::Keep),
+        ],
+    )?;
+    let method_overrides = one_of(
+        "[requests] method_override_headers",
+        &section.method_override_headers,
+        &[
+            ("reject", MethodOverrides::Reject),
+            ("keep", MethodOverrides::Keep),
+        ],
+    )?;
     if !SEGMENTS_RANGE.contains(&section.max_path_segments) {
         return Err(format!(
             "[requests] max_path_segments must be {} to {}",

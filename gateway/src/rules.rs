@@ -1,7 +1,7 @@
 //! Rules: which requests a rule applies to, whose counter a request charges, and the
 //! module call that charges it. A [`RuleSet`] is what a reload swaps as a whole.
 
-use crate::metrics::Failure;
+use crate::failure::Failure;
 use crate::pattern::PathPattern;
 use hyper::header::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};

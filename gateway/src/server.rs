@@ -33,7 +33,8 @@ where
     F: Fn(Arc<Gateway>, SocketAddr, Request<Incoming>) -> Fut + Copy + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
-    let limits = gateway.server.connections;
+    let server = gateway.server();
+    let limits = server.connections;
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.min(Semaphore::MAX_PERMITS),
     ));
@@ -57,11 +58,10 @@ where
         };
         // One client over its own cap: refused the same way, so that it cannot take every
         // slot. A trusted proxy speaks for many clients and is not capped.
-        let capped =
-            limits.max_connections_per_client > 0 && !gateway.server.is_trusted_proxy(peer.ip());
+        let capped = limits.max_connections_per_client > 0 && !server.is_trusted_proxy(peer.ip());
         let client_place = match capped {
             true => {
-                let client = gateway.server.client_prefixes.aggregate(peer.ip());
+                let client = server.client_network(peer.ip());
                 match per_client.try_hold(client) {
                     Some(place) => Some(place),
                     None => {
@@ -76,7 +76,7 @@ where
         let _ = stream.set_nodelay(true);
         let gateway = gateway.clone();
         // A head (request line and headers) larger than this gets 431 from hyper.
-        let max_header_bytes = gateway.server.requests.max_header_bytes;
+        let max_header_bytes = server.requests.max_header_bytes;
         tokio::spawn(async move {
             let _slot = slot;
             let _client_place = client_place;
@@ -128,7 +128,7 @@ pub async fn admin_handler(
         (&Method::GET, "/metrics") => (
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            gateway.metrics().render(gateway.decider.breaker_open()),
+            gateway.metrics().render(gateway.breaker_open()),
         ),
         _ => (
             StatusCode::NOT_FOUND,

@@ -18,20 +18,16 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use std::net::IpAddr;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 
 /// A response body: the upstream's, streamed, or one the gateway wrote.
 pub type Body = Either<Incoming, Full<Bytes>>;
 
 pub struct Gateway {
-    pub server: ServerSettings,
-    pub key_prefix: String,
+    server: ServerSettings,
+    key_prefix: String,
     rules: RwLock<Arc<RuleSet>>,
-    /// Whether the rules in force came from the Redis key `[redis] rules_key`; then a
-    /// change of the file waits until that key is deleted.
-    pub rules_from_redis: AtomicBool,
-    pub decider: Decider,
+    decider: Decider,
     upstream: Option<Upstream>,
 }
 
@@ -57,7 +53,6 @@ impl Gateway {
             server,
             key_prefix,
             rules: RwLock::new(Arc::new(rules)),
-            rules_from_redis: AtomicBool::new(false),
             decider,
             upstream,
         }
@@ -65,7 +60,17 @@ impl Gateway {
 
     /// The counters, kept by the decider, which counts its own work too.
     pub fn metrics(&self) -> &Metrics {
-        &self.decider.metrics
+        self.decider.metrics()
+    }
+
+    /// Whether the circuit breaker skips Redis now (`rl_gateway_breaker_open`).
+    pub fn breaker_open(&self) -> bool {
+        self.decider.breaker_open()
+    }
+
+    /// The `[server]` settings it runs on.
+    pub fn server(&self) -> &ServerSettings {
+        &self.server
     }
 
     pub fn rules(&self) -> Arc<RuleSet> {
@@ -116,7 +121,7 @@ impl Gateway {
             method,
             path,
             headers,
-            client_ip: self.server.client_prefixes.aggregate(client_ip(
+            client_ip: self.server.client_network(client_ip(
                 peer,
                 headers,
                 &self.server.trusted_proxies,

@@ -19,12 +19,7 @@ algorithm = "log"
 
 #[test]
 fn healthz_answers_ok() {
-    let redis = ServerConfig::new(Flavor::Redis).start();
-    let upstream = Upstream::start();
-    let gateway = Gateway::start(
-        &upstream.server_line(),
-        &format!("{}{RULES}", redis_section(redis.port(), "")),
-    );
+    let (_redis, upstream, gateway) = stack(Flavor::Redis, RULES);
     let resp = gateway.admin_get("/healthz");
     assert_eq!(resp.status, 200, "{resp:?}");
     assert_eq!(resp.body.trim(), "ok", "{resp:?}");
@@ -47,34 +42,19 @@ fn metrics_count_decisions_and_redis_latency() {
 
         let metrics = gateway.metrics();
         let text = &metrics.text;
-        assert_eq!(
-            metrics.decisions("api", "allowed"),
-            3.0,
-            "{flavor:?}:\n{text}"
-        );
         // The first 429 was Redis's; the second came from the deny cache.
-        assert_eq!(
-            metrics.decisions("api", "denied"),
-            1.0,
-            "{flavor:?}:\n{text}"
+        metrics.assert_decisions(
+            &format!("{flavor:?}"),
+            &[
+                ("api", "allowed", 3.0),
+                ("api", "denied", 1.0),
+                ("api", "denied_cached", 1.0),
+                ("default", "allowed", 2.0),
+                ("api", "shadow_denied", 0.0),
+                ("api", "fail_open", 0.0),
+                ("api", "fail_closed", 0.0),
+            ],
         );
-        assert_eq!(
-            metrics.decisions("api", "denied_cached"),
-            1.0,
-            "{flavor:?}:\n{text}"
-        );
-        assert_eq!(
-            metrics.decisions("default", "allowed"),
-            2.0,
-            "{flavor:?}:\n{text}"
-        );
-        for outcome in ["shadow_denied", "fail_open", "fail_closed"] {
-            assert_eq!(
-                metrics.decisions("api", outcome),
-                0.0,
-                "{flavor:?} {outcome}:\n{text}"
-            );
-        }
         assert_eq!(
             metrics.value("rl_gateway_breaker_open", &[]),
             Some(0.0),
@@ -126,12 +106,7 @@ fn metrics_count_decisions_and_redis_latency() {
 
 #[test]
 fn sigterm_stops_the_gateway() {
-    let redis = ServerConfig::new(Flavor::Valkey).start();
-    let upstream = Upstream::start();
-    let mut gateway = Gateway::start(
-        &upstream.server_line(),
-        &format!("{}{RULES}", redis_section(redis.port(), "")),
-    );
+    let (_redis, _upstream, mut gateway) = stack(Flavor::Valkey, RULES);
     assert_eq!(gateway.get("/other").status, 200);
     assert!(gateway.running());
     gateway.terminate();

@@ -192,16 +192,8 @@ fn without_redis_a_check_fails_open_with_a_header_or_closed_with_503() {
     assert!(!closed.has_ratelimit_headers(), "{closed:?}");
 
     let metrics = gateway.metrics();
-    assert_eq!(
-        metrics.decisions("default", "fail_open"),
-        1.0,
-        "{}",
-        metrics.text
-    );
-    assert_eq!(
-        metrics.decisions("login", "fail_closed"),
-        1.0,
-        "{}",
-        metrics.text
+    metrics.assert_decisions(
+        "without Redis",
+        &[("default", "fail_open", 1.0), ("login", "fail_closed", 1.0)],
     );
 }

@@ -58,17 +58,12 @@ fn redis_never_started_closes_the_strict_route_only() {
     }
     assert_eq!(upstream.requests(), 2);
     let metrics = gateway.metrics();
-    assert_eq!(
-        metrics.decisions("strict", "fail_closed"),
-        3.0,
-        "{}",
-        metrics.text
-    );
-    assert_eq!(
-        metrics.decisions("lenient", "fail_open"),
-        2.0,
-        "{}",
-        metrics.text
+    metrics.assert_decisions(
+        "Redis never started",
+        &[
+            ("strict", "fail_closed", 3.0),
+            ("lenient", "fail_open", 2.0),
+        ],
     );
 }
 

@@ -268,12 +268,7 @@ fn the_fail_open_header_name_is_configurable() {
 #[test]
 fn a_fail_open_header_sent_by_the_client_never_reaches_the_upstream() {
     for flavor in FLAVORS {
-        let redis = Server::start(ServerConfig::new(flavor));
-        let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!("{}{RULES}", redis_section(redis.port(), "")),
-        );
+        let (_redis, _upstream, gateway) = stack(flavor, RULES);
         let resp = gateway.send("GET", "/forged", &[("X-RateLimit-Fail-Open", "timeout")]);
         assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
         assert!(

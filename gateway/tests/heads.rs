@@ -142,14 +142,9 @@ fn a_head_over_max_header_bytes_gets_431() {
             "{flavor:?}: only the small head forwarded"
         );
     }
-    let redis = ServerConfig::new(Flavor::Redis).start();
-    let upstream = Upstream::start();
-    let gateway = Gateway::start(
-        &upstream.server_line(),
-        &format!(
-            "{}[requests]\nmax_header_bytes = 4096\n[default]\nlimits = [\"100/1m\"]\n",
-            redis_section(redis.port(), "")
-        ),
+    let (_redis, _upstream, gateway) = stack(
+        Flavor::Redis,
+        "[requests]\nmax_header_bytes = 4096\n[default]\nlimits = [\"100/1m\"]\n",
     );
     let padding = format!("X-Padding: {}\r\n", "h".repeat(5_000));
     let answer = raw_http::request(gateway.port, b"GET", b"/", padding.as_bytes());
@@ -163,14 +158,9 @@ fn a_head_over_max_header_bytes_gets_431() {
 #[test]
 fn a_path_over_max_path_segments_gets_414() {
     for flavor in FLAVORS {
-        let redis = ServerConfig::new(flavor).start();
-        let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}[requests]\nmax_header_bytes = 131072\n[default]\nper_endpoint = true\nlimits = [\"100/1m\"]\n",
-                redis_section(redis.port(), "")
-            ),
+        let (redis, upstream, gateway) = stack(
+            flavor,
+            "[requests]\nmax_header_bytes = 131072\n[default]\nper_endpoint = true\nlimits = [\"100/1m\"]\n",
         );
         let port = gateway.port;
         assert_eq!(
@@ -191,12 +181,10 @@ fn a_path_over_max_path_segments_gets_414() {
         );
         assert_eq!(upstream.requests(), 2, "{flavor:?}");
 
-        let small = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}[requests]\nmax_path_segments = 4\n[default]\nlimits = [\"100/1m\"]\n",
-                redis_section(redis.port(), "")
-            ),
+        let small = Gateway::in_front_of(
+            &upstream,
+            &redis,
+            "[requests]\nmax_path_segments = 4\n[default]\nlimits = [\"100/1m\"]\n",
         );
         assert_eq!(
             raw_http::request(small.port, b"GET", b"/a/b/c/d", b"").status,

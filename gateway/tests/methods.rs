@@ -29,31 +29,34 @@ limits = ["5/1m"]
 fn lower_case_post_meets_the_post_rule() {
     for flavor in FLAVORS {
         let (redis, upstream, gateway) = stack(flavor, RULES);
-        let statuses: Vec<u16> = ["post", "Post", "pOST", "post"]
-            .iter()
-            .map(|method| {
-                let answer = raw_http::request(
-                    gateway.port,
-                    method.as_bytes(),
-                    b"/auth/login?status=401",
-                    b"",
+        let post = |method: &str| {
+            let answer = raw_http::request(
+                gateway.port,
+                method.as_bytes(),
+                b"/auth/login?status=401",
+                b"",
+            );
+            if answer.status == 401 {
+                assert_eq!(
+                    answer.upstream_request_line(),
+                    "POST /auth/login?status=401",
+                    "{flavor:?}: forwarded upper-cased"
                 );
-                if answer.status == 401 {
-                    assert_eq!(
-                        answer.upstream_request_line(),
-                        "POST /auth/login?status=401",
-                        "{flavor:?}: forwarded upper-cased"
-                    );
-                }
-                answer.status
-            })
-            .collect();
-        assert_eq!(statuses, [401, 401, 401, 429], "{flavor:?}");
-        assert_eq!(upstream.requests(), 3, "{flavor:?}");
-        assert_eq!(
-            keys(&redis, "rl:*"),
-            vec!["rl:{ip:127.0.0.1}:login:POST /auth/login".to_string()],
-            "{flavor:?}"
+            }
+            answer.status
+        };
+        assert_spent(
+            &format!("{flavor:?}"),
+            &redis,
+            Some(&upstream),
+            ["post", "Post", "pOST", "post"],
+            post,
+            Spent {
+                statuses: &[401, 401, 401, 429],
+                served: Some(3),
+                pattern: "rl:*",
+                keys: &["rl:{ip:127.0.0.1}:login:POST /auth/login"],
+            },
         );
     }
 }
@@ -62,18 +65,15 @@ fn lower_case_post_meets_the_post_rule() {
 fn unknown_and_overlong_methods_are_refused_unless_a_rule_names_them() {
     for flavor in FLAVORS {
         let (redis, upstream, gateway) = stack(flavor, RULES);
-        let refused = [
-            (&b"BREW"[..], 501),
-            (b"brew", 501),
-            (&[b'M'; 33][..], 400),
-            (&[b'M'; 2000][..], 400),
-        ];
-        for (method, status) in refused {
-            let answer = raw_http::request(gateway.port, method, b"/pot", b"");
-            assert_eq!(answer.status, status, "{flavor:?}: {answer:?}");
-        }
-        assert_eq!(upstream.requests(), 0, "{flavor:?}: none forwarded");
-        assert!(keys(&redis, "*").is_empty(), "{flavor:?}: none counted");
+        let refused: [&[u8]; 4] = [b"BREW", b"brew", &[b'M'; 33], &[b'M'; 2000]];
+        assert_spent(
+            &format!("{flavor:?}: refused"),
+            &redis,
+            Some(&upstream),
+            refused,
+            |method| raw_http::request(gateway.port, method, b"/pot", b"").status,
+            Spent::all_refused(&[501, 501, 400, 400]),
+        );
 
         // Registered methods pass; a rule's own method passes, in any case.
         for (method, line) in [

@@ -21,6 +21,14 @@ count = [401, 403]
 limits = ["5/1m"]
 "#;
 
+/// Three failed logins reached the API, all charged to the one login endpoint.
+const ONE_LOGIN_BUDGET: Spent = Spent {
+    statuses: &[],
+    served: Some(3),
+    pattern: "rl:*",
+    keys: &["rl:{ip:127.0.0.1}:login:POST /auth/login"],
+};
+
 /// The name of the rule the answer announces.
 fn rule_of(resp: &Resp) -> String {
     resp.policy()
@@ -33,25 +41,28 @@ fn rule_of(resp: &Resp) -> String {
 fn session_id_parameters_do_not_buy_fresh_budgets() {
     for flavor in FLAVORS {
         let (redis, upstream, gateway) = stack(flavor, LOGIN);
-        let statuses: Vec<u16> = (1..=6)
-            .map(|n| {
-                let resp = gateway.post(&format!("/auth/login;jsessionid={n}?status=401"));
-                if resp.status == 401 {
-                    assert_eq!(
-                        resp.upstream_request_line(),
-                        "POST /auth/login?status=401",
-                        "{flavor:?}: the upstream gets the path decided on"
-                    );
-                }
-                resp.status
-            })
-            .collect();
-        assert_eq!(statuses, [401, 401, 401, 429, 429, 429], "{flavor:?}");
-        assert_eq!(upstream.requests(), 3, "{flavor:?}: 3 of 6 reached the API");
-        assert_eq!(
-            keys(&redis, "rl:*"),
-            vec!["rl:{ip:127.0.0.1}:login:POST /auth/login".to_string()],
-            "{flavor:?}"
+        let post = |n| {
+            let resp = gateway.post(&format!("/auth/login;jsessionid={n}?status=401"));
+            if resp.status == 401 {
+                assert_eq!(
+                    resp.upstream_request_line(),
+                    "POST /auth/login?status=401",
+                    "{flavor:?}: the upstream gets the path decided on"
+                );
+            }
+            resp.status
+        };
+        // 3 of 6 reach the API.
+        assert_spent(
+            &format!("{flavor:?}"),
+            &redis,
+            Some(&upstream),
+            1..=6,
+            post,
+            Spent {
+                statuses: &[401, 401, 401, 429, 429, 429],
+                ..ONE_LOGIN_BUDGET
+            },
         );
     }
 }
@@ -60,31 +71,36 @@ fn session_id_parameters_do_not_buy_fresh_budgets() {
 fn encoded_slashes_are_refused_by_default() {
     for flavor in FLAVORS {
         let (redis, upstream, gateway) = stack(flavor, LOGIN);
-        for path in [
+        let post = |path| {
+            let resp = gateway.post(path);
+            assert!(resp.body.contains("encoded"), "{flavor:?}: {}", resp.body);
+            resp.status
+        };
+        let paths = [
             "/auth%2Flogin?status=401",
             "/auth%2flogin?status=401",
             "/auth%5Clogin?status=401",
             "/auth/x;y=%2F?status=401",
-        ] {
-            let resp = gateway.post(path);
-            assert_eq!(resp.status, 400, "{flavor:?} {path}: {resp:?}");
-            assert!(resp.body.contains("encoded"), "{flavor:?}: {}", resp.body);
-        }
-        assert_eq!(upstream.requests(), 0, "{flavor:?}: nothing forwarded");
-        assert!(keys(&redis, "*").is_empty(), "{flavor:?}: nothing counted");
+        ];
+        let what = format!("{flavor:?}");
+        assert_spent(
+            &what,
+            &redis,
+            Some(&upstream),
+            paths,
+            post,
+            Spent::all_refused(&[400; 4]),
+        );
     }
 }
 
 #[test]
 fn encoded_slashes_unescaped_or_kept_when_configured() {
     for flavor in FLAVORS {
-        let redis = ServerConfig::new(flavor).start();
-        let upstream = Upstream::start();
-        let unescaping = Gateway::start(
-            &upstream.server_line(),
+        let (redis, upstream, unescaping) = stack(
+            flavor,
             &format!(
-                "{}[requests]\npath_with_escaped_slashes_action = \"unescape_and_forward\"\n{LOGIN}",
-                redis_section(redis.port(), "")
+                "[requests]\npath_with_escaped_slashes_action = \"unescape_and_forward\"\n{LOGIN}"
             ),
         );
         let resp = unescaping.post("/auth%2Flogin?status=401");
@@ -92,12 +108,10 @@ fn encoded_slashes_unescaped_or_kept_when_configured() {
         assert_eq!(rule_of(&resp), "login", "{flavor:?}");
         assert_eq!(resp.upstream_request_line(), "POST /auth/login?status=401");
 
-        let keeping = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}[requests]\npath_with_escaped_slashes_action = \"keep_unchanged\"\n{LOGIN}",
-                redis_section(redis.port(), "")
-            ),
+        let keeping = Gateway::in_front_of(
+            &upstream,
+            &redis,
+            &format!("[requests]\npath_with_escaped_slashes_action = \"keep_unchanged\"\n{LOGIN}"),
         );
         let resp = keeping.post("/auth%2flogin?status=401");
         assert_eq!(resp.status, 401, "{flavor:?}: {resp:?}");
@@ -116,33 +130,31 @@ fn encoded_slashes_unescaped_or_kept_when_configured() {
 #[test]
 fn letter_case_is_one_budget_when_paths_are_case_insensitive() {
     for flavor in FLAVORS {
-        let redis = ServerConfig::new(flavor).start();
-        let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
+        let (redis, upstream, gateway) = stack(
+            flavor,
             &format!(
-                "{}[requests]\ncase_insensitive_paths = true\n{}",
-                redis_section(redis.port(), ""),
+                "[requests]\ncase_insensitive_paths = true\n{}",
                 LOGIN.replace("/auth/*", "/Auth/*")
             ),
         );
+        let post = |path| {
+            let resp = gateway.post(&format!("{path}?status=401"));
+            if resp.status == 401 {
+                assert_eq!(resp.upstream_request_line(), "POST /auth/login?status=401");
+            }
+            resp.status
+        };
         let spellings = ["/AUTH/login", "/auth/LOGIN", "/Auth/Login", "/auth/login"];
-        let statuses: Vec<u16> = spellings
-            .iter()
-            .map(|path| {
-                let resp = gateway.post(&format!("{path}?status=401"));
-                if resp.status == 401 {
-                    assert_eq!(resp.upstream_request_line(), "POST /auth/login?status=401");
-                }
-                resp.status
-            })
-            .collect();
-        assert_eq!(statuses, [401, 401, 401, 429], "{flavor:?}");
-        assert_eq!(upstream.requests(), 3, "{flavor:?}");
-        assert_eq!(
-            keys(&redis, "rl:*"),
-            vec!["rl:{ip:127.0.0.1}:login:POST /auth/login".to_string()],
-            "{flavor:?}"
+        assert_spent(
+            &format!("{flavor:?}"),
+            &redis,
+            Some(&upstream),
+            spellings,
+            post,
+            Spent {
+                statuses: &[401, 401, 401, 429],
+                ..ONE_LOGIN_BUDGET
+            },
         );
     }
 }

@@ -55,36 +55,42 @@ limits = ["100/1m"]
 fn a_key_header_sent_twice_is_refused() {
     for flavor in FLAVORS {
         let (redis, upstream, gateway) = stack(flavor, RULES);
-        for n in 0..4 {
-            let headers = format!("X-Api-Key: fresh-{n}\r\nX-Api-Key: victim\r\n");
+        let get = |headers: String| {
             let answer = raw_http::request(gateway.port, b"GET", b"/api/x", headers.as_bytes());
-            assert_eq!(answer.status, 400, "{flavor:?}: {answer:?}");
-            assert!(
-                answer.body.to_ascii_lowercase().contains("x-api-key"),
-                "{flavor:?}: {answer:?}"
-            );
-        }
-        assert_eq!(upstream.requests(), 0, "{flavor:?}: none forwarded");
-        assert!(keys(&redis, "rl:*").is_empty(), "{flavor:?}: none counted");
-        // Once, it is the key as before; absent, the client's address is.
-        let once: Vec<u16> = (0..3)
-            .map(|_| {
-                raw_http::request(gateway.port, b"GET", b"/api/x", b"X-Api-Key: victim\r\n").status
-            })
-            .collect();
-        assert_eq!(once, [200, 200, 429], "{flavor:?}");
-        assert_eq!(
-            raw_http::request(gateway.port, b"GET", b"/api/x", b"").status,
-            200,
-            "{flavor:?}"
+            if answer.status == 400 {
+                assert!(
+                    answer.body.to_ascii_lowercase().contains("x-api-key"),
+                    "{flavor:?}: {answer:?}"
+                );
+            }
+            answer.status
+        };
+        let twice = (0..4).map(|n| format!("X-Api-Key: fresh-{n}\r\nX-Api-Key: victim\r\n"));
+        assert_spent(
+            &format!("{flavor:?}: twice"),
+            &redis,
+            Some(&upstream),
+            twice,
+            get,
+            Spent {
+                pattern: "rl:*",
+                ..Spent::all_refused(&[400; 4])
+            },
         );
-        assert_eq!(
-            keys(&redis, "rl:*"),
-            vec![
-                "rl:{h:victim}:api".to_string(),
-                "rl:{ip:127.0.0.1}:api".to_string()
-            ],
-            "{flavor:?}"
+        // Once, it is the key as before; absent, the client's address is.
+        let once = ["X-Api-Key: victim\r\n"; 3].map(String::from);
+        assert_spent(
+            &format!("{flavor:?}: once, then absent"),
+            &redis,
+            None,
+            once.into_iter().chain([String::new()]),
+            get,
+            Spent {
+                statuses: &[200, 200, 429, 200],
+                served: None,
+                pattern: "rl:*",
+                keys: &["rl:{h:victim}:api", "rl:{ip:127.0.0.1}:api"],
+            },
         );
     }
 }
@@ -93,18 +99,19 @@ fn a_key_header_sent_twice_is_refused() {
 fn head_spends_the_budget_of_get() {
     for flavor in FLAVORS {
         let (redis, upstream, gateway) = stack(flavor, RULES);
-        let statuses: Vec<u16> = ["HEAD", "GET", "HEAD", "head"]
-            .iter()
-            .map(|method| {
-                raw_http::request(gateway.port, method.as_bytes(), b"/search", b"").status
-            })
-            .collect();
-        assert_eq!(statuses, [200, 200, 429, 429], "{flavor:?}");
-        assert_eq!(upstream.requests(), 2, "{flavor:?}");
-        assert_eq!(
-            keys(&redis, "rl:*"),
-            vec!["rl:{ip:127.0.0.1}:search:GET /search".to_string()],
-            "{flavor:?}: one endpoint, one budget"
+        // One endpoint, one budget.
+        assert_spent(
+            &format!("{flavor:?}"),
+            &redis,
+            Some(&upstream),
+            ["HEAD", "GET", "HEAD", "head"],
+            |method| raw_http::request(gateway.port, method.as_bytes(), b"/search", b"").status,
+            Spent {
+                statuses: &[200, 200, 429, 429],
+                served: Some(2),
+                pattern: "rl:*",
+                keys: &["rl:{ip:127.0.0.1}:search:GET /search"],
+            },
         );
         // A HEAD is still forwarded as a HEAD.
         let (_redis, _upstream, gateway) = stack(flavor, RULES);
@@ -118,17 +125,21 @@ fn head_spends_the_budget_of_get() {
 fn escaped_control_bytes_are_refused() {
     for flavor in FLAVORS {
         let (redis, upstream, gateway) = stack(flavor, RULES);
-        for (n, escape) in ["%00", "%00", "%0a", "%0D", "%1F", "%7f", "%00"]
-            .iter()
-            .enumerate()
-        {
+        let post = |(n, escape)| {
             let target = format!("/auth/login{escape}{n}?status=401");
             let answer = raw_http::request(gateway.port, b"POST", target.as_bytes(), b"");
-            assert_eq!(answer.status, 400, "{flavor:?} {target}: {answer:?}");
             assert!(answer.body.contains("control"), "{flavor:?}: {answer:?}");
-        }
-        assert_eq!(upstream.requests(), 0, "{flavor:?}: none forwarded");
-        assert!(keys(&redis, "*").is_empty(), "{flavor:?}: none counted");
+            answer.status
+        };
+        let escapes = ["%00", "%00", "%0a", "%0D", "%1F", "%7f", "%00"];
+        assert_spent(
+            &format!("{flavor:?}"),
+            &redis,
+            Some(&upstream),
+            escapes.into_iter().enumerate(),
+            post,
+            Spent::all_refused(&[400; 7]),
+        );
         // Other escapes still pass, and still meet the rule.
         let answer = raw_http::request(gateway.port, b"POST", b"/auth/login%20x?status=401", b"");
         assert_eq!(answer.status, 401, "{flavor:?}: {answer:?}");
@@ -338,23 +349,27 @@ limits = ["100/1m"]
 fn a_method_override_header_naming_another_method_is_refused() {
     for flavor in FLAVORS {
         let (redis, upstream, gateway) = stack(flavor, DELETE_RULE);
-        for (n, header) in [
+        let post = |(n, header): (usize, &str)| {
+            let target = format!("/items/{n}");
+            let answer =
+                raw_http::request(gateway.port, b"POST", target.as_bytes(), header.as_bytes());
+            assert!(answer.body.contains("override"), "{flavor:?}: {answer:?}");
+            answer.status
+        };
+        let overrides = [
             "X-HTTP-Method-Override: DELETE\r\n",
             "X-HTTP-Method: delete\r\n",
             "X-Method-Override: DELETE\r\n",
             "X-HTTP-Method-Override: DELETE\r\n",
-        ]
-        .iter()
-        .enumerate()
-        {
-            let target = format!("/items/{n}");
-            let answer =
-                raw_http::request(gateway.port, b"POST", target.as_bytes(), header.as_bytes());
-            assert_eq!(answer.status, 400, "{flavor:?} {header}: {answer:?}");
-            assert!(answer.body.contains("override"), "{flavor:?}: {answer:?}");
-        }
-        assert_eq!(upstream.requests(), 0, "{flavor:?}: none forwarded");
-        assert!(keys(&redis, "*").is_empty(), "{flavor:?}: none counted");
+        ];
+        assert_spent(
+            &format!("{flavor:?}"),
+            &redis,
+            Some(&upstream),
+            overrides.into_iter().enumerate(),
+            post,
+            Spent::all_refused(&[400; 4]),
+        );
         // Naming the request's own method changes nothing.
         let answer = raw_http::request(
             gateway.port,
@@ -402,17 +417,26 @@ fn a_trusted_proxy_sending_the_uri_without_the_method_is_refused() {
         );
         // nginx set up with X-Original-URI only: every login would be checked as a GET,
         // which the POST rule never matches.
-        for headers in [
-            &b"X-Original-URI: /auth/login\r\n"[..],
+        let check = |headers: &[u8]| {
+            let answer = raw_http::request(gateway.port, b"GET", b"/_ratelimit", headers);
+            assert!(answer.body.contains("without the other"), "{flavor:?}");
+            answer.status
+        };
+        let halves: [&[u8]; 2] = [
+            b"X-Original-URI: /auth/login\r\n",
             b"X-Original-Method: POST\r\n",
-        ] {
-            for _ in 0..3 {
-                let answer = raw_http::request(gateway.port, b"GET", b"/_ratelimit", headers);
-                assert_eq!(answer.status, 400, "{flavor:?}: {answer:?}");
-                assert!(answer.body.contains("without the other"), "{flavor:?}");
-            }
-        }
-        assert!(keys(&redis, "*").is_empty(), "{flavor:?}: none counted");
+        ];
+        assert_spent(
+            &format!("{flavor:?}"),
+            &redis,
+            None,
+            halves.into_iter().flat_map(|half| [half; 3]),
+            check,
+            Spent {
+                served: None,
+                ..Spent::all_refused(&[400; 6])
+            },
+        );
         // Both: the rule holds; neither: the check request itself (Envoy's ext_authz).
         let both = b"X-Original-Method: POST\r\nX-Original-URI: /auth/login\r\n";
         let statuses: Vec<u16> = (0..3)

@@ -231,29 +231,14 @@ fn shadow_mode_never_denies_and_sends_no_headers() {
         }
         assert_eq!(upstream.requests(), 4, "{flavor:?}");
         let metrics = gateway.metrics();
-        assert_eq!(
-            metrics.decisions("shadow", "allowed"),
-            1.0,
-            "{}",
-            metrics.text
-        );
-        assert_eq!(
-            metrics.decisions("shadow", "shadow_denied"),
-            3.0,
-            "{}",
-            metrics.text
-        );
-        assert_eq!(
-            metrics.decisions("shadow", "denied"),
-            0.0,
-            "{}",
-            metrics.text
-        );
-        assert_eq!(
-            metrics.decisions("shadow", "denied_cached"),
-            0.0,
-            "{}",
-            metrics.text
+        metrics.assert_decisions(
+            &format!("{flavor:?}"),
+            &[
+                ("shadow", "allowed", 1.0),
+                ("shadow", "shadow_denied", 3.0),
+                ("shadow", "denied", 0.0),
+                ("shadow", "denied_cached", 0.0),
+            ],
         );
     }
 }
@@ -349,17 +334,9 @@ algorithm = "log"
         ]
     );
     let metrics = gateway.metrics();
-    assert_eq!(
-        metrics.decisions("default", "allowed"),
-        4.0,
-        "{}",
-        metrics.text
-    );
-    assert_eq!(
-        metrics.decisions("default", "denied"),
-        1.0,
-        "{}",
-        metrics.text
+    metrics.assert_decisions(
+        "the default rule",
+        &[("default", "allowed", 4.0), ("default", "denied", 1.0)],
     );
 }
 

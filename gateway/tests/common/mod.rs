@@ -15,6 +15,10 @@
 
 #[path = "../../../tests/support/mod.rs"]
 pub mod redis_support;
+mod spent;
+
+#[allow(unused_imports)]
+pub use spent::{assert_spent, Spent};
 
 #[allow(unused_imports)]
 pub use redis_support::{
@@ -402,6 +406,19 @@ impl Metrics {
         )
     }
 
+    /// Asserts `rl_gateway_decisions_total` for each `(rule, outcome, count)`; a failure
+    /// names `what` and shows the whole scrape.
+    pub fn assert_decisions(&self, what: &str, expected: &[(&str, &str, f64)]) {
+        for &(rule, outcome, count) in expected {
+            assert_eq!(
+                self.decisions(rule, outcome),
+                count,
+                "{what}: {rule} {outcome}:\n{}",
+                self.text
+            );
+        }
+    }
+
     /// `rl_gateway_fail_open_total{reason}`.
     pub fn fail_open(&self, reason: &str) -> f64 {
         self.counter("rl_gateway_fail_open_total", &[("reason", reason)])
@@ -589,10 +606,7 @@ pub fn stack(flavor: Flavor, rest: &str) -> (Server, Upstream, Gateway) {
 /// [`stack`] on a server already started.
 pub fn stack_on(redis: Server, rest: &str) -> (Server, Upstream, Gateway) {
     let upstream = Upstream::start();
-    let gateway = Gateway::start(
-        &upstream.server_line(),
-        &format!("{}{rest}", redis_section(redis.port(), "")),
-    );
+    let gateway = Gateway::in_front_of(&upstream, &redis, rest);
     (redis, upstream, gateway)
 }
 
@@ -614,6 +628,15 @@ impl Gateway {
     /// admin listener and the main listener accepts connections.
     pub fn start(server_lines: &str, rest: &str) -> Gateway {
         Gateway::start_listening("127.0.0.1", server_lines, rest)
+    }
+
+    /// A gateway in front of `upstream` deciding with `redis`: `[server]` with the
+    /// upstream, `[redis]` pointing at `redis` (see [`redis_section`]), then `rest`.
+    pub fn in_front_of(upstream: &Upstream, redis: &Server, rest: &str) -> Gateway {
+        Gateway::start(
+            &upstream.server_line(),
+            &format!("{}{rest}", redis_section(redis.port(), "")),
+        )
     }
 
     /// As [`Gateway::start`], the main listener on `host` (e.g. `[::]`, which takes IPv6

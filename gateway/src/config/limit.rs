@@ -1,0 +1,193 @@
+//! A rule's limit: `limits = ["5/1m", ...]` with its algorithm, burst and cost, or a named
+//! `policy`. The module's grammar decides what a call may say (through
+//! [`crate::module_grammar`], which asks the core); what is left here is what only the
+//! gateway knows, such as a cost no tier could ever hold.
+
+use super::schema::RuleSection;
+use crate::rules::{call_args, Limit, Tier};
+
+/// The largest integer a structured header field can carry.
+const MAX_FIELD_INTEGER: u64 = 999_999_999_999_999;
+
+/// The limit `section` names, checked as the module will check the call.
+pub(super) fn limit(section: &RuleSection) -> Result<Limit, String> {
+    if section.cost == 0 {
+        return Err("cost must be at least 1".into());
+    }
+    match (&section.limits, &section.policy) {
+        (Some(_), Some(_)) => Err("has both limits and policy: choose one".into()),
+        (None, None) => Err("needs limits (e.g. [\"5/1m\"]) or a policy name".into()),
+        (None, Some(policy)) => {
+            if section.algorithm.is_some() || section.burst.is_some() {
+                return Err(
+                    "algorithm and burst belong to the policy, not to a rule naming one".into(),
+                );
+            }
+            if policy.is_empty()
+                || policy
+                    .bytes()
+                    .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+            {
+                return Err(format!("policy name '{policy}' is empty or has spaces"));
+            }
+            let limit = Limit::Policy {
+                name: policy.clone(),
+                cost: section.cost,
+            };
+            crate::module_grammar::check_call(&call_args(&limit))?;
+            Ok(limit)
+        }
+        (Some(limits), None) if limits.is_empty() => Ok(Limit::Unlimited),
+        (Some(limits), None) => {
+            // The tier count, the algorithm's name, the sliding log's cap and where BURST
+            // applies are the module's grammar: `check_call` applies it to the call.
+            let tiers = limits
+                .iter()
+                .map(|l| tier(l))
+                .collect::<Result<Vec<_>, _>>()?;
+            let algorithm = section.algorithm.clone();
+            let limit = Limit::Tiers {
+                tiers: tiers.clone(),
+                algorithm,
+                burst: section.burst,
+                cost: section.cost,
+            };
+            crate::module_grammar::check_call(&call_args(&limit))?;
+            // A request costing more than a tier can ever hold would be denied forever.
+            let capacity = |tier: &Tier| section.burst.unwrap_or(tier.limit);
+            if let Some(tier) = tiers.iter().find(|t| section.cost > capacity(t)) {
+                return Err(format!(
+                    "cost {} is more than the {} a request can ever get under {}/{}ms",
+                    section.cost,
+                    capacity(tier),
+                    tier.limit,
+                    tier.window_ms
+                ));
+            }
+            Ok(limit)
+        }
+    }
+}
+
+/// `count/window`, e.g. `5/1m`.
+fn tier(text: &str) -> Result<Tier, String> {
+    let bad = || format!("limit '{text}' must be <count>/<window>, e.g. \"5/1m\"");
+    let (count, window) = text.split_once('/').ok_or_else(bad)?;
+    let limit: u64 = count.trim().parse().map_err(|_| bad())?;
+    if limit == 0 {
+        return Err(format!("limit '{text}': the count must be at least 1"));
+    }
+    // Header integers (RFC 8941) have at most 15 digits.
+    if limit > MAX_FIELD_INTEGER {
+        return Err(format!(
+            "limit '{text}': the count must be at most {MAX_FIELD_INTEGER}"
+        ));
+    }
+    // The module's duration grammar; its cap on windows is checked with the whole call.
+    let window_ms =
+        ratelimit_core::duration::parse_duration_ms(window.trim().as_bytes()).map_err(|error| {
+            let reason =
+                crate::module_grammar::reason(&ratelimit_core::args::ArgError::Window(error));
+            format!("limit '{text}': {reason}")
+        })?;
+    let window_ms = u64::try_from(window_ms).map_err(|_| bad())?;
+    Ok(Tier { limit, window_ms })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{assert_refused, parse_after_server as with};
+
+    #[test]
+    fn mistakes_in_a_limit_are_named() {
+        assert_refused(&[
+            (
+                "[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5\"]\n",
+                "limit '5'",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"0/1m\"]\n",
+                "at least 1",
+            ),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\n", "needs limits"),
+            (
+                "[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\npolicy = \"p\"\n",
+                "both limits and policy",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\ncost = 6\n",
+                "cost 6",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"1000000000000000/1m\"]\n",
+                "at most",
+            ),
+        ]);
+    }
+
+    /// What the module refuses is refused when the rules load, with the module's own
+    /// reason: the expected texts come from the core's parser, not from a copy here.
+    #[test]
+    fn the_module_grammar_is_the_cores() {
+        use ratelimit_core::args::{ArgError, Settings};
+        use ratelimit_core::duration::DurationError;
+        use ratelimit_core::limiter::AlgorithmKind;
+        let rule = |rest: &str| format!("[[rule]]\nname = \"a\"\npath = \"/a\"\n{rest}\n");
+        let settings = Settings::default();
+        let nine = ["\"1/1s\""; 9].join(", ");
+        let cases = [
+            (
+                "limits = [\"5/400d\"]".to_owned(),
+                ArgError::WindowAboveMax(settings.max_window_ms),
+            ),
+            (
+                "limits = [\"5/367d\"]".to_owned(),
+                ArgError::WindowAboveMax(settings.max_window_ms),
+            ),
+            (
+                "limits = [\"5/1w\"]".to_owned(),
+                ArgError::Window(DurationError::UnknownUnit),
+            ),
+            (
+                "limits = [\"5/0s\"]".to_owned(),
+                ArgError::Window(DurationError::TooShort),
+            ),
+            (format!("limits = [{nine}]"), ArgError::TooManyTiers),
+            (
+                "limits = [\"5/1m\"]\nalgorithm = \"leaky\"".to_owned(),
+                ArgError::Algo,
+            ),
+            (
+                "limits = [\"5/1m\"]\nburst = 3".to_owned(),
+                ArgError::BurstNotApplicable,
+            ),
+            (
+                "limits = [\"5/1m\", \"9/1h\"]\nalgorithm = \"gcra\"\nburst = 3".to_owned(),
+                ArgError::BurstNotApplicable,
+            ),
+            (
+                "limits = [\"5/1m\"]\nalgorithm = \"token\"\nburst = 0".to_owned(),
+                ArgError::Burst,
+            ),
+            (
+                "limits = [\"10001/1m\"]\nalgorithm = \"log\"".to_owned(),
+                ArgError::LimitTooLarge(AlgorithmKind::Log, settings.max_log_limit),
+            ),
+        ];
+        for (rest, expected) in cases {
+            let text = rule(&rest);
+            let error = with(&text)
+                .err()
+                .unwrap_or_else(|| panic!("accepted: {text}"));
+            let reason = crate::module_grammar::reason(&expected);
+            assert!(
+                error.contains(&reason),
+                "{text}: '{error}' lacks '{reason}'"
+            );
+        }
+        assert!(with(&rule("limits = [\"5/366d\"]\nalgorithm = \"log\"")).is_ok());
+        assert!(with(&rule("limits = [\"10000/1m\"]\nalgorithm = \"log\"")).is_ok());
+        let error = with(&rule("limits = [\"5/1m\"]\non_module_error = \"maybe\"")).unwrap_err();
+        assert!(error.contains("on_module_error 'maybe'"), "{error}");
+    }
+}

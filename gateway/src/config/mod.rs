@@ -1,0 +1,147 @@
+//! The configuration file: TOML read into checked settings. Every mistake is found here,
+//! at start or reload, so that a running gateway never meets a rule it cannot apply.
+//!
+//! - `schema`: the file as written, with its defaults;
+//! - `settings`: `[server]` and `[redis]`, checked;
+//! - `rule_set` and `limit`: the rules, compiled.
+
+mod limit;
+mod one_of;
+mod rule_set;
+mod schema;
+mod settings;
+
+pub(crate) use one_of::one_of;
+pub use settings::{CheckHeaders, Mode, RedisSettings, RedisTarget, ServerSettings};
+
+use crate::pattern::PathPolicy;
+use crate::rules::RuleSet;
+use rule_set::rule_set;
+use schema::{FileConfig, RulesDocument};
+use settings::{redis_settings, server_settings};
+use std::path::Path;
+
+/// Everything the file sets. `rules` may change on reload; the rest needs a restart.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerSettings,
+    pub redis: RedisSettings,
+    pub deny_cache_capacity: usize,
+    pub rules: RuleSet,
+}
+
+/// Reads and checks the file at `path`.
+pub fn load(path: &Path) -> Result<Config, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    parse(&text)
+}
+
+/// Checks a configuration given as TOML text.
+pub fn parse(text: &str) -> Result<Config, String> {
+    let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+    let mut server = server_settings(file.server)?;
+    server.connections = file.connections.limits()?;
+    server.client_prefixes = file.client_ip.prefixes()?;
+    server.requests = crate::request_policy::request_policy(file.requests)?;
+    let redis = redis_settings(file.redis)?;
+    let rules = rule_set(
+        file.headers,
+        file.rules,
+        file.default,
+        server.mode,
+        &server.requests.paths,
+    )?;
+    Ok(Config {
+        server,
+        redis,
+        deny_cache_capacity: file.deny_cache.capacity,
+        rules,
+    })
+}
+
+/// The rules alone, as stored in Redis under `[redis] rules_key`: `[headers]`,
+/// `[[rule]]` and `[default]` in the file's format, checked for a gateway in `mode` whose
+/// requests' paths are canonicalised under the default `[requests]`.
+pub fn parse_rules(text: &str, mode: Mode) -> Result<RuleSet, String> {
+    parse_rules_with(text, mode, &PathPolicy::default())
+}
+
+/// [`parse_rules`] for a gateway whose requests' paths are canonicalised under `paths`.
+pub fn parse_rules_with(text: &str, mode: Mode, paths: &PathPolicy) -> Result<RuleSet, String> {
+    let document: RulesDocument = toml::from_str(text).map_err(|e| e.to_string())?;
+    rule_set(
+        document.headers,
+        document.rules,
+        document.default,
+        mode,
+        paths,
+    )
+}
+
+/// `rest` after the `[server]` lines every file needs, parsed: for the tests of each part.
+#[cfg(test)]
+fn parse_after_server(rest: &str) -> Result<Config, String> {
+    const MINIMAL: &str =
+        "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n";
+    parse(&format!("{MINIMAL}{rest}"))
+}
+
+/// Asserts that each text (after the `[server]` lines) is refused with an error naming
+/// what its case says.
+#[cfg(test)]
+fn assert_refused(cases: &[(&str, &str)]) {
+    for (text, expected) in cases {
+        let error = parse_after_server(text)
+            .err()
+            .unwrap_or_else(|| panic!("accepted: {text}"));
+        assert!(
+            error.contains(expected),
+            "{text}: '{error}' lacks '{expected}'"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_example_file_parses() {
+        let text = include_str!("../../rules.example.toml");
+        let config = parse(text).unwrap();
+        assert_eq!(config.rules.rules.len(), 3);
+        assert!(config.rules.default.is_some());
+        assert_eq!(config.redis.deadline, Duration::from_millis(5));
+        // The example spells out the [requests] defaults.
+        assert_eq!(config.server.requests, Default::default());
+    }
+
+    #[test]
+    fn rules_alone_as_stored_in_redis() {
+        let set = parse_rules(
+            "[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n",
+            Mode::Proxy,
+        )
+        .unwrap();
+        assert_eq!(set.rules.len(), 1);
+        assert!(
+            parse_rules("[server]\nlisten = \"127.0.0.1:1\"\n", Mode::Proxy)
+                .unwrap_err()
+                .contains("server")
+        );
+        assert!(parse_rules(
+            "[default]\nlimits = [\"5/1m\"]\ncount = [401]\n",
+            Mode::Check
+        )
+        .is_err());
+        let error = parse_rules_with(
+            "[[rule]]\nname = \"a\"\npath = \"/a/./b\"\nlimits = [\"5/1m\"]\n",
+            Mode::Proxy,
+            &PathPolicy::default(),
+        )
+        .unwrap_err();
+        assert!(error.contains("canonical"), "{error}");
+    }
+}

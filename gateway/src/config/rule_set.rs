@@ -1,0 +1,228 @@
+//! Rule compilation: `[[rule]]`, `[default]` and `[headers]` turned into a [`RuleSet`],
+//! every rule checked (its name, methods, path pattern, key, counting, mode and failure
+//! settings) so that a reload either swaps in rules that all apply or changes nothing.
+
+use super::limit::limit;
+use super::one_of;
+use super::schema::{CountSection, HeadersSection, RuleSection};
+use super::Mode;
+use crate::pattern::{PathPattern, PathPolicy};
+use crate::rules::{Counting, KeySource, OnFailure, Rule, RuleSet};
+use std::sync::Arc;
+
+/// The rule list, the default rule and `[headers]` of one file (or Redis key), checked for
+/// a gateway in `mode` whose paths are canonicalised under `paths`.
+pub(super) fn rule_set(
+    headers: HeadersSection,
+    sections: Vec<RuleSection>,
+    default: Option<RuleSection>,
+    mode: Mode,
+    paths: &PathPolicy,
+) -> Result<RuleSet, String> {
+    let mut rules = Vec::with_capacity(sections.len());
+    for (index, section) in sections.into_iter().enumerate() {
+        let rule = rule(section, RulePlace::List, paths)
+            .map_err(|e| format!("[[rule]] number {}: {e}", index + 1))?;
+        if rules.iter().any(|r: &Arc<Rule>| r.name == rule.name) {
+            return Err(format!("two rules are named '{}'", rule.name));
+        }
+        rules.push(Arc::new(rule));
+    }
+    let default = default
+        .map(|section| rule(section, RulePlace::Default, paths).map(Arc::new))
+        .transpose()
+        .map_err(|e| format!("[default]: {e}"))?;
+    if mode == Mode::Check && rules.iter().chain(&default).any(|r| r.counts_by_status()) {
+        return Err(
+            "count = [statuses] needs mode = \"proxy\": in check mode the gateway never sees \
+             the response"
+                .into(),
+        );
+    }
+    let fail_open_header = hyper::header::HeaderName::from_bytes(headers.fail_open.as_bytes())
+        .map_err(|_| {
+            format!(
+                "[headers] fail_open '{}' is not a header name",
+                headers.fail_open
+            )
+        })?;
+    Ok(RuleSet {
+        rules,
+        default,
+        legacy_headers: headers.legacy,
+        fail_open_header,
+    })
+}
+
+enum RulePlace {
+    List,
+    Default,
+}
+
+fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Rule, String> {
+    let name = match place {
+        RulePlace::Default => {
+            if section.name.is_some() || section.methods.is_some() || section.path.is_some() {
+                return Err(
+                    "takes no name, methods or path (it applies to everything else)".into(),
+                );
+            }
+            "default".to_owned()
+        }
+        RulePlace::List => {
+            let name = section.name.clone().ok_or("needs a name")?;
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            {
+                return Err(format!(
+                    "name '{name}' must be letters, digits, '-', '_' or '.'"
+                ));
+            }
+            if name.len() > crate::rules::MAX_RULE_NAME_BYTES {
+                return Err(format!(
+                    "name '{name}' is longer than {} bytes",
+                    crate::rules::MAX_RULE_NAME_BYTES
+                ));
+            }
+            if name == "default" {
+                return Err("the name 'default' belongs to the [default] rule".into());
+            }
+            if section.path.is_none() && section.methods.is_none() {
+                return Err(format!("rule '{name}' needs a path or methods to match"));
+            }
+            name
+        }
+    };
+    let methods = section
+        .methods
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            let upper = m.to_ascii_uppercase();
+            hyper::Method::from_bytes(upper.as_bytes())
+                .ok()
+                .filter(|_| upper.len() <= crate::methods::MAX_METHOD_BYTES)
+                .map(|_| upper)
+                .ok_or_else(|| format!("method '{m}' is not an HTTP method of at most 32 bytes"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let path = section
+        .path
+        .as_deref()
+        .map(PathPattern::parse)
+        .transpose()?;
+    // A pattern that no canonical path can match would leave its endpoint unlimited.
+    if let Some(pattern) = &path {
+        pattern.check_canonical(paths)?;
+    }
+    let key = key_source(&section.key)?;
+    let limit = limit(&section)?;
+    let count = match section.count {
+        None => Counting::All,
+        Some(CountSection::Word(word)) if word == "all" => Counting::All,
+        Some(CountSection::Word(word)) => {
+            return Err(format!(
+                "count '{word}' must be \"all\" or a list of statuses"
+            ))
+        }
+        Some(CountSection::Statuses(statuses)) => {
+            if statuses.is_empty() || statuses.iter().any(|s| !(100..=599).contains(s)) {
+                return Err("count must list HTTP statuses (100-599)".into());
+            }
+            Counting::Statuses(statuses)
+        }
+    };
+    let shadow = one_of(
+        "mode",
+        &section.mode,
+        &[("enforce", false), ("shadow", true)],
+    )?;
+    let on_failure = OnFailure {
+        redis_closed: open_or_closed("on_redis_failure", &section.on_redis_failure)?,
+        error_closed: open_or_closed("on_module_error", &section.on_module_error)?,
+    };
+    Ok(Rule::new(
+        name,
+        methods,
+        path,
+        key,
+        section.per_endpoint,
+        limit,
+        count,
+        shadow,
+        on_failure,
+    ))
+}
+
+/// `"open"` (false) or `"closed"` (true), the value of the setting `name`.
+fn open_or_closed(name: &str, value: &str) -> Result<bool, String> {
+    one_of(name, value, &[("open", false), ("closed", true)])
+}
+
+fn key_source(key: &str) -> Result<KeySource, String> {
+    if key == "ip" {
+        return Ok(KeySource::ClientIp);
+    }
+    if let Some(header) = key.strip_prefix("header:") {
+        return hyper::header::HeaderName::from_bytes(header.as_bytes())
+            .map(KeySource::Header)
+            .map_err(|_| format!("key '{key}': '{header}' is not a header name"));
+    }
+    if let Some(index) = key.strip_prefix("segment:") {
+        return match index.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(KeySource::Segment(n)),
+            _ => Err(format!("key '{key}': the segment number must be 1 or more")),
+        };
+    }
+    Err(format!(
+        "key '{key}' must be \"ip\", \"header:<name>\" or \"segment:<n>\""
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{assert_refused, parse, parse_after_server};
+    use crate::failure::Failure;
+
+    #[test]
+    fn mistakes_in_a_rule_are_named() {
+        assert_refused(&[
+            ("[[rule]]\npath = \"/a\"\nlimits = [\"5/1m\"]\n", "needs a name"),
+            ("[[rule]]\nname = \"a\"\npath = \"a\"\nlimits = [\"5/1m\"]\n", "must start with '/'"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nkey = \"cookie\"\n", "key 'cookie'"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\ncount = [42]\n", "statuses"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nspeed = 3\n", "speed"),
+            ("[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n[[rule]]\nname = \"a\"\npath = \"/b\"\nlimits = [\"5/1m\"]\n", "two rules"),
+            ("[default]\nname = \"x\"\nlimits = [\"5/1m\"]\n", "[default]"),
+            ("[[rule]]\nname = \"default\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n", "belongs"),
+            ("[[rule]]\nname = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n", "longer than 48"),
+            ("[[rule]]\nname = \"a\"\nmethods = [\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"]\nlimits = [\"5/1m\"]\n", "at most 32"),
+        ]);
+    }
+
+    #[test]
+    fn module_errors_close_a_rule_unless_it_says_open() {
+        let rule = |rest: &str| {
+            let text = format!("[default]\nlimits = [\"5/1m\"]\n{rest}\n");
+            parse_after_server(&text)
+                .unwrap()
+                .rules
+                .default
+                .unwrap()
+                .on_failure
+        };
+        let default = rule("");
+        assert!(default.closes(Failure::Error) && !default.closes(Failure::Timeout));
+        let open = rule("on_module_error = \"open\"\non_redis_failure = \"closed\"");
+        assert!(!open.closes(Failure::Error) && open.closes(Failure::Connection));
+    }
+
+    #[test]
+    fn check_mode_refuses_status_counting() {
+        let text = "[server]\nlisten = \"127.0.0.1:8080\"\nmode = \"check\"\n[default]\nlimits = [\"5/1m\"]\ncount = [401]\n";
+        assert!(parse(text).unwrap_err().contains("check mode"));
+    }
+}

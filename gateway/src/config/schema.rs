@@ -1,0 +1,185 @@
+//! The file as written: the TOML tables, each field with its default, before anything is
+//! checked. [`super::settings`] and [`super::rule_set`] turn these into what the gateway
+//! runs on; nothing here judges a value.
+
+use serde::Deserialize;
+
+/// The whole file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileConfig {
+    pub(super) server: ServerSection,
+    #[serde(default)]
+    pub(super) redis: RedisSection,
+    #[serde(default)]
+    pub(super) headers: HeadersSection,
+    #[serde(default)]
+    pub(super) deny_cache: DenyCacheSection,
+    #[serde(default, rename = "rule")]
+    pub(super) rules: Vec<RuleSection>,
+    pub(super) default: Option<RuleSection>,
+    #[serde(default)]
+    pub(super) connections: crate::connection_limits::ConnectionSection,
+    #[serde(default)]
+    pub(super) client_ip: crate::client_ip::PrefixSection,
+    #[serde(default)]
+    pub(super) requests: crate::request_policy::RequestsSection,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ServerSection {
+    pub(super) listen: String,
+    #[serde(default = "default_admin_listen")]
+    pub(super) admin_listen: String,
+    #[serde(default = "default_mode")]
+    pub(super) mode: String,
+    pub(super) upstream: Option<String>,
+    #[serde(default)]
+    pub(super) trusted_proxies: Vec<String>,
+    #[serde(default = "default_reload_interval_ms")]
+    pub(super) reload_interval_ms: u64,
+    #[serde(default = "default_check_deny_status")]
+    pub(super) check_deny_status: u16,
+    #[serde(default = "default_check_headers")]
+    pub(super) check_headers: String,
+    #[serde(default = "default_upstream_timeout_ms")]
+    pub(super) upstream_timeout_ms: u64,
+}
+
+fn default_check_headers() -> String {
+    "x-original".into()
+}
+fn default_upstream_timeout_ms() -> u64 {
+    30_000
+}
+
+fn default_admin_listen() -> String {
+    "127.0.0.1:9090".into()
+}
+fn default_mode() -> String {
+    "proxy".into()
+}
+fn default_reload_interval_ms() -> u64 {
+    1000
+}
+fn default_check_deny_status() -> u16 {
+    429
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RedisSection {
+    pub(super) url: Option<String>,
+    pub(super) cluster: Option<Vec<String>>,
+    pub(super) deadline_ms: u64,
+    pub(super) key_prefix: String,
+    pub(super) breaker_failures: u32,
+    pub(super) breaker_open_ms: u64,
+    pub(super) rules_key: Option<String>,
+    pub(super) rules_refresh_ms: u64,
+}
+
+impl Default for RedisSection {
+    fn default() -> Self {
+        RedisSection {
+            url: None,
+            cluster: None,
+            deadline_ms: 5,
+            key_prefix: "rl:".into(),
+            breaker_failures: 5,
+            breaker_open_ms: 1000,
+            rules_key: None,
+            rules_refresh_ms: 5000,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct HeadersSection {
+    pub(super) legacy: bool,
+    pub(super) fail_open: String,
+}
+
+impl Default for HeadersSection {
+    fn default() -> Self {
+        HeadersSection {
+            legacy: false,
+            fail_open: "X-RateLimit-Fail-Open".into(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct DenyCacheSection {
+    pub(super) capacity: usize,
+}
+
+impl Default for DenyCacheSection {
+    fn default() -> Self {
+        DenyCacheSection { capacity: 10_000 }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RuleSection {
+    pub(super) name: Option<String>,
+    pub(super) methods: Option<Vec<String>>,
+    pub(super) path: Option<String>,
+    #[serde(default = "default_key")]
+    pub(super) key: String,
+    #[serde(default)]
+    pub(super) per_endpoint: bool,
+    pub(super) limits: Option<Vec<String>>,
+    pub(super) algorithm: Option<String>,
+    pub(super) burst: Option<u64>,
+    pub(super) policy: Option<String>,
+    #[serde(default = "default_cost")]
+    pub(super) cost: u64,
+    pub(super) count: Option<CountSection>,
+    #[serde(default = "default_rule_mode")]
+    pub(super) mode: String,
+    #[serde(default = "default_on_failure")]
+    pub(super) on_redis_failure: String,
+    /// An error reply means a misconfiguration: closed unless the rule says otherwise.
+    #[serde(default = "default_on_module_error")]
+    pub(super) on_module_error: String,
+}
+
+fn default_key() -> String {
+    "ip".into()
+}
+fn default_cost() -> u64 {
+    1
+}
+fn default_rule_mode() -> String {
+    "enforce".into()
+}
+fn default_on_failure() -> String {
+    "open".into()
+}
+fn default_on_module_error() -> String {
+    "closed".into()
+}
+
+/// `count = "all"` or `count = [401, 403]`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum CountSection {
+    Word(String),
+    Statuses(Vec<u16>),
+}
+
+/// The rules alone, as stored in Redis under `[redis] rules_key`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RulesDocument {
+    #[serde(default)]
+    pub(super) headers: HeadersSection,
+    #[serde(default, rename = "rule")]
+    pub(super) rules: Vec<RuleSection>,
+    pub(super) default: Option<RuleSection>,
+}

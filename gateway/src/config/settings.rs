@@ -1,0 +1,242 @@
+//! The checked settings the gateway runs on and needs a restart to change: `[server]`
+//! (the listeners, the mode, the upstream, the trusted proxies, check mode's headers) and
+//! `[redis]` (where, how long to wait, the breaker, the key prefix, the rules key).
+
+use super::one_of;
+use super::schema::{RedisSection, ServerSection};
+use ipnet::IpNet;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Forward allowed requests to the upstream.
+    Proxy,
+    /// Answer whether a request may pass, for a proxy that asks first.
+    Check,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub mode: Mode,
+    /// `scheme://authority` of the upstream, without a trailing slash (proxy mode).
+    pub upstream: Option<hyper::Uri>,
+    pub trusted_proxies: Vec<IpNet>,
+    pub reload_interval: Duration,
+    pub check_deny_status: u16,
+    /// Which headers carry the request asked about in check mode.
+    pub check_headers: CheckHeaders,
+    /// How long the upstream may take to start its answer before the gateway says 504.
+    pub upstream_timeout: Duration,
+    /// `[connections]`.
+    pub connections: crate::connection_limits::ConnectionLimits,
+    /// `[client_ip]`: the network a `key = "ip"` rule counts a client by.
+    pub client_prefixes: crate::client_ip::Prefixes,
+    /// `[requests]`: path canonicalisation and the head size cap.
+    pub requests: crate::request_policy::RequestPolicy,
+}
+
+impl ServerSettings {
+    pub fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
+        crate::client_ip::is_trusted(ip, &self.trusted_proxies)
+    }
+
+    /// The network `ip` is counted by (`[client_ip]`): the address itself, or its prefix.
+    pub fn client_network(&self, ip: IpAddr) -> IpAddr {
+        self.client_prefixes.aggregate(ip)
+    }
+}
+
+/// The headers a proxy in front of check mode names the original request with. Only the
+/// configured pair is read: the other may come from the client untouched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckHeaders {
+    /// nginx (`proxy_set_header X-Original-Method / X-Original-URI`).
+    Original,
+    /// Traefik ForwardAuth (`X-Forwarded-Method / X-Forwarded-Uri`).
+    Forwarded,
+}
+
+impl CheckHeaders {
+    /// The method header and the URI header.
+    pub fn names(self) -> [&'static str; 2] {
+        match self {
+            CheckHeaders::Original => ["x-original-method", "x-original-uri"],
+            CheckHeaders::Forwarded => ["x-forwarded-method", "x-forwarded-uri"],
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    Single(String),
+    Cluster(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisSettings {
+    pub target: RedisTarget,
+    pub deadline: Duration,
+    pub key_prefix: String,
+    pub breaker_failures: u32,
+    pub breaker_open: Duration,
+    /// A Redis key holding rules (`[[rule]]`, `[default]`, `[headers]`) that, while it
+    /// exists, replace the file's; read every `rules_refresh`.
+    pub rules_key: Option<String>,
+    pub rules_refresh: Duration,
+}
+
+pub(super) fn server_settings(section: ServerSection) -> Result<ServerSettings, String> {
+    let address = |name: &str, value: &str| {
+        value
+            .parse::<SocketAddr>()
+            .map_err(|_| format!("[server] {name} '{value}' is not an address like 127.0.0.1:8080"))
+    };
+    let mode = one_of(
+        "[server] mode",
+        &section.mode,
+        &[("proxy", Mode::Proxy), ("check", Mode::Check)],
+    )?;
+    let upstream = match (&section.upstream, mode) {
+        (Some(url), _) => Some(upstream_uri(url)?),
+        (None, Mode::Proxy) => return Err("[server] upstream is needed in mode = \"proxy\"".into()),
+        (None, Mode::Check) => None,
+    };
+    let trusted_proxies = section
+        .trusted_proxies
+        .iter()
+        .map(|net| {
+            net.parse::<IpNet>()
+                .or_else(|_| net.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| format!("[server] trusted_proxies: '{net}' is not an address or CIDR"))
+                .and_then(|parsed| {
+                    // Trusting every address lets every client write its own address into
+                    // X-Forwarded-For: a fresh budget per request.
+                    if parsed.prefix_len() == 0 {
+                        Err(format!(
+                            "[server] trusted_proxies: '{net}' trusts every address, so any \
+                             client could name its own address in X-Forwarded-For; name the \
+                             proxies' networks"
+                        ))
+                    } else {
+                        Ok(parsed)
+                    }
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    if !(200..=599).contains(&section.check_deny_status) {
+        return Err("[server] check_deny_status must be an HTTP status (200-599)".into());
+    }
+    let check_headers = match section.check_headers.as_str() {
+        "x-original" => CheckHeaders::Original,
+        "x-forwarded" => CheckHeaders::Forwarded,
+        other => {
+            return Err(format!(
+                "[server] check_headers '{other}' must be \"x-original\" (nginx) or \"x-forwarded\" (Traefik)"
+            ))
+        }
+    };
+    if section.upstream_timeout_ms == 0 {
+        return Err("[server] upstream_timeout_ms must be at least 1".into());
+    }
+    Ok(ServerSettings {
+        check_headers,
+        upstream_timeout: Duration::from_millis(section.upstream_timeout_ms),
+        listen: address("listen", &section.listen)?,
+        admin_listen: address("admin_listen", &section.admin_listen)?,
+        mode,
+        upstream,
+        trusted_proxies,
+        reload_interval: Duration::from_millis(section.reload_interval_ms),
+        check_deny_status: section.check_deny_status,
+        connections: Default::default(),
+        client_prefixes: Default::default(),
+        requests: Default::default(),
+    })
+}
+
+fn upstream_uri(url: &str) -> Result<hyper::Uri, String> {
+    let bad = || format!("[server] upstream '{url}' must be like http://127.0.0.1:9000");
+    let uri: hyper::Uri = url.parse().map_err(|_| bad())?;
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err(bad());
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!(
+            "[server] upstream '{url}' must have no path or query"
+        ));
+    }
+    Ok(uri)
+}
+
+pub(super) fn redis_settings(section: RedisSection) -> Result<RedisSettings, String> {
+    let target = match (section.url, section.cluster) {
+        (Some(_), Some(_)) => return Err("[redis] has both url and cluster: choose one".into()),
+        (Some(url), None) => RedisTarget::Single(url),
+        (None, Some(urls)) if urls.is_empty() => {
+            return Err("[redis] cluster needs at least one node URL".into())
+        }
+        (None, Some(urls)) => RedisTarget::Cluster(urls),
+        (None, None) => RedisTarget::Single("redis://127.0.0.1:6379".into()),
+    };
+    let urls = match &target {
+        RedisTarget::Single(url) => std::slice::from_ref(url),
+        RedisTarget::Cluster(urls) => urls.as_slice(),
+    };
+    for url in urls {
+        redis::Client::open(url.as_str()).map_err(|e| format!("[redis] '{url}': {e}"))?;
+    }
+    if section.key_prefix.contains(['{', '}']) {
+        return Err(
+            "[redis] key_prefix must not contain '{' or '}' (the hash tag is the client's)".into(),
+        );
+    }
+    if section.key_prefix.len() > crate::rules::MAX_KEY_PREFIX_BYTES {
+        return Err(format!(
+            "[redis] key_prefix is longer than {} bytes",
+            crate::rules::MAX_KEY_PREFIX_BYTES
+        ));
+    }
+    if section.deadline_ms == 0 {
+        return Err("[redis] deadline_ms must be at least 1".into());
+    }
+    if section.breaker_failures == 0 {
+        return Err("[redis] breaker_failures must be at least 1".into());
+    }
+    Ok(RedisSettings {
+        target,
+        deadline: Duration::from_millis(section.deadline_ms),
+        key_prefix: section.key_prefix,
+        breaker_failures: section.breaker_failures,
+        breaker_open: Duration::from_millis(section.breaker_open_ms),
+        rules_key: section.rules_key.filter(|k| !k.is_empty()),
+        rules_refresh: Duration::from_millis(section.rules_refresh_ms.max(100)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{assert_refused, parse};
+
+    #[test]
+    fn mistakes_in_the_settings_are_named() {
+        assert_refused(&[
+            ("[redis]\ndeadline_ms = 0\n", "deadline_ms"),
+            ("[redis]\nkey_prefix = \"rl:{x}:\"\n", "key_prefix"),
+            (
+                "[redis]\nkey_prefix = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\n",
+                "longer than 32",
+            ),
+            ("[requests]\nmax_path_segments = 0\n", "max_path_segments"),
+        ]);
+    }
+
+    #[test]
+    fn proxy_mode_needs_an_upstream() {
+        assert!(parse("[server]\nlisten = \"127.0.0.1:8080\"\n")
+            .unwrap_err()
+            .contains("upstream"));
+    }
+}
