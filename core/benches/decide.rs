@@ -10,7 +10,7 @@
 //! move.
 
 use ratelimit_core::args::{parse_limits, Settings};
-use ratelimit_core::limiter::{run, Action, Limits, Write};
+use ratelimit_core::limiter::{Action, Limits, MemoryKey};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -78,31 +78,6 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// A key's value and its absolute expiry, as the server would hold them.
-struct Stored {
-    value: Option<Vec<u8>>,
-    expiry: Option<i64>,
-}
-
-impl Stored {
-    fn apply(&mut self, write: Write) {
-        match write {
-            Write::Nothing => {}
-            Write::Set {
-                value,
-                expires_at_ms,
-            } => {
-                self.value = Some(value.to_vec());
-                self.expiry = Some(expires_at_ms);
-            }
-            Write::Delete => {
-                self.value = None;
-                self.expiry = None;
-            }
-        }
-    }
-}
-
 fn parse(args: &str) -> Limits {
     let words: Vec<&[u8]> = args.split_whitespace().map(str::as_bytes).collect();
     match parse_limits(words.into_iter(), &Settings::default()) {
@@ -111,49 +86,30 @@ fn parse(args: &str) -> Limits {
     }
 }
 
-/// The stored state after `fill` hits one ms apart, ending at `START_MS`.
-fn filled(limits: &Limits, fill: i64) -> Stored {
-    let mut stored = Stored {
-        value: None,
-        expiry: None,
-    };
+/// The key after `fill` hits one ms apart, ending at `START_MS`.
+fn filled(limits: &Limits, fill: i64) -> MemoryKey {
+    let mut key = MemoryKey::default();
     for n in 0..fill {
-        let now = START_MS - fill + n;
-        let expiry = stored.expiry;
-        let outcome = run(
-            limits,
-            Action::Hit { cost: 1 },
-            stored.value.as_deref(),
-            || expiry,
-            now,
-        )
-        .expect("a fill hit decides");
+        let outcome = key
+            .run(limits, Action::Hit { cost: 1 }, START_MS - fill + n)
+            .expect("a fill hit decides");
         assert!(
             outcome.decision.allowed,
             "the fill must stay under the limit"
         );
-        stored.apply(outcome.write);
     }
-    stored
+    key
 }
 
 /// ns per call of `action` on `stored` (unchanged between calls: every call sees the same
 /// state, as a denied hit or a look does; an allowed hit's write is built but not kept).
-fn time_calls(args: &str, limits: &Limits, action: Action, stored: &Stored) -> f64 {
+fn time_calls(args: &str, limits: &Limits, action: Action, stored: &MemoryKey) -> f64 {
     let words: Vec<&[u8]> = args.split_whitespace().map(str::as_bytes).collect();
     let once = || {
         // The argument parse is part of every call in the module, so it is timed here too.
         let parsed = parse_limits(black_box(words.iter().copied()), &Settings::default());
         let limits = parsed.map(|p| p.limits).unwrap_or_else(|_| limits.clone());
-        let expiry = stored.expiry;
-        let outcome = run(
-            &limits,
-            action,
-            stored.value.as_deref(),
-            || expiry,
-            START_MS + 1,
-        );
-        black_box(outcome).is_ok()
+        black_box(stored.decide(&limits, action, START_MS + 1)).is_ok()
     };
     let mut calls: u64 = 1;
     loop {
@@ -179,7 +135,7 @@ fn main() {
     // run: one short round proves the bench still works.
     let quick = !std::env::args().any(|a| a == "--bench");
     let rounds = if quick { 1 } else { ROUNDS };
-    let prepared: Vec<(&Case, Limits, Stored)> = CASES
+    let prepared: Vec<(&Case, Limits, MemoryKey)> = CASES
         .iter()
         .map(|case| {
             let limits = parse(case.args);
@@ -206,7 +162,7 @@ fn main() {
             .into_iter()
             .map(|s| format!("{:.0}", median(s)))
             .collect();
-        let bytes = stored.value.as_ref().map_or(0, Vec::len);
+        let bytes = stored.value().map_or(0, <[u8]>::len);
         println!("| {} | {} | {bytes} |", case.name, cells.join(" | "));
     }
 }

@@ -43,6 +43,8 @@
 //! assert_eq!(key, Some((b"2".to_vec(), 1_796_083_201_000)));
 //! # Ok::<(), ratelimit_core::limiter::LimiterError>(())
 //! ```
+//!
+//! [`limiter::MemoryKey`] keeps that value and expiry for a caller without a server.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

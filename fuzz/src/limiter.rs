@@ -22,7 +22,7 @@ use ratelimit_core::algorithm::Quota;
 use ratelimit_core::decision::{Decision, NEVER};
 use ratelimit_core::duration::MAX_WINDOW_MS;
 use ratelimit_core::limiter::{
-    is_state, run, Action, AlgorithmKind, Limits, Outcome, Tiers, Write,
+    is_state, Action, AlgorithmKind, Limits, MemoryKey, Outcome, Tiers, Write,
 };
 use ratelimit_core::sliding_log::MAX_LOG_LIMIT;
 
@@ -35,21 +35,15 @@ const SANE_SPAN_MS: i64 = 30 * 366 * 86_400_000;
 /// Steps per input: the bound checks are quadratic in the allowed hits.
 const MAX_STEPS: usize = 128;
 
-/// A key as the store holds it: value and absolute expiry.
+/// The core's in-memory key, with the checks this target adds to every step.
 #[derive(Debug, Clone, Default)]
-struct Key(Option<(Vec<u8>, i64)>);
+struct Key(MemoryKey);
 
 impl Key {
+    /// The answer to `action`, not stored; `None` for an error, which only a clock or a
+    /// parameter out of the sane ranges may give.
     fn run(&self, limits: &Limits, action: Action, now_ms: i64, sane: bool) -> Option<Outcome> {
-        let stored = self.0.as_ref();
-        let result = run(
-            limits,
-            action,
-            stored.map(|(v, _)| v.as_slice()),
-            || stored.map(|(_, e)| *e),
-            now_ms,
-        );
-        match result {
+        match self.0.decide(limits, action, now_ms) {
             Ok(outcome) => Some(outcome),
             Err(err) => {
                 assert!(
@@ -61,19 +55,17 @@ impl Key {
         }
     }
 
+    /// Stores `write`, which must be a state that expires after `now_ms`.
     fn store(&mut self, write: &Write, now_ms: i64) {
-        match write {
-            Write::Nothing => {}
-            Write::Set {
-                value,
-                expires_at_ms,
-            } => {
-                assert!(*expires_at_ms > now_ms, "{write:?} at {now_ms}");
-                assert!(is_state(value, Some(*expires_at_ms)), "{write:?}");
-                self.0 = Some((value.to_vec(), *expires_at_ms));
-            }
-            Write::Delete => self.0 = None,
+        if let Write::Set {
+            value,
+            expires_at_ms,
+        } = write
+        {
+            assert!(*expires_at_ms > now_ms, "{write:?} at {now_ms}");
+            assert!(is_state(value, Some(*expires_at_ms)), "{write:?}");
         }
+        self.0.apply(write);
     }
 }
 
@@ -257,11 +249,10 @@ fn fuzz_steps(u: &mut Unstructured<'_>) -> Result<()> {
         };
         check_replies(limits, action, &outcome);
         key.store(&outcome.write, now);
-        if let Some((value, expiry)) = &key.0 {
+        if key.0.value().is_some() {
             // Whatever was written reads back under the same rule.
-            let peek = Action::Peek { cost: 1 };
-            let again = run(limits, peek, Some(value), || Some(*expiry), now);
-            assert!(again.is_ok() || !sane, "{again:?} reading back {value:?}");
+            let again = key.0.decide(limits, Action::Peek { cost: 1 }, now);
+            assert!(again.is_ok() || !sane, "{again:?} reading back {key:?}");
         }
         let d = &outcome.decision;
         if let Action::Hit { cost } = action {

@@ -21,12 +21,14 @@
 //! tiered check, refund and renewal. [`run`] ties them together.
 
 mod algorithm_kind;
+mod memory_key;
 mod stored_value;
 #[cfg(test)]
 mod test_key;
 mod tiered_check;
 
 pub use self::algorithm_kind::AlgorithmKind;
+pub use self::memory_key::MemoryKey;
 pub use self::stored_value::is_state;
 pub use crate::codec::Bytes as Value;
 pub use crate::with_algorithm;

@@ -1,6 +1,6 @@
 //! The in-memory key the limiter's tests run requests against, and their shared helpers.
 
-use super::{run, Action, AlgorithmKind, Limits, Outcome, Write};
+use super::{Action, AlgorithmKind, Limits, MemoryKey, Outcome};
 use crate::algorithm::Quota;
 
 /// 2026-11-30T00:00:00Z.
@@ -15,43 +15,32 @@ pub fn fixed(tiers: &[(i64, i64)]) -> Limits {
     }
 }
 
-/// A key as the store would hold it: its value and its absolute expiry, which is `None`
-/// for a key without one (as `PERSIST` or `RESTORE key 0 ...` leave it). `None` as a
-/// whole: no key.
+/// The core's [`MemoryKey`], with the shorthands the tests use: every request must be
+/// answered, and the contents compare as a whole.
 #[derive(Debug, Default, Clone)]
-pub struct Key(pub Option<(Vec<u8>, Option<i64>)>);
+pub struct Key(pub MemoryKey);
 
 impl Key {
     /// Answers `action` on this key at `now` and stores what the limiter says to.
     pub fn run(&mut self, limits: &Limits, action: Action, now: i64) -> Outcome {
-        let stored = self.0.clone();
-        let outcome = run(
-            limits,
-            action,
-            stored.as_ref().map(|(v, _)| v.as_slice()),
-            || stored.as_ref().and_then(|(_, e)| *e),
-            now,
-        )
-        .expect("answers");
-        match &outcome.write {
-            Write::Nothing => {}
-            Write::Set {
-                value,
-                expires_at_ms,
-            } => self.0 = Some((value.to_vec(), Some(*expires_at_ms))),
-            Write::Delete => self.0 = None,
-        }
-        outcome
+        self.0.run(limits, action, now).expect("answers")
     }
 
     /// The key as `PERSIST` leaves it: same value, no expiry.
     pub fn persisted(&self) -> Key {
-        Key(self.0.clone().map(|(value, _)| (value, None)))
+        Key(self.0.persisted())
+    }
+
+    /// The value and its expiry (`None`: none), or `None` for no key.
+    pub fn contents(&self) -> Option<(Vec<u8>, Option<i64>)> {
+        self.0
+            .value()
+            .map(|value| (value.to_vec(), self.0.expires_at_ms()))
     }
 
     /// The stored value and its expiry; the key must exist and have an expiry.
     pub fn value_and_expiry(&self) -> (Vec<u8>, i64) {
-        match self.0.clone() {
+        match self.contents() {
             Some((value, Some(expiry))) => (value, expiry),
             other => panic!("a value with an expiry, not {other:?}"),
         }

@@ -291,7 +291,7 @@ mod tests {
     fn a_single_fixed_tier_is_stored_as_a_plain_count() {
         let mut key = Key::default();
         key.run(&fixed(&[(5, HOUR)]), Action::Hit { cost: 2 }, T0 + 5);
-        assert_eq!(key.0, Some((b"2".to_vec(), Some(T0 + HOUR))));
+        assert_eq!(key.contents(), Some((b"2".to_vec(), Some(T0 + HOUR))));
         key.run(
             &fixed(&[(5, HOUR), (9, 2 * HOUR)]),
             Action::Hit { cost: 1 },
@@ -313,7 +313,7 @@ mod tests {
         let back = key.run(&limits, Action::Refund { amount: 2 }, T0 + 1);
         assert!(back.decision.allowed);
         assert_eq!(back.decision.remaining, 2);
-        assert_eq!(key.0, Some((b"1".to_vec(), Some(T0 + HOUR))));
+        assert_eq!(key.contents(), Some((b"1".to_vec(), Some(T0 + HOUR))));
         let more = key.run(&limits, Action::Refund { amount: 5 }, T0 + 2);
         assert_eq!(more.decision.remaining, 3, "never above the limit");
         assert_eq!(more.write, Write::Delete);
@@ -328,7 +328,7 @@ mod tests {
         assert!(!denied.decision.allowed);
         assert_eq!(denied.decision.retry_after_ms, 60_000 - 20);
         assert_eq!(
-            key.0,
+            key.contents(),
             Some((b"5".to_vec(), Some(T0 + 60_000))),
             "renewal is written"
         );
