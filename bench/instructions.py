@@ -186,6 +186,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--redis-only", action="store_true")
+    parser.add_argument("--only", default="",
+                        help="measure only the rows whose name contains this text (SET always)")
     options = parser.parse_args()
     modules = [parse_module(m) for m in options.module] or [(DEFAULT_MODULE, "this commit")]
     for path, _ in modules:
@@ -204,6 +206,8 @@ def main() -> int:
         version = server_version(binary)
         results[version] = {}
         for row in rows(far_future_ms):
+            if row.module and options.only not in row.name:
+                continue
             per_module = results[version].setdefault(row.name, {})
             targets = modules if row.module else [(None, "server")]
             for path, label in targets:
