@@ -74,16 +74,19 @@ struct Rate {
 }
 
 /// `a / b` rounded down; `b` >= 1.
+#[inline]
 fn div_floor(a: i128, b: i128) -> i128 {
     a.div_euclid(b)
 }
 
 /// `a / b` rounded up; `b` >= 1. The `+ 1` only happens with a remainder, so `b` >= 2 and
 /// the quotient is far from `i128::MAX`.
+#[inline]
 fn div_ceil(a: i128, b: i128) -> i128 {
     a.div_euclid(b) + i128::from(a.rem_euclid(b) != 0)
 }
 
+#[inline]
 fn gcd(mut a: i128, mut b: i128) -> i128 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -94,6 +97,7 @@ fn gcd(mut a: i128, mut b: i128) -> i128 {
 impl Rate {
     /// The quota in ticks. Parameters below 1 (never produced by the parsers) count as 1.
     /// Fails only for windows far beyond the 366 days the parsers accept.
+    #[inline]
     fn new(quota: &Quota) -> Result<Rate, OutOfRange> {
         let limit = i128::from(quota.limit.max(1));
         let window_ms = i128::from(quota.window_ms.max(1));
@@ -110,11 +114,13 @@ impl Rate {
     }
 
     /// `now_ms` in ticks.
+    #[inline]
     fn now(&self, now_ms: i64) -> Result<i128, OutOfRange> {
         mul(i128::from(now_ms.min(LATEST_MS)), self.per_ms)
     }
 
     /// The TAT a stored state stands for, in ticks (see the module docs).
+    #[inline]
     fn load(&self, state: &BucketState) -> Result<i128, OutOfRange> {
         let stored = mul(i128::from(state.tat_ns), self.limit)?;
         let on_grid = mul(div_floor(stored, self.grid), self.grid)?;
@@ -128,6 +134,7 @@ impl Rate {
     }
 
     /// The state that stores `tat` (ticks), and the TAT it reads back as (>= `tat`).
+    #[inline]
     fn store(&self, tat: i128) -> Result<(BucketState, i128), OutOfRange> {
         let state = BucketState {
             tat_ns: to_i64(div_ceil(tat, self.limit))?,
@@ -136,6 +143,7 @@ impl Rate {
     }
 
     /// How far ahead of `now` the TAT is, >= 0 (0 for no state).
+    #[inline]
     fn fill(&self, state: Option<&BucketState>, now: i128) -> Result<i128, OutOfRange> {
         match state {
             None => Ok(0),
@@ -144,12 +152,14 @@ impl Rate {
     }
 
     /// Whole units that fit on top of `fill`, within `0..=burst`.
+    #[inline]
     fn remaining(&self, fill: i128) -> i64 {
         let units = div_floor(self.tolerance.saturating_sub(fill), self.interval);
         i64::try_from(units.clamp(0, i128::from(self.burst))).unwrap_or(self.burst)
     }
 
     /// `ticks` (>= 0) in whole ms, rounded up.
+    #[inline]
     fn ceil_ms(&self, ticks: i128) -> Result<i64, OutOfRange> {
         to_i64(div_ceil(ticks, self.per_ms))
     }
