@@ -48,6 +48,8 @@
 //! the sliding window counter gives nearly the same answers in constant memory.
 
 mod layout;
+#[cfg(test)]
+mod reference;
 mod state;
 
 pub use self::state::{Entry, LogState};
@@ -193,6 +195,8 @@ fn logged(live: Option<LogState>, at_ms: i64, cost: i64) -> Result<LogState, Out
     };
     done.ok_or(OutOfRange)?;
     state.cap(MAX_ENTRIES)?;
+    // Changed: written with the header from now on.
+    state.legacy = false;
     Ok(state)
 }
 

@@ -168,3 +168,245 @@ fn decode_plain(reader: &mut Reader<'_>) -> Option<LogState> {
     state.legacy = true;
     Some(state)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Log, LogState};
+    use super::*;
+    use crate::algorithm::{Algorithm, OutOfRange, Quota};
+    use crate::encoding::{classify, decode_tiers, StoredForm};
+    use crate::limiter::{is_state, run, Action, AlgorithmKind, Limits, Write};
+    use proptest::prelude::*;
+
+    /// 2026-11-30T00:00:00Z.
+    const T0: i64 = 1_796_083_200_000;
+    const HOUR: i64 = 3_600_000;
+
+    /// Values the module wrote before the header (commit 9d64c70), after hits at T0 (1
+    /// unit), T0 + 5 (2, then 1), T0 + 700 (1) and T0 + 1_004 (1): `10 1s ALGO log`...
+    const PLAIN_ONE_TIER: &[u8] = &[
+        1, 3, 1, 10, 232, 7, 10, 3, 5, 176, 230, 46, 162, 1, 0, 0, 3, 183, 5, 1, 176, 2, 1,
+    ];
+    /// ... and `10 1s 20 1h ALGO log`.
+    const PLAIN_TWO_TIERS: &[u8] = &[
+        1, 3, 2, 10, 232, 7, 10, 3, 5, 176, 230, 46, 162, 1, 0, 0, 3, 183, 5, 1, 176, 2, 1, 20,
+        128, 221, 219, 1, 20, 4, 0, 176, 230, 46, 162, 1, 0, 0, 1, 5, 3, 183, 5, 1, 176, 2, 1,
+    ];
+
+    fn entry(at_ms: i64, units: i64) -> Entry {
+        Entry { at_ms, units }
+    }
+
+    fn log_limits(tiers: &[Quota]) -> Limits {
+        Limits {
+            algorithm: AlgorithmKind::Log,
+            tiers: tiers.iter().copied().collect(),
+        }
+    }
+
+    fn tiers_of(value: &[u8]) -> Vec<(Quota, LogState)> {
+        let Some(StoredForm::Tiers { body, count, .. }) = classify(value) else {
+            panic!("not the tiers form: {value:?}");
+        };
+        decode_tiers::<Log>(body, count)
+            .expect("log tiers")
+            .to_vec()
+    }
+
+    fn encoded(state: &LogState) -> Bytes {
+        let mut bytes = Bytes::new();
+        encode(state, &mut bytes);
+        bytes
+    }
+
+    /// A stored value, its tiers' parameters and their entries.
+    type Case<'a> = (&'a [u8], Vec<Quota>, Vec<&'a [Entry]>);
+
+    #[test]
+    fn values_in_the_plain_layout_are_read_and_rewritten_with_the_header() {
+        let second = Quota::new(10, 1_000);
+        let hour = Quota::new(20, HOUR);
+        let recent = [entry(T0 + 5, 3), entry(T0 + 700, 1), entry(T0 + 1_004, 1)];
+        let all = [entry(T0, 1), recent[0], recent[1], recent[2]];
+        let cases: [Case<'_>; 2] = [
+            (PLAIN_ONE_TIER, vec![second], vec![&recent]),
+            (PLAIN_TWO_TIERS, vec![second, hour], vec![&recent, &all]),
+        ];
+        for (value, quotas, entries) in cases {
+            let expiry = Some(T0 + HOUR + 1_004);
+            assert!(is_state(value, expiry) && is_state(value, None));
+            let tiers = tiers_of(value);
+            let read: Vec<Vec<Entry>> = tiers.iter().map(|(_, s)| s.entries()).collect();
+            assert_eq!(read, entries);
+            assert_eq!(tiers.iter().map(|(q, _)| *q).collect::<Vec<_>>(), quotas);
+            // Unchanged, a tier is written back as it was read.
+            for (state, plain) in tiers.iter().map(|(_, s)| s).zip([&value[7..23]]) {
+                assert_eq!(&encoded(state)[..], plain);
+            }
+            let limits = log_limits(&quotas);
+            let look = run(
+                &limits,
+                Action::Peek { cost: 1 },
+                Some(value),
+                || expiry,
+                T0 + 1_004,
+            );
+            let look = look.expect("a state");
+            assert_eq!(look.tiers[0].remaining, 10 - 5 - 1);
+            // At T0 + 1_005 the 3 units of T0 + 5 have left the second's window.
+            let hit = run(
+                &limits,
+                Action::Hit { cost: 1 },
+                Some(value),
+                || expiry,
+                T0 + 1_005,
+            );
+            let hit = hit.expect("a state");
+            assert_eq!(hit.tiers[0].remaining, 10 - 2 - 1);
+            if let [_, hour_tier] = &hit.tiers[..] {
+                assert_eq!(hour_tier.remaining, 20 - 6 - 1);
+            }
+            let Write::Set { value: new, .. } = hit.write else {
+                panic!("an allowed hit writes");
+            };
+            assert!(is_state(&new, None));
+            for (_, state) in tiers_of(&new) {
+                assert!(!state.legacy, "written with the header");
+                assert_eq!(encoded(&state)[0], HEADER);
+                assert_eq!(state.entries().last(), Some(&entry(T0 + 1_005, 1)));
+            }
+        }
+    }
+
+    /// A header state of four entries, the newest a marker.
+    fn four() -> LogState {
+        let entries = [
+            entry(T0, 1),
+            entry(T0 + 1, 2),
+            entry(T0 + 3, 1),
+            entry(T0 + 10, 0),
+        ];
+        LogState::from_entries(&entries).expect("increasing")
+    }
+
+    /// The header layout of `fields` (count, total, oldest time, oldest units, span, pairs'
+    /// length) and `pairs`.
+    fn with_header(fields: [i64; 6], pairs: &[u8]) -> Bytes {
+        let mut out = Bytes::from_slice(&[HEADER]);
+        put_varint(&mut out, fields[0]);
+        put_varint(&mut out, fields[1]);
+        put_i64(&mut out, fields[2]);
+        put_varint(&mut out, fields[3]);
+        put_varint(&mut out, fields[4]);
+        put_varint(&mut out, fields[5]);
+        out.extend_from_slice(pairs);
+        out
+    }
+
+    #[test]
+    fn a_header_that_disagrees_with_its_pairs_is_not_a_state() {
+        let bytes = encoded(&four());
+        // (1, 2), (2, 1), (7, 0): 6 bytes.
+        let pairs = [1, 2, 2, 1, 7, 0];
+        let good = [4, 4, T0, 1, 10, 6];
+        assert_eq!(&bytes[..], &with_header(good, &pairs)[..]);
+        assert_eq!(decode(&mut Reader::new(&bytes)), Some(four()));
+        let bad_fields = [
+            [5, 4, T0, 1, 10, 6],       // more entries than the pairs hold
+            [9, 4, T0, 1, 10, 6],       // far more
+            [4, 1, T0, 1, 10, 6],       // fewer units than entries need
+            [4, 2, T0, 1, 10, 6],       // fewer than the oldest's, the newest's and 1 between
+            [4, 4, T0, 0, 10, 6],       // an oldest entry without units
+            [4, 4, T0, 1, 8, 6],        // less time than the newest gap and 1 ms per entry between
+            [4, 4, T0, 1, 6, 6],        // a newest gap beyond the span
+            [4, 4, T0, 1, 10, 5],       // pairs cut short
+            [4, 4, T0, 1, 10, 7],       // more pairs than there are bytes
+            [1, 4, T0, 1, 10, 6],       // one entry, with pairs
+            [1, 1, T0, 1, 10, 0],       // one entry, with a span
+            [1, 2, T0, 1, 0, 0],        // one entry, units that disagree
+            [2, 2, T0, 1, 10, 2],       // two entries: the gap must be the span
+            [2, 2, T0, 1, 7, 4],        // two entries: one pair only
+            [4, 4, i64::MAX, 1, 10, 6], // a newest time past the clock's range
+        ];
+        for fields in bad_fields {
+            let value = with_header(fields, &pairs[..pairs.len().min(fields[5] as usize)]);
+            assert_eq!(decode(&mut Reader::new(&value)), None, "{fields:?}");
+        }
+        let mut too_many = with_header([MAX_ENTRIES as i64 + 1, 4, T0, 1, 10, 6], &pairs);
+        assert_eq!(decode(&mut Reader::new(&too_many)), None);
+        too_many.truncate(3);
+        assert_eq!(decode(&mut Reader::new(&too_many)), None);
+        for cut in 0..bytes.len() {
+            assert_eq!(
+                decode(&mut Reader::new(&bytes[..cut])),
+                None,
+                "cut at {cut}"
+            );
+        }
+        // A newest pair that is not one: a gap of 0, a varint left open.
+        for pairs in [[1, 2, 2, 1, 0, 0], [1, 2, 2, 1, 7, 0x80]] {
+            assert_eq!(decode(&mut Reader::new(&with_header(good, &pairs))), None);
+        }
+    }
+
+    /// What no header check can see, an entry between the oldest and the newest that
+    /// disagrees with the units or times in the header, is found when a check reads that
+    /// entry: the check is then refused, never answered from the header.
+    #[test]
+    fn pairs_that_disagree_with_the_header_are_refused_when_read() {
+        let quota = Quota::new(10, 5);
+        // The entry at T0 + 1 holds 3 units, not the 2 the header's total counts.
+        let lying = with_header([4, 4, T0, 1, 10, 6], &[1, 3, 2, 1, 7, 0]);
+        let state = decode(&mut Reader::new(&lying)).expect("header agrees with itself");
+        // At T0 + 6 the entries up to T0 + 1 have left: dropping them reads the lie.
+        assert_eq!(Log::check(Some(&state), T0 + 6, &quota, 1), Err(OutOfRange));
+        assert_eq!(Log::view(Some(&state), T0 + 6, &quota), Err(OutOfRange));
+        assert_eq!(Log::refund(Some(&state), T0 + 9, &quota, 1), None);
+        assert_eq!(
+            Log::used(&state, T0 + 6, &quota),
+            4,
+            "counts all, never less"
+        );
+        // A retry that reads past the lie.
+        let full = Quota::new(4, HOUR);
+        assert_eq!(Log::check(Some(&state), T0 + 10, &full, 4), Err(OutOfRange));
+        assert!(state.read_entries().is_err());
+    }
+
+    proptest! {
+        /// Any change to the bytes of a valid value: decoding never panics, nor does any
+        /// check, look or refund on what decodes.
+        #[test]
+        fn damaged_values_never_panic(
+            entries in proptest::collection::vec((1i64..300, 0i64..200), 1..40),
+            damage in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+            now in T0 - 1_000..T0 + 20_000,
+            cost in 1i64..50,
+        ) {
+            let mut at = T0;
+            let list: Vec<Entry> = entries
+                .iter()
+                .enumerate()
+                .map(|(n, (gap, units))| {
+                    at += gap;
+                    entry(at, if n + 1 == entries.len() { *units } else { units + 1 })
+                })
+                .collect();
+            let state = LogState::from_entries(&list).expect("increasing");
+            let mut bytes = encoded(&state);
+            for (index, byte) in damage {
+                let at = index.index(bytes.len());
+                bytes[at] = byte;
+            }
+            if let Some(read) = decode(&mut Reader::new(&bytes)) {
+                for quota in [Quota::new(100, 1_000), Quota::new(5_000, HOUR), Quota::new(3, 7)] {
+                    let _ = Log::check(Some(&read), now, &quota, cost);
+                    let _ = Log::view(Some(&read), now, &quota);
+                    let _ = Log::refund(Some(&read), now, &quota, cost);
+                    let _ = Log::used(&read, now, &quota);
+                }
+                let _ = read.read_entries();
+            }
+        }
+    }
+}

@@ -354,8 +354,13 @@ impl LogState {
             self.newest = self.oldest;
             self.last_gap = 0;
             self.last_pair_len = 0;
-        } else if self.total < i128::from(self.oldest.units) + i128::from(self.newest.units) {
-            return Err(Corrupt);
+        } else {
+            // >= 1 unit per entry between the oldest and the newest.
+            let between = i128::try_from(self.count - 2).unwrap_or(i128::MAX);
+            let least = i128::from(self.oldest.units) + i128::from(self.newest.units) + between;
+            if self.total < least {
+                return Err(Corrupt);
+            }
         }
         Ok(())
     }
@@ -418,30 +423,37 @@ impl LogState {
     /// step per entry passed.
     pub(super) fn first_reaching(&self, excess: i128) -> Result<Option<i64>, Corrupt> {
         let mut freed = i128::from(self.oldest.units);
-        if freed >= excess {
-            return Ok(Some(self.oldest.at_ms));
-        }
         let mut at_ms = self.oldest.at_ms;
-        let mut seen = 1;
-        for pair in self.pairs.iter() {
-            let (gap, units) = pair?;
-            seen += 1;
-            at_ms = at_ms.checked_add(gap).ok_or(Corrupt)?;
-            if gap < 1 || seen > self.count || at_ms > self.newest.at_ms {
-                return Err(Corrupt);
+        let mut pairs = self.pairs.iter();
+        for seen in 1..=self.count {
+            if seen > 1 {
+                let (gap, units) = pairs.next().ok_or(Corrupt)??;
+                at_ms = at_ms.checked_add(gap).ok_or(Corrupt)?;
+                freed += i128::from(units);
+                let last = seen == self.count;
+                let fits = gap >= 1
+                    && (units >= 1 || last)
+                    && (at_ms < self.newest.at_ms || (last && at_ms == self.newest.at_ms))
+                    && (!last || units == self.newest.units);
+                if !fits {
+                    return Err(Corrupt);
+                }
             }
-            freed += i128::from(units);
-            if freed > self.total {
+            // What is left must still fit in the total: >= 1 unit per entry before the
+            // newest, and the newest's.
+            let after = i128::try_from(self.count - seen).unwrap_or(i128::MAX);
+            let still = if after == 0 {
+                0
+            } else {
+                after - 1 + i128::from(self.newest.units)
+            };
+            if freed + still > self.total || (after == 0 && freed != self.total) {
                 return Err(Corrupt);
             }
             if freed >= excess {
                 return Ok(Some(at_ms));
             }
         }
-        if seen == self.count && freed == self.total {
-            Ok(None)
-        } else {
-            Err(Corrupt)
-        }
+        Ok(None)
     }
 }
