@@ -32,6 +32,8 @@ const MAX_PAIR_LEN: usize = 20;
 pub(super) fn encode(state: &LogState, out: &mut Bytes) {
     let oldest = state.oldest();
     let count = i64::try_from(state.count()).unwrap_or(i64::MAX);
+    // One allocation for a long log, not one per doubling: the header takes at most 77.
+    out.reserve(77 + state.pairs_len());
     if state.legacy {
         put_varint(out, count);
         put_i64(out, oldest.at_ms);
