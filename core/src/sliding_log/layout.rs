@@ -175,7 +175,7 @@ fn decode_plain(reader: &mut Reader<'_>) -> Option<LogState> {
 mod tests {
     use super::super::{Log, LogState};
     use super::*;
-    use crate::algorithm::{Algorithm, OutOfRange, Quota};
+    use crate::algorithm::{Algorithm, OutOfRange, Quota, TierCheck};
     use crate::encoding::{classify, decode_tiers, StoredForm};
     use crate::limiter::{is_state, run, Action, AlgorithmKind, Limits, Write};
     use proptest::prelude::*;
@@ -377,7 +377,7 @@ mod tests {
 
     proptest! {
         /// Any change to the bytes of a valid value: decoding never panics, nor does any
-        /// check, look or refund on what decodes.
+        /// check, look or refund on what decodes, and what a check writes decodes again.
         #[test]
         fn damaged_values_never_panic(
             entries in proptest::collection::vec((1i64..300, 0i64..200), 1..40),
@@ -402,7 +402,13 @@ mod tests {
             }
             if let Some(read) = decode(&mut Reader::new(&bytes)) {
                 for quota in [Quota::new(100, 1_000), Quota::new(5_000, HOUR), Quota::new(3, 7)] {
-                    let _ = Log::check(Some(&read), now, &quota, cost);
+                    // What a check writes is read back as a state (RL.RESET trusts that).
+                    if let Ok(TierCheck { charged: Some(charged), .. }) =
+                        Log::check(Some(&read), now, &quota, cost)
+                    {
+                        let again = decode(&mut Reader::new(&encoded(&charged)));
+                        prop_assert_eq!(again, Some(charged));
+                    }
                     let _ = Log::view(Some(&read), now, &quota);
                     let _ = Log::refund(Some(&read), now, &quota, cost);
                     let _ = Log::used(&read, now, &quota);
