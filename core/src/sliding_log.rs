@@ -41,7 +41,7 @@
 //! the last write (it writes nothing, so the next call drops them again); a denied cost
 //! of `n` units reads the oldest entries holding them; a refund reads and rewrites all
 //! entries; and a value in the plain layout written before the header is read entry by
-//! entry once, then written with the header.
+//! entry, until the first hit that counts writes it with the header.
 //!
 //! **When to choose it.** When the limit must be exact over every window-long interval
 //! (logins, payments, paid API quotas) and limits are modest. For large limits or many keys
