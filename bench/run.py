@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+import full_log
 from benchlib import (format_duration, git_commit, log, machine_busy_seconds, machine_description, markdown_cell, Processes, stop_on_signals)
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -934,6 +935,8 @@ def main() -> int:
         memory_window = choose_memory_window(int(time.time() * 1000))
         memory = measure_memory(bench, memory_window, settings.memory_keys)
         measurements = measure_throughput(bench, rows, settings, started)
+        connection.call("FLUSHALL")
+        full_log_lines = full_log.section(connection, bench.shas, arguments.quick)
         connection.close()
     finally:
         processes.stop_all()
@@ -942,6 +945,7 @@ def main() -> int:
     context = Context(redis_version, pinning, arguments.module, memory_window, started_at,
                       time.monotonic() - started)
     text = report(rows, settings, measurements, memory, context)
+    text += "\n" + "\n".join(full_log_lines) + "\n"
     print(text)
     arguments.output.write_text(text)
     log(f"wrote {arguments.output}; total run time {format_duration(context.elapsed_s)}")

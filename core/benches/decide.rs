@@ -60,6 +60,11 @@ const CASES: &[Case] = &[
         fill: 10_000,
     },
     Case {
+        name: "log, 9,999 entries (RL.HIT allowed)",
+        args: "10000 1h ALGO log",
+        fill: 9_999,
+    },
+    Case {
         name: "fixed, two tiers",
         args: "1000000 1s 1000000 1h",
         fill: 1,

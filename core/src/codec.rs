@@ -24,6 +24,28 @@ pub fn put_varint(out: &mut Bytes, value: i64) {
     }
 }
 
+/// Appends `value` as an unsigned LEB128 varint (1 to 19 bytes): for sums that may pass
+/// `i64::MAX`, such as the units of a whole sliding log.
+pub fn put_varint_u128(out: &mut Bytes, value: u128) {
+    let mut rest = value;
+    loop {
+        // The mask keeps 7 bits, so the cast cannot truncate.
+        let byte = (rest & 0x7f) as u8;
+        rest >>= 7;
+        if rest == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// The bytes [`put_varint`] writes for `value`.
+pub fn varint_len(value: i64) -> usize {
+    let bits = 64 - (value.max(0) as u64).leading_zeros() as usize;
+    bits.div_ceil(7).max(1)
+}
+
 /// Appends `value` as 8 little-endian bytes.
 pub fn put_i64(out: &mut Bytes, value: i64) {
     out.extend_from_slice(&value.to_le_bytes());
@@ -63,6 +85,39 @@ impl<'a> Reader<'a> {
             }
         }
         None
+    }
+
+    /// A varint written by [`put_varint_u128`].
+    pub fn varint_u128(&mut self) -> Option<u128> {
+        let mut value: u128 = 0;
+        for shift in (0..128).step_by(7) {
+            let byte = self.byte()?;
+            let bits = u128::from(byte & 0x7f);
+            // The last group holds 2 bits (126 + 2 = 128): more would be lost.
+            if shift == 126 && bits > 0b11 {
+                return None;
+            }
+            value |= bits << shift;
+            if byte & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    /// The next `len` bytes, as a slice of the input.
+    pub fn take(&mut self, len: usize) -> Option<&'a [u8]> {
+        if len > self.bytes.len() {
+            return None;
+        }
+        let (head, rest) = self.bytes.split_at(len);
+        self.bytes = rest;
+        Some(head)
+    }
+
+    /// How many bytes are left to read.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
     }
 
     /// A varint that must be >= 1.
@@ -115,11 +170,26 @@ mod tests {
         }
 
         #[test]
+        fn wide_varints_round_trip_and_lengths_match(wide in any::<u128>(), narrow in 0..=i64::MAX) {
+            let mut out = Bytes::new();
+            put_varint_u128(&mut out, wide);
+            put_varint(&mut out, narrow);
+            let mut reader = Reader::new(&out);
+            prop_assert_eq!(reader.varint_u128(), Some(wide));
+            prop_assert_eq!(reader.len(), varint_len(narrow));
+            prop_assert_eq!(reader.take(varint_len(narrow)).map(<[u8]>::len), Some(varint_len(narrow)));
+            prop_assert!(reader.is_empty());
+            prop_assert_eq!(reader.take(1), None);
+        }
+
+        #[test]
         fn never_panics_on_junk(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
             let mut reader = Reader::new(&bytes);
             while reader.varint().is_some() {}
             let mut reader = Reader::new(&bytes);
             while reader.i64().is_some() {}
+            let mut reader = Reader::new(&bytes);
+            while reader.varint_u128().is_some() {}
         }
     }
 }

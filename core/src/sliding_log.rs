@@ -22,26 +22,46 @@
 //! at most the clock's step back plus one window. The key expires one window after the
 //! newest entry.
 //!
-//! **Memory.** Per tier: a varint entry count, the oldest entry's time as 8 bytes and its
-//! units as a varint (10 bytes for one entry), then per further entry the ms since the
-//! previous entry and its units, both varints. With fewer than 128 units per entry, an
-//! entry takes 2 bytes when it follows the previous one by less than 128 ms, 3 bytes under
-//! 16.4 s, 4 under 35 min, 5 under 74 h, 6 beyond (at most 5 + 10 bytes in all). A key
-//! holds one entry per distinct ms with hits in the last window, at most `limit` (+1):
-//! with every unit in its own ms, a full key at the 10 000 cap holds 20 to 40 KB. Each
-//! check reads and rewrites the whole log, so the time per call grows with it too.
+//! **Memory.** Per tier a header (see `layout`): the entry count, the units of all
+//! entries, the oldest entry's time as 8 bytes and its units, the ms from the oldest to
+//! the newest entry and the byte length of the entries (18 bytes for one entry, about 20
+//! for a full log of a one-hour window). Then per further entry the ms since the previous
+//! entry and its units, both varints. With fewer than 128 units per entry, an entry takes
+//! 2 bytes when it follows the previous one by less than 128 ms, 3 bytes under 16.4 s, 4
+//! under 35 min, 5 under 74 h, 6 beyond (at most 5 + 10 bytes in all). A key holds one
+//! entry per distinct ms with hits in the last window, at most `limit` (+1): with every
+//! unit in its own ms, a full key at the 10 000 cap holds 20 to 40 KB.
+//!
+//! **Cost per call.** A check reads the header, drops the entries that left the window
+//! from the oldest on (each is dropped once by the hit that writes it away), and writes
+//! the new entry at the end: the entries in between are copied as bytes, never decoded.
+//! A denied check reads, from the oldest on, only the entries that must leave for the cost
+//! to fit. So a call costs the same on a full log as on a short one, plus a copy of its
+//! bytes, except: a look or a denied hit pays for the entries that left the window since
+//! the last write (it writes nothing, so the next call drops them again); a denied cost
+//! of `n` units reads the oldest entries holding them; a refund reads and rewrites all
+//! entries; and a value in the plain layout written before the header is read entry by
+//! entry, until the first hit that counts writes it with the header.
 //!
 //! **When to choose it.** When the limit must be exact over every window-long interval
 //! (logins, payments, paid API quotas) and limits are modest. For large limits or many keys
 //! the sliding window counter gives nearly the same answers in constant memory.
 
+mod layout;
+#[cfg(test)]
+mod reference;
+mod state;
+
+pub use self::state::{Entry, LogState};
+
+use self::state::Corrupt;
 use super::algorithm::checked::to_i64;
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
-use super::codec::{put_i64, put_varint, Bytes, Reader};
+use super::codec::{Bytes, Reader};
 use super::decision::{Decision, NEVER};
 
 /// The largest `limit` the argument parser accepts for the sliding log: the number of
-/// entries a key may need, and so its memory and the time per call, grow with the limit.
+/// entries a key may need, and so its memory, grow with the limit.
 pub const MAX_LOG_LIMIT: i64 = 10_000;
 
 /// The most entries a state keeps: `MAX_LOG_LIMIT` units in distinct ms, plus the marker.
@@ -70,57 +90,42 @@ const MAX_ENTRIES: usize = MAX_LOG_LIMIT as usize + 1;
 #[derive(Debug, Clone, Copy)]
 pub struct Log;
 
-/// Units logged at one ms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
-    /// Absolute Unix time in ms the units were logged at.
-    pub at_ms: i64,
-    /// Units logged at that ms: >= 1, or 0 for the newest entry kept as a marker after a
-    /// refund.
-    pub units: i64,
-}
-
-/// The stored state of one sliding-log tier: entries with strictly increasing times, never
-/// empty. Built only by [`Log`] (checks, refunds, seeding, decoding), which keeps those
-/// rules.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogState {
-    entries: Vec<Entry>,
-}
-
-#[cfg(test)]
-impl LogState {
-    /// The entries, oldest first.
-    pub fn entries(&self) -> &[Entry] {
-        &self.entries
+/// Stored entries that disagree with their header cannot be answered from: the same error
+/// as a time beyond the arithmetic, never a guess.
+impl From<Corrupt> for OutOfRange {
+    fn from(_: Corrupt) -> Self {
+        OutOfRange
     }
 }
 
 /// A log as it stands at one moment.
-#[derive(Debug, Clone, Copy)]
-struct Seen<'a> {
+#[derive(Debug, Clone)]
+struct Seen {
     /// The time the moment counts as: `now`, or the newest entry's time if that is later.
     at_ms: i64,
-    /// The entries still in the window at `at_ms`, oldest first.
-    live: &'a [Entry],
+    /// The entries still in the window at `at_ms`, if any.
+    live: Option<LogState>,
     /// Their units.
     used: i128,
     window: i64,
 }
 
-impl<'a> Seen<'a> {
-    fn at(state: Option<&'a LogState>, now_ms: i64, window_ms: i64) -> Result<Self, OutOfRange> {
+impl Seen {
+    fn at(state: Option<&LogState>, now_ms: i64, window_ms: i64) -> Result<Self, OutOfRange> {
         if window_ms < 1 {
             return Err(OutOfRange);
         }
-        let all = state.map_or(&[][..], |s| s.entries.as_slice());
-        let at_ms = all.last().map_or(now_ms, |newest| newest.at_ms.max(now_ms));
+        let at_ms = state.map_or(now_ms, |s| s.newest().at_ms.max(now_ms));
         let horizon = i128::from(at_ms) - i128::from(window_ms);
-        let first_live = all.partition_point(|e| i128::from(e.at_ms) <= horizon);
-        let live = &all[first_live..];
-        // At most `MAX_ENTRIES` (decoded) or `limit + 1` entries of at most `i64::MAX`
-        // units each: the sum fits an `i128`.
-        let used = live.iter().map(|e| i128::from(e.units.max(0))).sum();
+        let live = match state {
+            Some(state) => {
+                // Shares the stored pairs: dropping from the front copies nothing.
+                let mut live = state.clone();
+                live.drop_through(horizon)?.then_some(live)
+            }
+            None => None,
+        };
+        let used = live.as_ref().map_or(0, LogState::total);
         Ok(Seen {
             at_ms,
             live,
@@ -141,12 +146,7 @@ impl<'a> Seen<'a> {
 
     /// Until the newest counted unit leaves the window: then the whole limit is free.
     fn reset_after(&self, now_ms: i64) -> Result<i64, OutOfRange> {
-        match self.live.iter().rev().find(|e| e.units > 0) {
-            Some(newest) => {
-                to_i64(i128::from(newest.at_ms) + i128::from(self.window) - i128::from(now_ms))
-            }
-            None => Ok(0),
-        }
+        reset_after(self.live.as_ref(), self.window, now_ms)
     }
 
     fn view(&self, now_ms: i64, limit: i64) -> Result<View, OutOfRange> {
@@ -160,32 +160,44 @@ impl<'a> Seen<'a> {
     /// (`<= limit`, not fitting now) to fit. A unit logged at `t` leaves at `t + window`.
     fn retry_after(&self, now_ms: i64, limit: i64, cost: i64) -> Result<i64, OutOfRange> {
         let excess = self.used + i128::from(cost) - i128::from(limit);
-        let mut freed = 0i128;
-        let mut leaves_at = i128::from(self.at_ms) + i128::from(self.window);
-        for entry in self.live {
-            freed += i128::from(entry.units.max(0));
-            if freed >= excess {
-                leaves_at = i128::from(entry.at_ms) + i128::from(self.window);
-                break;
-            }
-        }
+        let reached = match &self.live {
+            Some(live) => live.first_reaching(excess)?,
+            None => None,
+        };
+        let leaves_at = i128::from(reached.unwrap_or(self.at_ms)) + i128::from(self.window);
         to_i64(leaves_at - i128::from(now_ms))
     }
 }
 
-/// Keeps at most [`MAX_ENTRIES`] entries by merging the oldest into the next oldest.
-fn cap(entries: &mut Vec<Entry>) {
-    if entries.len() <= MAX_ENTRIES {
-        return;
+/// Until the newest unit `live` counts leaves the window.
+fn reset_after(live: Option<&LogState>, window_ms: i64, now_ms: i64) -> Result<i64, OutOfRange> {
+    match live.and_then(LogState::newest_counted_ms) {
+        Some(at_ms) => to_i64(i128::from(at_ms) + i128::from(window_ms) - i128::from(now_ms)),
+        None => Ok(0),
     }
-    let excess = entries.len() - MAX_ENTRIES;
-    let merged = entries[..=excess]
-        .iter()
-        .fold(0i64, |sum, e| sum.saturating_add(e.units));
-    entries.drain(..excess);
-    if let Some(first) = entries.first_mut() {
-        first.units = merged;
-    }
+}
+
+/// `live` with `cost` units logged at `at_ms` (not before its newest entry): merged into
+/// the newest entry at that ms, or after it, in place of a marker.
+fn logged(live: Option<LogState>, at_ms: i64, cost: i64) -> Result<LogState, OutOfRange> {
+    let entry = Entry { at_ms, units: cost };
+    let Some(mut state) = live else {
+        return Ok(LogState::single(entry));
+    };
+    let newest = state.newest();
+    let done = if newest.at_ms == at_ms {
+        state.add_to_newest(cost)
+    } else if newest.units == 0 {
+        // A marker stays only if the new units are logged at its time.
+        state.replace_newest(entry)
+    } else {
+        state.push(entry)
+    };
+    done.ok_or(OutOfRange)?;
+    state.cap(MAX_ENTRIES)?;
+    // Changed: written with the header from now on.
+    state.legacy = false;
+    Ok(state)
 }
 
 impl Algorithm for Log {
@@ -223,26 +235,8 @@ impl Algorithm for Log {
         }
         // The key expires a window after the new entry: that time must exist.
         seen.at_ms.checked_add(quota.window_ms).ok_or(OutOfRange)?;
-        let mut entries: Vec<Entry> = Vec::with_capacity(seen.live.len() + 1);
-        // A marker stays only if the new units are logged at its time.
-        entries.extend(
-            seen.live
-                .iter()
-                .filter(|e| e.units > 0 || e.at_ms == seen.at_ms),
-        );
-        match entries.last_mut() {
-            Some(newest) if newest.at_ms == seen.at_ms => {
-                newest.units = newest.units.checked_add(cost).ok_or(OutOfRange)?;
-            }
-            _ => entries.push(Entry {
-                at_ms: seen.at_ms,
-                units: cost,
-            }),
-        }
-        cap(&mut entries);
-        let charged = LogState { entries };
-        let reset_after_ms =
-            Seen::at(Some(&charged), now_ms, quota.window_ms)?.reset_after(now_ms)?;
+        let charged = logged(seen.live, seen.at_ms, cost)?;
+        let reset_after_ms = reset_after(Some(&charged), quota.window_ms, now_ms)?;
         Ok(TierCheck {
             decision: Decision {
                 allowed: true,
@@ -261,7 +255,7 @@ impl Algorithm for Log {
 
     /// Takes units off the newest entries in the window first. An entry left with no
     /// units is dropped, except the newest, which stays as a marker of the latest time a
-    /// hit was logged at.
+    /// hit was logged at. Reads and rewrites every entry.
     fn refund(
         state: Option<&LogState>,
         now_ms: i64,
@@ -276,12 +270,13 @@ impl Algorithm for Log {
         if seen.used == 0 {
             return None;
         }
-        let newest = *seen.live.last()?;
+        let live = seen.live.as_ref()?;
+        let newest = live.newest();
         // Nothing is dropped by time here: a refund logs no time, so entries that left the
         // window only at `now` may count again if the clock goes back; the next check,
         // which logs its time, drops them.
-        let mut entries = state.entries.clone();
-        let first_live = entries.len().saturating_sub(seen.live.len());
+        let mut entries = state.read_entries().ok()?;
+        let first_live = entries.len().saturating_sub(live.count());
         let mut left = amount;
         for entry in entries[first_live..].iter_mut().rev() {
             let take = entry.units.clamp(0, left);
@@ -292,17 +287,15 @@ impl Algorithm for Log {
             }
         }
         entries.retain(|e| e.units > 0 || e.at_ms == newest.at_ms);
-        Some(LogState { entries })
+        LogState::from_entries(&entries)
     }
 
     fn used(state: &LogState, now_ms: i64, quota: &Quota) -> i64 {
         match Seen::at(Some(state), now_ms, quota.window_ms) {
             Ok(seen) => seen.used_i64(),
-            // A window beyond the arithmetic: count everything, never less.
-            Err(OutOfRange) => state
-                .entries
-                .iter()
-                .fold(0i64, |sum, e| sum.saturating_add(e.units.max(0))),
+            // A window beyond the arithmetic, or entries that disagree with their header:
+            // count everything, never less.
+            Err(OutOfRange) => i64::try_from(state.total()).unwrap_or(i64::MAX),
         }
     }
 
@@ -311,12 +304,10 @@ impl Algorithm for Log {
         if quota.window_ms < 1 || now_ms.checked_add(quota.window_ms).is_none() {
             return Err(OutOfRange);
         }
-        Ok(LogState {
-            entries: vec![Entry {
-                at_ms: now_ms,
-                units: used.max(0),
-            }],
-        })
+        Ok(LogState::single(Entry {
+            at_ms: now_ms,
+            units: used.max(0),
+        }))
     }
 
     /// Twice the window: a state written at `now_ms` expires one window after its newest
@@ -329,56 +320,27 @@ impl Algorithm for Log {
 
     /// One window after the newest entry.
     fn expires_at_ms(state: &LogState, quota: &Quota) -> i64 {
-        match state.entries.last() {
-            Some(newest) => newest.at_ms.saturating_add(quota.window_ms.max(0)),
-            None => i64::MIN,
-        }
+        state.newest().at_ms.saturating_add(quota.window_ms.max(0))
     }
 
-    /// The entry count as a varint; the oldest entry's time as 8 bytes and its units as a
-    /// varint; then per further entry the ms since the previous one and its units, varints.
+    /// The header layout (see `layout`), or the plain one for a state read from it and
+    /// not changed since.
     fn encode(state: &LogState, out: &mut Bytes) {
-        put_varint(out, i64::try_from(state.entries.len()).unwrap_or(i64::MAX));
-        let mut previous: Option<i64> = None;
-        for entry in &state.entries {
-            match previous {
-                None => put_i64(out, entry.at_ms),
-                // Times strictly increase within one window, so the gap is >= 1 and fits;
-                // a 0 written otherwise makes `decode` refuse the value.
-                Some(before) => put_varint(out, entry.at_ms.checked_sub(before).unwrap_or(0)),
-            }
-            put_varint(out, entry.units);
-            previous = Some(entry.at_ms);
-        }
+        layout::encode(state, out);
     }
 
-    /// Refuses an empty log, more than the entries a state keeps, times that do not
-    /// strictly increase, and entries without units other than the newest.
+    /// Reads either layout. Refuses an empty log, more than the entries a state keeps,
+    /// times that do not strictly increase, entries without units other than the newest,
+    /// and a header that disagrees with itself or with the newest entry.
     fn decode(reader: &mut Reader<'_>) -> Option<LogState> {
-        let count = usize::try_from(reader.positive()?).ok()?;
-        if count > MAX_ENTRIES {
-            return None;
-        }
-        let mut entries = Vec::with_capacity(count.min(64));
-        let mut at_ms = reader.i64()?;
-        for n in 0..count {
-            if n > 0 {
-                at_ms = at_ms.checked_add(reader.positive()?)?;
-            }
-            let units = if n + 1 < count {
-                reader.positive()?
-            } else {
-                reader.varint()?
-            };
-            entries.push(Entry { at_ms, units });
-        }
-        Some(LogState { entries })
+        layout::decode(reader)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::{put_i64, put_varint};
     use crate::scenario::{self, case, op, Case, Op};
     use proptest::prelude::*;
 
@@ -389,6 +351,11 @@ mod tests {
 
     fn entry(at_ms: i64, units: i64) -> Entry {
         Entry { at_ms, units }
+    }
+
+    /// A state of these entries, built as a check would.
+    fn logged(entries: &[Entry]) -> LogState {
+        LogState::from_entries(entries).expect("times that increase")
     }
 
     /// Runs `cases` against one key (see `scenario`).
@@ -442,8 +409,10 @@ mod tests {
         assert_eq!(Log::expires_at_ms(&state, &quota), T0 + 2_004);
         let mut bytes = Bytes::new();
         Log::encode(&state, &mut bytes);
-        // Count, oldest time and units, then (gap, units) twice: 1 + 8 + 1 + 3 + 3.
-        assert_eq!(bytes.len(), 16);
+        // Header: tag, count, total, oldest time and units, span (999 ms), pairs' length:
+        // 1 + 1 + 1 + 8 + 1 + 2 + 1; then (gap, units) twice: 3 + 3. The plain layout of
+        // before took the same 6 bytes for the two entries after the oldest.
+        assert_eq!(bytes.len(), 21);
         assert_eq!(Log::decode(&mut Reader::new(&bytes)), Some(state));
     }
 
@@ -467,9 +436,7 @@ mod tests {
     #[test]
     fn refund_takes_from_the_newest_entries_and_keeps_the_latest_time() {
         let quota = Quota::new(5, SECOND);
-        let state = LogState {
-            entries: vec![entry(T0, 1), entry(T0 + 10, 2)],
-        };
+        let state = logged(&[entry(T0, 1), entry(T0 + 10, 2)]);
         let back = Log::refund(Some(&state), T0 + 20, &quota, 2).expect("something to give");
         assert_eq!(back.entries(), &[entry(T0, 1), entry(T0 + 10, 0)]);
         assert_eq!(Log::used(&back, T0 + 20, &quota), 1);
@@ -541,9 +508,7 @@ mod tests {
     #[test]
     fn works_at_the_extremes_of_i64() {
         let quota = Quota::new(i64::MAX, YEAR);
-        let full = LogState {
-            entries: vec![entry(T0, i64::MAX), entry(T0 + 1, i64::MAX)],
-        };
+        let full = logged(&[entry(T0, i64::MAX), entry(T0 + 1, i64::MAX)]);
         let hit = Log::check(Some(&full), T0 + 2, &quota, i64::MAX).expect("in range");
         assert!(!hit.decision.allowed);
         assert_eq!(hit.decision.retry_after_ms, YEAR - 1);
@@ -741,7 +706,7 @@ mod tests {
                 };
                 entries.push(entry(at_ms, units));
             }
-            let state = LogState { entries };
+            let state = logged(&entries);
             let quota = Quota::new(limit, window);
             for stored in [None, Some(&state)] {
                 if let Ok(hit) = Log::check(stored, now, &quota, cost) {

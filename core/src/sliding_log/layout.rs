@@ -1,0 +1,420 @@
+//! How a sliding-log tier is stored. Two layouts; the first byte tells them apart.
+//!
+//! - **Header** (written since the log decides at constant cost): byte 0, then varints
+//!   the entry count, the units of all entries (up to 128 bits), then the oldest entry's
+//!   time as 8 bytes and its units as a varint, varints the ms from the oldest to the
+//!   newest entry (up to 128 bits) and the byte length of the pairs, then per further entry
+//!   the ms since the previous one and its units, both varints. The header gives a check
+//!   what it needs without reading the entries; the length lets the next tier be found
+//!   without reading them either.
+//! - **Plain** (written before, still read): the entry count as a varint (>= 1, so never a
+//!   first byte 0), the oldest entry's time as 8 bytes and its units as a varint, then the
+//!   same pairs. Read in one step per entry; written back the same way only while the state
+//!   is unchanged, so that a value is never rewritten longer than it was.
+//!
+//! Reading checks every header field against the others and against the newest pair (read
+//! from the end: the last byte of a varint is below 0x80, the others are not), so that no
+//! header makes a check read out of bounds or believe more entries, units or time than
+//! the pairs can hold. Pairs in between are checked when a check reads them (see `state`).
+
+use super::state::{Entry, LogState};
+use super::MAX_ENTRIES;
+use crate::codec::{put_i64, put_varint, put_varint_u128, Bytes, Reader};
+
+/// The first byte of the header layout: a count of 0, which the plain layout never writes.
+const HEADER: u8 = 0;
+
+/// Most bytes of one pair: two varints of at most 10 bytes.
+const MAX_PAIR_LEN: usize = 20;
+
+/// Appends `state` in the header layout, or in the plain one for a state read from it and
+/// not changed since.
+pub(super) fn encode(state: &LogState, out: &mut Bytes) {
+    let oldest = state.oldest();
+    let count = i64::try_from(state.count()).unwrap_or(i64::MAX);
+    // One allocation for a long log, not one per doubling: the header takes at most 77.
+    out.reserve(77 + state.pairs_len());
+    if state.legacy {
+        put_varint(out, count);
+        put_i64(out, oldest.at_ms);
+        put_varint(out, oldest.units);
+    } else {
+        out.push(HEADER);
+        put_varint(out, count);
+        // A state's units are never negative: the cast keeps the value.
+        put_varint_u128(out, state.total().max(0) as u128);
+        put_i64(out, oldest.at_ms);
+        put_varint(out, oldest.units);
+        let span = i128::from(state.newest().at_ms) - i128::from(oldest.at_ms);
+        put_varint_u128(out, span.max(0) as u128);
+        put_varint(out, i64::try_from(state.pairs_len()).unwrap_or(i64::MAX));
+    }
+    for part in state.pairs() {
+        out.extend_from_slice(part);
+    }
+}
+
+/// Reads a state in either layout; `None` for bytes this module did not write.
+pub(super) fn decode(reader: &mut Reader<'_>) -> Option<LogState> {
+    let mut peek = reader.clone();
+    if peek.byte()? == HEADER {
+        *reader = peek;
+        decode_header(reader)
+    } else {
+        decode_plain(reader)
+    }
+}
+
+fn decode_header(reader: &mut Reader<'_>) -> Option<LogState> {
+    let count = usize::try_from(reader.positive()?).ok()?;
+    if count > MAX_ENTRIES {
+        return None;
+    }
+    let total = i128::try_from(reader.varint_u128()?).ok()?;
+    let oldest_ms = reader.i64()?;
+    let oldest_units = reader.varint()?;
+    let span = i128::try_from(reader.varint_u128()?).ok()?;
+    let pairs_len = usize::try_from(reader.varint()?).ok()?;
+    let pairs = reader.take(pairs_len)?;
+    let oldest = Entry {
+        at_ms: oldest_ms,
+        units: oldest_units,
+    };
+    if count == 1 {
+        let alone = span == 0 && pairs.is_empty() && total == i128::from(oldest_units);
+        return alone.then(|| LogState::single(oldest));
+    }
+    let newest_ms = i64::try_from(i128::from(oldest_ms) + span).ok()?;
+    let (last_gap, newest_units, last_pair_len) = last_pair(pairs)?;
+    // The entries between the oldest and the newest: each holds >= 1 unit and >= 1 ms, and
+    // takes 2 to 20 bytes.
+    let between = count - 2;
+    let between_len = pairs.len() - last_pair_len;
+    let between_units = total - i128::from(oldest_units) - i128::from(newest_units);
+    let between_ms = span - i128::from(last_gap);
+    let wide = |n: usize| i128::try_from(n).unwrap_or(i128::MAX);
+    let agrees = oldest_units >= 1
+        && last_gap >= 1
+        && (2 * between..=MAX_PAIR_LEN * between).contains(&between_len)
+        && (wide(between)..=wide(between) * i128::from(i64::MAX)).contains(&between_units)
+        && if between == 0 {
+            between_ms == 0
+        } else {
+            between_ms >= wide(between)
+        };
+    agrees.then(|| {
+        LogState::from_stored(
+            count,
+            total,
+            oldest,
+            Entry {
+                at_ms: newest_ms,
+                units: newest_units,
+            },
+            last_gap,
+            last_pair_len,
+            pairs,
+        )
+    })
+}
+
+/// The last pair of `pairs`, read from the end: its gap, its units and its length.
+fn last_pair(pairs: &[u8]) -> Option<(i64, i64, usize)> {
+    let units_at = varint_start(pairs, pairs.len())?;
+    let gap_at = varint_start(pairs, units_at)?;
+    let mut reader = Reader::new(pairs.get(gap_at..)?);
+    let pair = (reader.varint()?, reader.varint()?);
+    reader
+        .is_empty()
+        .then_some((pair.0, pair.1, pairs.len() - gap_at))
+}
+
+/// Where the varint that ends at `end` starts: its last byte is below 0x80, the (at most
+/// nine) before it are not.
+fn varint_start(bytes: &[u8], end: usize) -> Option<usize> {
+    let last = end.checked_sub(1)?;
+    if *bytes.get(last)? >= 0x80 {
+        return None;
+    }
+    let mut start = last;
+    while start > 0 && end - start < 10 && bytes.get(start - 1).is_some_and(|&b| b >= 0x80) {
+        start -= 1;
+    }
+    Some(start)
+}
+
+/// The plain layout, entry by entry: refuses an empty log, more than the entries a state
+/// keeps, times that do not strictly increase, and entries without units other than the
+/// newest.
+fn decode_plain(reader: &mut Reader<'_>) -> Option<LogState> {
+    let count = usize::try_from(reader.positive()?).ok()?;
+    if count > MAX_ENTRIES {
+        return None;
+    }
+    let at_ms = reader.i64()?;
+    let units = if count > 1 {
+        reader.positive()?
+    } else {
+        reader.varint()?
+    };
+    let mut state = LogState::single(Entry { at_ms, units });
+    for n in 1..count {
+        let at_ms = state.newest().at_ms.checked_add(reader.positive()?)?;
+        let units = if n + 1 < count {
+            reader.positive()?
+        } else {
+            reader.varint()?
+        };
+        state.push(Entry { at_ms, units })?;
+    }
+    state.legacy = true;
+    Some(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Log, LogState};
+    use super::*;
+    use crate::algorithm::{Algorithm, OutOfRange, Quota, TierCheck};
+    use crate::encoding::{classify, decode_tiers, StoredForm};
+    use crate::limiter::{is_state, run, Action, AlgorithmKind, Limits, Write};
+    use proptest::prelude::*;
+
+    /// 2026-11-30T00:00:00Z.
+    const T0: i64 = 1_796_083_200_000;
+    const HOUR: i64 = 3_600_000;
+
+    /// Values the module wrote before the header (commit 9d64c70), after hits at T0 (1
+    /// unit), T0 + 5 (2, then 1), T0 + 700 (1) and T0 + 1_004 (1): `10 1s ALGO log`...
+    const PLAIN_ONE_TIER: &[u8] = &[
+        1, 3, 1, 10, 232, 7, 10, 3, 5, 176, 230, 46, 162, 1, 0, 0, 3, 183, 5, 1, 176, 2, 1,
+    ];
+    /// ... and `10 1s 20 1h ALGO log`.
+    const PLAIN_TWO_TIERS: &[u8] = &[
+        1, 3, 2, 10, 232, 7, 10, 3, 5, 176, 230, 46, 162, 1, 0, 0, 3, 183, 5, 1, 176, 2, 1, 20,
+        128, 221, 219, 1, 20, 4, 0, 176, 230, 46, 162, 1, 0, 0, 1, 5, 3, 183, 5, 1, 176, 2, 1,
+    ];
+
+    fn entry(at_ms: i64, units: i64) -> Entry {
+        Entry { at_ms, units }
+    }
+
+    fn log_limits(tiers: &[Quota]) -> Limits {
+        Limits {
+            algorithm: AlgorithmKind::Log,
+            tiers: tiers.iter().copied().collect(),
+        }
+    }
+
+    fn tiers_of(value: &[u8]) -> Vec<(Quota, LogState)> {
+        let Some(StoredForm::Tiers { body, count, .. }) = classify(value) else {
+            panic!("not the tiers form: {value:?}");
+        };
+        decode_tiers::<Log>(body, count)
+            .expect("log tiers")
+            .to_vec()
+    }
+
+    fn encoded(state: &LogState) -> Bytes {
+        let mut bytes = Bytes::new();
+        encode(state, &mut bytes);
+        bytes
+    }
+
+    /// A stored value, its tiers' parameters and their entries.
+    type Case<'a> = (&'a [u8], Vec<Quota>, Vec<&'a [Entry]>);
+
+    #[test]
+    fn values_in_the_plain_layout_are_read_and_rewritten_with_the_header() {
+        let second = Quota::new(10, 1_000);
+        let hour = Quota::new(20, HOUR);
+        let recent = [entry(T0 + 5, 3), entry(T0 + 700, 1), entry(T0 + 1_004, 1)];
+        let all = [entry(T0, 1), recent[0], recent[1], recent[2]];
+        let cases: [Case<'_>; 2] = [
+            (PLAIN_ONE_TIER, vec![second], vec![&recent]),
+            (PLAIN_TWO_TIERS, vec![second, hour], vec![&recent, &all]),
+        ];
+        for (value, quotas, entries) in cases {
+            let expiry = Some(T0 + HOUR + 1_004);
+            assert!(is_state(value, expiry) && is_state(value, None));
+            let tiers = tiers_of(value);
+            let read: Vec<Vec<Entry>> = tiers.iter().map(|(_, s)| s.entries()).collect();
+            assert_eq!(read, entries);
+            assert_eq!(tiers.iter().map(|(q, _)| *q).collect::<Vec<_>>(), quotas);
+            // Unchanged, a tier is written back as it was read.
+            for (state, plain) in tiers.iter().map(|(_, s)| s).zip([&value[7..23]]) {
+                assert_eq!(&encoded(state)[..], plain);
+            }
+            let limits = log_limits(&quotas);
+            let look = run(
+                &limits,
+                Action::Peek { cost: 1 },
+                Some(value),
+                || expiry,
+                T0 + 1_004,
+            );
+            let look = look.expect("a state");
+            assert_eq!(look.tiers[0].remaining, 10 - 5 - 1);
+            // At T0 + 1_005 the 3 units of T0 + 5 have left the second's window.
+            let hit = run(
+                &limits,
+                Action::Hit { cost: 1 },
+                Some(value),
+                || expiry,
+                T0 + 1_005,
+            );
+            let hit = hit.expect("a state");
+            assert_eq!(hit.tiers[0].remaining, 10 - 2 - 1);
+            if let [_, hour_tier] = &hit.tiers[..] {
+                assert_eq!(hour_tier.remaining, 20 - 6 - 1);
+            }
+            let Write::Set { value: new, .. } = hit.write else {
+                panic!("an allowed hit writes");
+            };
+            assert!(is_state(&new, None));
+            for (_, state) in tiers_of(&new) {
+                assert!(!state.legacy, "written with the header");
+                assert_eq!(encoded(&state)[0], HEADER);
+                assert_eq!(state.entries().last(), Some(&entry(T0 + 1_005, 1)));
+            }
+        }
+    }
+
+    /// A header state of four entries, the newest a marker.
+    fn four() -> LogState {
+        let entries = [
+            entry(T0, 1),
+            entry(T0 + 1, 2),
+            entry(T0 + 3, 1),
+            entry(T0 + 10, 0),
+        ];
+        LogState::from_entries(&entries).expect("increasing")
+    }
+
+    /// The header layout of `fields` (count, total, oldest time, oldest units, span, pairs'
+    /// length) and `pairs`.
+    fn with_header(fields: [i64; 6], pairs: &[u8]) -> Bytes {
+        let mut out = Bytes::from_slice(&[HEADER]);
+        put_varint(&mut out, fields[0]);
+        put_varint(&mut out, fields[1]);
+        put_i64(&mut out, fields[2]);
+        put_varint(&mut out, fields[3]);
+        put_varint(&mut out, fields[4]);
+        put_varint(&mut out, fields[5]);
+        out.extend_from_slice(pairs);
+        out
+    }
+
+    #[test]
+    fn a_header_that_disagrees_with_its_pairs_is_not_a_state() {
+        let bytes = encoded(&four());
+        // (1, 2), (2, 1), (7, 0): 6 bytes.
+        let pairs = [1, 2, 2, 1, 7, 0];
+        let good = [4, 4, T0, 1, 10, 6];
+        assert_eq!(&bytes[..], &with_header(good, &pairs)[..]);
+        assert_eq!(decode(&mut Reader::new(&bytes)), Some(four()));
+        let bad_fields = [
+            [5, 4, T0, 1, 10, 6],       // more entries than the pairs hold
+            [9, 4, T0, 1, 10, 6],       // far more
+            [4, 1, T0, 1, 10, 6],       // fewer units than entries need
+            [4, 2, T0, 1, 10, 6],       // fewer than the oldest's, the newest's and 1 between
+            [4, 4, T0, 0, 10, 6],       // an oldest entry without units
+            [4, 4, T0, 1, 8, 6],        // less time than the newest gap and 1 ms per entry between
+            [4, 4, T0, 1, 6, 6],        // a newest gap beyond the span
+            [4, 4, T0, 1, 10, 5],       // pairs cut short
+            [4, 4, T0, 1, 10, 7],       // more pairs than there are bytes
+            [1, 4, T0, 1, 10, 6],       // one entry, with pairs
+            [1, 1, T0, 1, 10, 0],       // one entry, with a span
+            [1, 2, T0, 1, 0, 0],        // one entry, units that disagree
+            [2, 2, T0, 1, 10, 2],       // two entries: the gap must be the span
+            [2, 2, T0, 1, 7, 4],        // two entries: one pair only
+            [4, 4, i64::MAX, 1, 10, 6], // a newest time past the clock's range
+        ];
+        for fields in bad_fields {
+            let value = with_header(fields, &pairs[..pairs.len().min(fields[5] as usize)]);
+            assert_eq!(decode(&mut Reader::new(&value)), None, "{fields:?}");
+        }
+        let mut too_many = with_header([MAX_ENTRIES as i64 + 1, 4, T0, 1, 10, 6], &pairs);
+        assert_eq!(decode(&mut Reader::new(&too_many)), None);
+        too_many.truncate(3);
+        assert_eq!(decode(&mut Reader::new(&too_many)), None);
+        for cut in 0..bytes.len() {
+            assert_eq!(
+                decode(&mut Reader::new(&bytes[..cut])),
+                None,
+                "cut at {cut}"
+            );
+        }
+        // A newest pair that is not one: a gap of 0, a varint left open.
+        for pairs in [[1, 2, 2, 1, 0, 0], [1, 2, 2, 1, 7, 0x80]] {
+            assert_eq!(decode(&mut Reader::new(&with_header(good, &pairs))), None);
+        }
+    }
+
+    /// What no header check can see, an entry between the oldest and the newest that
+    /// disagrees with the units or times in the header, is found when a check reads that
+    /// entry: the check is then refused, never answered from the header.
+    #[test]
+    fn pairs_that_disagree_with_the_header_are_refused_when_read() {
+        let quota = Quota::new(10, 5);
+        // The entry at T0 + 1 holds 3 units, not the 2 the header's total counts.
+        let lying = with_header([4, 4, T0, 1, 10, 6], &[1, 3, 2, 1, 7, 0]);
+        let state = decode(&mut Reader::new(&lying)).expect("header agrees with itself");
+        // At T0 + 6 the entries up to T0 + 1 have left: dropping them reads the lie.
+        assert_eq!(Log::check(Some(&state), T0 + 6, &quota, 1), Err(OutOfRange));
+        assert_eq!(Log::view(Some(&state), T0 + 6, &quota), Err(OutOfRange));
+        assert_eq!(Log::refund(Some(&state), T0 + 9, &quota, 1), None);
+        assert_eq!(
+            Log::used(&state, T0 + 6, &quota),
+            4,
+            "counts all, never less"
+        );
+        // A retry that reads past the lie.
+        let full = Quota::new(4, HOUR);
+        assert_eq!(Log::check(Some(&state), T0 + 10, &full, 4), Err(OutOfRange));
+        assert!(state.read_entries().is_err());
+    }
+
+    proptest! {
+        /// Any change to the bytes of a valid value: decoding never panics, nor does any
+        /// check, look or refund on what decodes, and what a check writes decodes again.
+        #[test]
+        fn damaged_values_never_panic(
+            entries in proptest::collection::vec((1i64..300, 0i64..200), 1..40),
+            damage in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+            now in T0 - 1_000..T0 + 20_000,
+            cost in 1i64..50,
+        ) {
+            let mut at = T0;
+            let list: Vec<Entry> = entries
+                .iter()
+                .enumerate()
+                .map(|(n, (gap, units))| {
+                    at += gap;
+                    entry(at, if n + 1 == entries.len() { *units } else { units + 1 })
+                })
+                .collect();
+            let state = LogState::from_entries(&list).expect("increasing");
+            let mut bytes = encoded(&state);
+            for (index, byte) in damage {
+                let at = index.index(bytes.len());
+                bytes[at] = byte;
+            }
+            if let Some(read) = decode(&mut Reader::new(&bytes)) {
+                for quota in [Quota::new(100, 1_000), Quota::new(5_000, HOUR), Quota::new(3, 7)] {
+                    // What a check writes is read back as a state (RL.RESET trusts that).
+                    if let Ok(TierCheck { charged: Some(charged), .. }) =
+                        Log::check(Some(&read), now, &quota, cost)
+                    {
+                        let again = decode(&mut Reader::new(&encoded(&charged)));
+                        prop_assert_eq!(again, Some(charged));
+                    }
+                    let _ = Log::view(Some(&read), now, &quota);
+                    let _ = Log::refund(Some(&read), now, &quota, cost);
+                    let _ = Log::used(&read, now, &quota);
+                }
+                let _ = read.read_entries();
+            }
+        }
+    }
+}
