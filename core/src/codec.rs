@@ -87,7 +87,8 @@ impl<'a> Reader<'a> {
         None
     }
 
-    /// A varint written by [`put_varint_u128`].
+    /// A varint written by [`put_varint_u128`]. The same loop as [`Reader::varint`] on 128
+    /// bits: that one stays on 64, since every state's counts and times are read with it.
     pub fn varint_u128(&mut self) -> Option<u128> {
         let mut value: u128 = 0;
         for shift in (0..128).step_by(7) {
