@@ -1,8 +1,9 @@
 """Instructions per request inside the server, counted with callgrind: the figure to compare
 across commits, since a count does not move with the machine's load the way throughput does.
 
-For each server (redis-server; valkey-server too when VALKEY_SERVER or .venv has one), each
-module given (`--module PATH[=LABEL]`, repeatable: e.g. the build of an earlier commit beside
+For each server (redis-server; valkey-server too when VALKEY_SERVER or .venv has one),
+without and with a replica attached (the replica runs outside valgrind: only the primary is
+counted), each module given (`--module PATH[=LABEL]`, repeatable: e.g. the build of an earlier commit beside
 this one, measured in the same run) and each row, a fresh server starts under
 `valgrind --tool=callgrind` with instrumentation off, in its own directory. redis-benchmark
 warms the key space up (so that rows on live keys find their keys), then instrumentation is
@@ -10,6 +11,7 @@ switched on, the measured requests run, and the server's total instruction count
 thread, event loop and networking included) is divided by the number of requests.
 
     python3 bench/instructions.py [--module PATH[=LABEL]]... [--requests N] [--output FILE]
+        [--only TEXT] [--redis-only] [--no-replica]
 
 Python 3 standard library only. Writes bench/INSTRUCTIONS-RESULTS.md by default."""
 
@@ -151,12 +153,42 @@ def total_instructions(workdir: Path) -> int:
     return total
 
 
-def measure(binary: str, module: Optional[Path], row: Row, requests: int) -> float:
-    """Instructions per request of `row` on a fresh server."""
+def info_field(port: int, section: str, field: str) -> str:
+    reply = one_reply(port, ["INFO", section]).decode(errors="replace")
+    for line in reply.splitlines():
+        if line.startswith(field + ":"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def attach_replica(processes: Processes, binary: str, primary_port: int, workdir: Path) -> None:
+    """A replica of the server on `primary_port`, not under valgrind (only the primary is
+    counted) and without the module: it applies the SET and DEL the module propagates."""
+    replica_dir = workdir / "replica"
+    replica_dir.mkdir()
+    port = free_port()
+    processes.start([binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                     "--appendonly", "no", "--dir", str(replica_dir),
+                     "--logfile", str(replica_dir / "server.log"),
+                     "--replicaof", "127.0.0.1", str(primary_port)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if ping(port) and info_field(port, "replication", "master_link_status") == "up":
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the replica of {binary} did not link: see {replica_dir}")
+
+
+def measure(binary: str, module: Optional[Path], row: Row, requests: int,
+            replica: bool) -> float:
+    """Instructions per request of `row` on a fresh server (with a replica attached)."""
     processes = Processes()
     workdir = Path(tempfile.mkdtemp(prefix="rl-instr-"))
     try:
         server, port = start_under_callgrind(processes, binary, module, workdir)
+        if replica:
+            attach_replica(processes, binary, port, workdir)
         # A wrong row must fail loudly, not count the cost of an error reply.
         first = one_reply(port, [a.replace("__rand_int__", "probe") for a in row.args])
         if first.startswith(b"-"):
@@ -186,6 +218,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--redis-only", action="store_true")
+    parser.add_argument("--no-replica", action="store_true",
+                        help="skip the rows with a replica attached")
     parser.add_argument("--only", default="",
                         help="measure only the rows whose name contains this text (SET always)")
     options = parser.parse_args()
@@ -202,18 +236,20 @@ def main() -> int:
 
     # results[server][row][label] = instructions per request
     results: Dict[str, Dict[str, Dict[str, float]]] = {}
+    variants = [False] if options.no_replica else [False, True]
     for binary in servers:
-        version = server_version(binary)
-        results[version] = {}
-        for row in rows(far_future_ms):
-            if row.module and options.only not in row.name:
-                continue
-            per_module = results[version].setdefault(row.name, {})
-            targets = modules if row.module else [(None, "server")]
-            for path, label in targets:
-                value = measure(binary, path, row, options.requests)
-                per_module[label] = value
-                print(f"{version:14} {label:14} {row.name:50} {value:10,.0f}", flush=True)
+        for replica in variants:
+            version = server_version(binary) + (", with a replica" if replica else "")
+            results[version] = {}
+            for row in rows(far_future_ms):
+                if row.module and options.only not in row.name:
+                    continue
+                per_module = results[version].setdefault(row.name, {})
+                targets = modules if row.module else [(None, "server")]
+                for path, label in targets:
+                    value = measure(binary, path, row, options.requests, replica)
+                    per_module[label] = value
+                    print(f"{version:30} {label:14} {row.name:50} {value:10,.0f}", flush=True)
 
     labels = [label for _, label in modules]
     lines = [
