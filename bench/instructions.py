@@ -257,7 +257,7 @@ def main() -> int:
         "",
         f"Commit {git_commit()}, {time.strftime('%Y-%m-%d')}, `python3 bench/instructions.py"
         + "".join(f" --module {p.name}={l}" for p, l in modules if options.module) + "`.",
-        f"{machine_description()}. Counts do not depend on the machine's load.",
+        f"{machine_description()}. Counts move about 1 to 2% between runs, whatever the machine's load (the rows with a moving expiry a little with how many calls share a millisecond).",
         "",
         f"redis-benchmark -c {CLIENTS} -P {PIPELINE} -r {KEYSPACE}: {WARMUP_REQUESTS:,} "
         f"requests to warm up with instrumentation off, then {options.requests:,} counted. "
