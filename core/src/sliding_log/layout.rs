@@ -25,7 +25,7 @@ use crate::codec::{put_i64, put_varint, put_varint_u128, Bytes, Reader};
 const HEADER: u8 = 0;
 
 /// Most bytes of one pair: two varints of at most 10 bytes.
-const MAX_PAIR_LEN: usize = 20;
+pub(super) const MAX_PAIR_LEN: usize = 20;
 
 /// Appends `state` in the header layout, or in the plain one for a state read from it and
 /// not changed since.
@@ -84,7 +84,10 @@ fn decode_header(reader: &mut Reader<'_>) -> Option<LogState> {
         let alone = span == 0 && pairs.is_empty() && total == i128::from(oldest_units);
         return alone.then(|| LogState::single(oldest));
     }
-    let newest_ms = i64::try_from(i128::from(oldest_ms) + span).ok()?;
+    // A span up to i128::MAX: the sum may pass the 128 bits before it is refused.
+    let newest_ms = i128::from(oldest_ms)
+        .checked_add(span)
+        .and_then(|at| i64::try_from(at).ok())?;
     let (last_gap, newest_units, last_pair_len) = last_pair(pairs)?;
     // The entries between the oldest and the newest: each holds >= 1 unit and >= 1 ms, and
     // takes 2 to 20 bytes.
@@ -177,7 +180,7 @@ mod tests {
     use super::*;
     use crate::algorithm::{Algorithm, OutOfRange, Quota, TierCheck};
     use crate::encoding::{classify, decode_tiers, StoredForm};
-    use crate::limiter::{is_state, run, Action, AlgorithmKind, Limits, Write};
+    use crate::limiter::{is_state, run, Action, AlgorithmKind, Limits, Outcome, Write};
     use proptest::prelude::*;
 
     /// 2026-11-30T00:00:00Z.
@@ -373,6 +376,314 @@ mod tests {
         let full = Quota::new(4, HOUR);
         assert_eq!(Log::check(Some(&state), T0 + 10, &full, 4), Err(OutOfRange));
         assert!(state.read_entries().is_err());
+    }
+
+    /// Pairs between the oldest and the newest that agree with the header's count and
+    /// units but not with its span or its pairs' length: a check that drops the oldest
+    /// reads one of them, and must then refuse rather than write a value that is no longer
+    /// a state (RL.RESET would not delete it; every later command would call it not ours).
+    #[test]
+    fn dropping_into_pairs_that_disagree_with_the_header_writes_no_unreadable_value() {
+        let (quota, short) = (Quota::new(10, 100), Quota::new(10, 9));
+        let lying = [
+            // The entry between at T0 + 3, the newest 5 ms later: T0 + 8, not the T0 + 10
+            // of the header's span.
+            with_header([3, 3, T0, 1, 10, 4], &[3, 1, 5, 1]),
+            // The pairs read from the front: (1, 129), then the newest's 1 alone.
+            with_header([3, 7, T0, 1, 200, 4], &[0x81, 0x01, 5, 1]),
+            // Two between, read from the front as (1, 1) and (129, 5), then the newest's 1
+            // alone.
+            with_header([4, 8, T0, 1, 200, 6], &[1, 1, 0x81, 0x01, 5, 1]),
+        ];
+        for value in &lying {
+            let state = decode(&mut Reader::new(value)).expect("a header that agrees with itself");
+            for now in (T0..T0 + 20)
+                .chain(T0 + 100..T0 + 120)
+                .chain(T0 + 250..T0 + 260)
+            {
+                for (quota, cost) in [(quota, 1), (quota, 2), (short, 1)] {
+                    if let Ok(TierCheck {
+                        charged: Some(charged),
+                        ..
+                    }) = Log::check(Some(&state), now, &quota, cost)
+                    {
+                        let again = decode(&mut Reader::new(&encoded(&charged)));
+                        assert_eq!(again, Some(charged), "{value:?} at T0 + {}", now - T0);
+                    }
+                }
+            }
+            // The same through the limiter, as RL.HIT runs it on the key: what it stores,
+            // RL.RESET must still see as a state.
+            let stored = crate::encoding::encode_tiers::<Log>(&[short], &[state]);
+            assert!(is_state(&stored, None));
+            for now in T0..T0 + 20 {
+                let hit = run(
+                    &log_limits(&[short]),
+                    Action::Hit { cost: 1 },
+                    Some(&stored),
+                    || None,
+                    now,
+                );
+                if let Ok(Outcome {
+                    write: Write::Set { value: new, .. },
+                    ..
+                }) = hit
+                {
+                    assert!(
+                        is_state(&new, None),
+                        "{value:?}: RL.HIT at T0 + {} wrote {new:?}",
+                        now - T0
+                    );
+                }
+            }
+        }
+    }
+
+    /// The header layout with every field as wide as the decoder reads it: count, total,
+    /// oldest time, oldest units, span, pairs' length (varints of up to 128 bits where the
+    /// decoder reads 128).
+    fn with_wide_header(
+        count: u64,
+        total: u128,
+        oldest_ms: i64,
+        units: u64,
+        span: u128,
+        len: u64,
+        pairs: &[u8],
+    ) -> Bytes {
+        let mut out = Bytes::from_slice(&[HEADER]);
+        put_varint_u128(&mut out, count.into());
+        put_varint_u128(&mut out, total);
+        put_i64(&mut out, oldest_ms);
+        put_varint_u128(&mut out, units.into());
+        put_varint_u128(&mut out, span);
+        put_varint_u128(&mut out, len.into());
+        out.extend_from_slice(pairs);
+        out
+    }
+
+    /// The plain layout: the count, the oldest time and then `rest` (its units and pairs).
+    fn plain(count: u64, oldest_ms: i64, rest: &[u8]) -> Bytes {
+        let mut out = Bytes::new();
+        put_varint_u128(&mut out, count.into());
+        put_i64(&mut out, oldest_ms);
+        out.extend_from_slice(rest);
+        out
+    }
+
+    /// Every call a command makes on a decoded tier, at clock readings and parameters from
+    /// small to extreme: none may panic, nor allow what an empty log would not.
+    fn try_everything(state: &LogState) {
+        let nows = [
+            i64::MIN,
+            -1,
+            0,
+            T0,
+            T0 + 5,
+            state.newest().at_ms,
+            state.oldest().at_ms,
+            i64::MAX - 1,
+            i64::MAX,
+        ];
+        let quotas = [
+            Quota::new(1, 1),
+            Quota::new(10, 1_000),
+            Quota::new(10_000, HOUR),
+            Quota::new(i64::MAX, i64::MAX),
+        ];
+        for now in nows {
+            for quota in quotas {
+                for cost in [1, 2, quota.limit, i64::MAX] {
+                    if let Ok(hit) = Log::check(Some(state), now, &quota, cost) {
+                        let empty = Log::check(None, now, &quota, cost).map(|h| h.decision.allowed);
+                        assert!(
+                            !hit.decision.allowed || empty == Ok(true),
+                            "allowed beyond empty"
+                        );
+                        assert!((0..=quota.limit).contains(&hit.decision.remaining));
+                        if let Some(charged) = hit.charged {
+                            let _ = encoded(&charged);
+                            let _ = Log::expires_at_ms(&charged, &quota);
+                        }
+                    }
+                    let _ = Log::refund(Some(state), now, &quota, cost);
+                }
+                let _ = Log::view(Some(state), now, &quota);
+                assert!(Log::used(state, now, &quota) >= 0);
+            }
+        }
+        let _ = Log::expires_at_ms(state, &Quota::new(1, i64::MAX));
+        let _ = encoded(state);
+        let _ = state.read_entries();
+    }
+
+    /// A span near the top of its 128 bits with a positive oldest time: the newest time is
+    /// past any clock, so the value is refused, never an overflow (a panic where overflow
+    /// is checked: debug builds, the fuzzers).
+    #[test]
+    fn a_span_past_the_arithmetic_is_refused_not_overflowed() {
+        let pairs = [1, 1];
+        for (oldest_ms, span) in [
+            (1, i128::MAX as u128),
+            (T0, i128::MAX as u128),
+            (i64::MAX, i128::MAX as u128 - i64::MAX as u128 + 1),
+            (T0, u128::MAX),
+            (i64::MIN, i128::MAX as u128),
+        ] {
+            let value = with_wide_header(2, 2, oldest_ms, 1, span, 2, &pairs);
+            assert_eq!(
+                decode(&mut Reader::new(&value)),
+                None,
+                "{oldest_ms} + {span}"
+            );
+        }
+    }
+
+    /// Each header field at its worst: refused, or a state that every call answers
+    /// without a panic and without allowing more than an empty log.
+    #[test]
+    fn every_header_field_at_its_worst() {
+        let max = i64::MAX as u64;
+        let wide_max = i64::MAX as u128;
+        // i64::MAX as a varint.
+        let top = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
+        let cases: Vec<Bytes> = vec![
+            // count: the cap, above it, the top of the varint; with 2 pairs' bytes.
+            with_wide_header(MAX_ENTRIES as u64, 4, T0, 1, 10, 6, &[1, 2, 2, 1, 7, 0]),
+            with_wide_header(MAX_ENTRIES as u64 + 1, 4, T0, 1, 10, 6, &[1, 2, 2, 1, 7, 0]),
+            with_wide_header(max, 4, T0, 1, 10, 6, &[1, 2, 2, 1, 7, 0]),
+            with_wide_header(u64::MAX, 4, T0, 1, 10, 6, &[1, 2, 2, 1, 7, 0]),
+            // total: the top of i128, above it, the top of u128; just enough, far too much.
+            with_wide_header(4, i128::MAX as u128, T0, 1, 10, 6, &[1, 2, 2, 1, 7, 0]),
+            with_wide_header(4, i128::MAX as u128 + 1, T0, 1, 10, 6, &[1, 2, 2, 1, 7, 0]),
+            with_wide_header(4, u128::MAX, T0, 1, 10, 6, &[1, 2, 2, 1, 7, 0]),
+            with_wide_header(4, 2 * wide_max + 1, T0, 1, 10, 6, &[1, 2, 2, 1, 7, 0]),
+            with_wide_header(1, u128::MAX, T0, max, 0, 0, &[]),
+            with_wide_header(1, wide_max, i64::MAX, max, 0, 0, &[]),
+            with_wide_header(1, wide_max, i64::MIN, max, 0, 0, &[]),
+            // times: both ends of i64, spans from one end to the other.
+            with_wide_header(2, 2, i64::MIN, 1, wide_max, 10, &[&top[..], &[1]].concat()),
+            with_wide_header(
+                3,
+                3,
+                i64::MIN,
+                1,
+                2 * wide_max,
+                20,
+                &[&top[..], &[1], &top, &[1]].concat(),
+            ),
+            with_wide_header(
+                2,
+                2 * wide_max,
+                i64::MAX - 1,
+                max,
+                1,
+                10,
+                &[&[1], &top[..]].concat(),
+            ),
+            // units: the oldest's and the newest's at the top of i64, a marker newest.
+            with_wide_header(2, 2 * wide_max, T0, max, 5, 10, &[&[5], &top[..]].concat()),
+            with_wide_header(2, wide_max, T0, max, 5, 2, &[5, 0]),
+            with_wide_header(
+                3,
+                3 * wide_max,
+                T0,
+                max,
+                5,
+                20,
+                &[&[1], &top[..], &[4], &top].concat(),
+            ),
+            // a gap written in 10 bytes (1, not in its shortest form).
+            with_wide_header(
+                2,
+                2,
+                T0,
+                1,
+                1,
+                11,
+                &[
+                    0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00, 1,
+                ],
+            ),
+            // pairs' length: past the bytes, the top of i64, the top of the varint.
+            with_wide_header(2, 2, T0, 1, 1, max, &[1, 1]),
+            with_wide_header(2, 2, T0, 1, 1, u64::MAX, &[1, 1]),
+            with_wide_header(2, 2, T0, 1, 1, 3, &[1, 1]),
+            // pairs: runs of continuation bytes, 10-byte varints, varints past i64.
+            with_wide_header(2, 2, T0, 1, 1, 20, &[0x80; 20]),
+            with_wide_header(
+                2,
+                2,
+                T0,
+                1,
+                1,
+                21,
+                &[
+                    &[0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00][..],
+                    &[0x80; 10],
+                    &[1],
+                ]
+                .concat(),
+            ),
+            with_wide_header(
+                3,
+                3,
+                T0,
+                1,
+                2,
+                12,
+                &[
+                    &[1, 0x81][..],
+                    &[0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00],
+                    &[1],
+                ]
+                .concat(),
+            ),
+            with_wide_header(
+                2,
+                2,
+                T0,
+                1,
+                1,
+                11,
+                &[
+                    1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+                ],
+            ),
+            with_wide_header(
+                MAX_ENTRIES as u64,
+                2 * MAX_ENTRIES as u128,
+                T0,
+                1,
+                MAX_ENTRIES as u128,
+                2 * (MAX_ENTRIES as u64 - 1),
+                &[1, 2].repeat(MAX_ENTRIES - 1),
+            ),
+            // The plain layout: the most entries, each with the most units, the times from
+            // the bottom of i64; and a count above the cap.
+            plain(
+                MAX_ENTRIES as u64,
+                i64::MIN,
+                &[
+                    &top[..],
+                    &[&[1u8][..], &top].concat().repeat(MAX_ENTRIES - 1),
+                ]
+                .concat(),
+            ),
+            plain(MAX_ENTRIES as u64 + 1, T0, &[1, 1].repeat(MAX_ENTRIES + 1)),
+            plain(max, T0, &[1, 1].repeat(MAX_ENTRIES + 1)),
+            plain(2, i64::MAX, &[1, 1, 1]),
+            plain(2, i64::MIN, &[&[1u8][..], &top, &top, &[0]].concat()),
+        ];
+        for value in &cases {
+            // Every cut of the short values; the long ones whole.
+            let cuts = if value.len() < 200 { 0 } else { value.len() };
+            for cut in cuts..=value.len() {
+                if let Some(state) = decode(&mut Reader::new(&value[..cut])) {
+                    try_everything(&state);
+                }
+            }
+        }
     }
 
     proptest! {

@@ -11,6 +11,7 @@
 //! Pairs that are read are checked against the rest (times that increase, units where
 //! they must be, the count and the units in all entries): a mismatch is [`Corrupt`].
 
+use super::layout::MAX_PAIR_LEN;
 use crate::codec::{put_varint, varint_len, Bytes, Reader};
 use std::sync::Arc;
 
@@ -354,15 +355,40 @@ impl LogState {
             self.newest = self.oldest;
             self.last_gap = 0;
             self.last_pair_len = 0;
-        } else {
-            // >= 1 unit per entry between the oldest and the newest.
-            let between = i128::try_from(self.count - 2).unwrap_or(i128::MAX);
-            let least = i128::from(self.oldest.units) + i128::from(self.newest.units) + between;
-            if self.total < least {
-                return Err(Corrupt);
-            }
+        } else if !self.header_agrees() {
+            // Pairs that disagree with the header's span or pairs' length: written as they
+            // stand, the state would no longer decode.
+            return Err(Corrupt);
         }
         Ok(())
+    }
+
+    /// With two entries or more, whether the oldest entry, the newest one, the count, the
+    /// units, and the bytes of the pairs agree as decoding requires of a stored header (see
+    /// `layout`): between the oldest and the newest, each entry holds 1 to `i64::MAX` units,
+    /// at least 1 ms and 2 to `MAX_PAIR_LEN` bytes (with no entry between, the newest gap
+    /// is the whole span). Checked when dropping the oldest entry moves the oldest onto a
+    /// pair that only now is read, so that what a check writes decodes again.
+    fn header_agrees(&self) -> bool {
+        let Some(between) = self.count.checked_sub(2) else {
+            return false;
+        };
+        let wide = i128::try_from(between).unwrap_or(i128::MAX);
+        let between_units =
+            self.total - i128::from(self.oldest.units) - i128::from(self.newest.units);
+        let between_ms = i128::from(self.newest.at_ms)
+            - i128::from(self.last_gap)
+            - i128::from(self.oldest.at_ms);
+        let between_len = self.pairs.len().checked_sub(self.last_pair_len);
+        self.oldest.units >= 1
+            && self.last_gap >= 1
+            && between_len.is_some_and(|n| (2 * between..=MAX_PAIR_LEN * between).contains(&n))
+            && (wide..=wide.saturating_mul(i128::from(i64::MAX))).contains(&between_units)
+            && if between == 0 {
+                between_ms == 0
+            } else {
+                between_ms >= wide
+            }
     }
 
     /// Keeps at most `max` (>= 2) entries by merging the oldest into the next oldest.
