@@ -166,16 +166,43 @@ fn connections_over_max_connections_are_refused_at_once() {
             flavor,
             &format!("[connections]\nmax_connections = 20\n{RULES}"),
         );
-        let stalled: Vec<TcpStream> = (0..20).map(|_| stalled_connection(gateway.port)).collect();
-
-        let mut extra = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
-        extra
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("read timeout");
-        let _ = extra.write_all(b"GET /extra HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-        let mut answer = Vec::new();
-        let read = extra.read_to_end(&mut answer);
-        let answer = String::from_utf8_lossy(&answer);
+        let refused = || {
+            gateway
+                .metrics()
+                .counter("rl_gateway_connections_refused_total", &[])
+        };
+        // `stack` proves the listener up with a connection of its own, which the gateway
+        // may still hold a slot for while the 20 arrive: then the 20th is refused, the
+        // probe's slot comes free, and the extra one takes it. Only then is it tried again.
+        let mut attempts = 0;
+        let (stalled, read, answer) = loop {
+            attempts += 1;
+            let before = refused();
+            let stalled: Vec<TcpStream> =
+                (0..20).map(|_| stalled_connection(gateway.port)).collect();
+            let mut extra = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
+            extra
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .expect("read timeout");
+            let _ = extra.write_all(b"GET /extra HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+            let mut answer = Vec::new();
+            let read = extra.read_to_end(&mut answer);
+            let answer = String::from_utf8_lossy(&answer).into_owned();
+            let served = read.is_ok() && answer.starts_with("HTTP/1.1 200");
+            if !served || attempts == 3 {
+                break (stalled, read, answer);
+            }
+            // Served: one of the 20 must have been refused in its place.
+            wait_until(
+                Duration::from_secs(10),
+                "a stalled connection refused in the extra one's place",
+                || refused() > before,
+            );
+            drop(stalled);
+            wait_until(Duration::from_secs(20), "slots come free", || {
+                try_get(gateway.port) == Some(200)
+            });
+        };
         // Closed at once: a 503 read before the close, or a reset (the request was unread).
         match read {
             Ok(_) => assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}"),
