@@ -240,6 +240,31 @@ fn redis_7_0_refuses_policies_unless_they_go_into_the_rdb() {
     }
 }
 
+/// An explicit `policies-in-rdb no` on Redis 7.0 refuses policies just as the default does
+/// (`make run` passes `yes`, the default stays `no`: see the README); Valkey, which saves
+/// them only when there are some, takes them whatever the config says.
+#[test]
+fn an_explicit_no_on_redis_7_0_refuses_policies_too() {
+    for flavor in FLAVORS {
+        let server = ServerConfig::new(flavor)
+            .module_arg("policies-in-rdb")
+            .module_arg("no")
+            .start();
+        let mut con = server.conn();
+        let set = policy_cmd(&["SET", "api", "5", "1m"]);
+        match flavor {
+            Flavor::Redis => {
+                assert_eq!(error_text(&mut con, &set), NOT_PERSISTED);
+                assert_eq!(policy_list(&mut con), Vec::<Vec<u8>>::new());
+            }
+            Flavor::Valkey => {
+                policy_set(&mut con, b"api", "5 1m");
+                assert_eq!(policy_list(&mut con), vec![b"api".to_vec()]);
+            }
+        }
+    }
+}
+
 /// An RDB with policies needs the module to load (the server says which data type is
 /// missing); without policies it needs the module only on Redis 7.0 with
 /// `policies-in-rdb yes`, which writes its record into every RDB.
