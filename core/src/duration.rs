@@ -60,14 +60,20 @@ fn unit_in_ms(unit: &[u8]) -> Result<i64, DurationError> {
     if !unit.iter().all(u8::is_ascii_alphabetic) {
         return Err(DurationError::Malformed);
     }
-    match unit.to_ascii_lowercase().as_slice() {
-        b"" | b"s" => Ok(SECOND_MS),
-        b"ms" => Ok(1),
-        b"m" => Ok(60 * SECOND_MS),
-        b"h" => Ok(3_600 * SECOND_MS),
-        b"d" => Ok(DAY_MS),
-        _ => Err(DurationError::UnknownUnit),
-    }
+    // Compared in place: lowering a copy would allocate on every call.
+    const UNITS: [(&[u8], i64); 6] = [
+        (b"", SECOND_MS),
+        (b"s", SECOND_MS),
+        (b"ms", 1),
+        (b"m", 60 * SECOND_MS),
+        (b"h", 3_600 * SECOND_MS),
+        (b"d", DAY_MS),
+    ];
+    UNITS
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(unit))
+        .map(|&(_, ms)| ms)
+        .ok_or(DurationError::UnknownUnit)
 }
 
 /// Parses ASCII digits (already checked) into an `i64`; `None` on overflow.
