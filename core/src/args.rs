@@ -445,7 +445,7 @@ fn parse_positive(text: &[u8]) -> Option<i64> {
 
 /// At most 32 bytes of a user argument, with anything but printable ASCII replaced, so an
 /// error reply can quote it without breaking the protocol.
-fn printable_excerpt(arg: &[u8]) -> String {
+pub fn printable_excerpt(arg: &[u8]) -> String {
     let mut text: String = arg
         .iter()
         .take(32)
