@@ -126,11 +126,13 @@ const COMMANDS: &[Command] = &[
 ];
 
 /// Several keys in one atomic call: `numkeys key [key ...] SPEC rule [SPEC rule ...]`,
-/// with the flags of their one-key counterparts.
+/// with the flags of their one-key counterparts, plus `getkeys-api`: Redis 7.0's Cluster
+/// routing reads only key positions or that API, not key specs (which `COMMAND GETKEYS`
+/// and ACLs read, and `command_docs` sets as well).
 const SEVERAL_KEYS_COMMANDS: &[Command] = &[
-    (c"RL.MHIT", multi::rl_mhit, c"write deny-oom"),
-    (c"RL.MPEEK", multi::rl_mpeek, c"readonly"),
-    (c"RL.MREFUND", multi::rl_mrefund, c"write"),
+    (c"RL.MHIT", multi::rl_mhit, c"write deny-oom getkeys-api"),
+    (c"RL.MPEEK", multi::rl_mpeek, c"readonly getkeys-api"),
+    (c"RL.MREFUND", multi::rl_mrefund, c"write getkeys-api"),
 ];
 
 /// Keyless commands: they name no key, so Cluster lets any node run them.

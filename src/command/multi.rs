@@ -9,10 +9,10 @@
 
 use super::{command_handler, Args, CommandError, CommandResult};
 use crate::policy::registry;
-use crate::server::clock;
+use crate::server::{clock, command};
 use crate::store::{self, Access, StoredKey};
 use crate::{config, metrics, reply};
-use ratelimit_core::args::{parse_multi, printable_excerpt, KeyRule, Mode};
+use ratelimit_core::args::{parse_multi, printable_excerpt, KeyRule, Mode, MAX_KEYS};
 use ratelimit_core::limiter::{run_all, KeyCall, LimiterError, Limits, MultiAction};
 use redis_module::Context;
 use smallvec::SmallVec;
@@ -34,6 +34,10 @@ struct Rule<'a> {
 }
 
 fn run(ctx: &Context, args: Args<'_>, action: MultiAction) -> CommandResult {
+    if command::is_keys_position_request(ctx) {
+        report_keys(ctx, args);
+        return Ok(());
+    }
     if args.len() < 2 {
         return Err(CommandError::WrongArity);
     }
@@ -132,6 +136,21 @@ fn run(ctx: &Context, args: Args<'_>, action: MultiAction) -> CommandResult {
     };
     reply::several(ctx, &outcome, shadow);
     Ok(())
+}
+
+/// Tells the server where the keys are: the `numkeys` arguments after `numkeys`, when it
+/// is a valid count (else none: the call then fails on whichever node gets it).
+fn report_keys(ctx: &Context, args: Args<'_>) {
+    let numkeys = args.bytes_from(1).next().and_then(|count| {
+        if !count.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let count = std::str::from_utf8(count).ok()?.parse::<usize>().ok()?;
+        (1..=MAX_KEYS).contains(&count).then_some(count)
+    });
+    if let Some(numkeys) = numkeys {
+        command::report_keys(ctx, args, FIRST_KEY..FIRST_KEY + numkeys);
+    }
 }
 
 /// An error about key `index` (named `key`), as the SPEC errors of the grammar put it.

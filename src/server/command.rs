@@ -60,6 +60,31 @@ impl<'ctx> Args<'ctx> {
     }
 }
 
+/// Whether the server calls a `getkeys-api` command only to learn where its keys are
+/// (Redis 7.0's Cluster routing does, its key specs aside): the handler then reports
+/// them with [`report_keys`] and neither runs nor replies.
+#[inline]
+pub fn is_keys_position_request(ctx: &Context) -> bool {
+    // SAFETY: ctx is the live context of the running command.
+    unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx.ctx) != 0 }
+}
+
+/// Reports the arguments at `positions` as keys, for a keys position request; positions
+/// outside `args` are skipped (the server would read past its argument vector).
+pub fn report_keys(ctx: &Context, args: Args<'_>, positions: std::ops::Range<usize>) {
+    for position in positions {
+        let Ok(at) = c_int::try_from(position) else {
+            return;
+        };
+        if position == 0 || position >= args.len() {
+            return;
+        }
+        // SAFETY: ctx is the live context of a keys position request, and `at` indexes an
+        // argument of its vector (checked above).
+        unsafe { api!(RedisModule_KeyAtPos)(ctx.ctx, at) };
+    }
+}
+
 /// What the server calls for a command.
 pub type Callback = unsafe extern "C" fn(
     *mut raw::RedisModuleCtx,
