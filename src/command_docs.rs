@@ -2,12 +2,14 @@
 //! summary, its complexity (the reason most commands are not `fast`), and the tip
 //! `nondeterministic_output` for every command whose reply depends on the server's clock.
 //!
-//! Set with `RedisModule_SetCommandInfo` (Redis 7.0, Valkey) without key specs, so the
-//! key positions registered with the command (`1, 1, 1`) stay as they are, and without an
-//! arity, so the module keeps checking its arguments itself. Docs are optional: a server
+//! Set with `RedisModule_SetCommandInfo` (Redis 7.0, Valkey) without an arity, so the
+//! module keeps checking its arguments itself, and without key specs for the commands
+//! registered with key positions (`1, 1, 1`), which stay as they are. The several-keys
+//! commands (`numkeys key [key ...]`) are registered without positions and get their key
+//! spec here: it is how Cluster finds their keys. Docs are optional: a server
 //! that refuses them gets a log line, and the module loads anyway.
 
-use crate::server::command::set_docs;
+use crate::server::command::{set_docs, CountedKeys};
 use redis_module::Context;
 use std::ffi::CStr;
 
@@ -93,11 +95,52 @@ const DOCS: &[Docs] = &[
     ),
 ];
 
-/// Sets the docs of every registered command; called at load, after registration.
-pub fn describe_all(ctx: &Context) {
+/// The several-keys commands: their docs and whether they write their keys.
+const SEVERAL_KEYS: &[(Docs, bool)] = &[
+    (
+        (
+            c"RL.MHIT",
+            c"Checks several keys, each with its own rule and cost, and counts in all of them or in none",
+            c"O(K) for K keys; O(N) more per key with ALGO log, N its limit (at most 10000)",
+            CLOCK,
+        ),
+        true,
+    ),
+    (
+        (
+            c"RL.MPEEK",
+            c"Answers what RL.MHIT would, without counting",
+            c"O(K) for K keys; O(N) more per key with ALGO log, N its limit (at most 10000)",
+            CLOCK,
+        ),
+        false,
+    ),
+    (
+        (
+            c"RL.MREFUND",
+            c"Gives back units in several keys at once",
+            c"O(K) for K keys; O(N) more per key with ALGO log, N its limit (at most 10000)",
+            CLOCK,
+        ),
+        true,
+    ),
+];
+
+/// Sets the docs of every registered command, and the key specs of the several-keys
+/// commands; called at load, after registration. A key spec the server refuses fails the
+/// load: without it Cluster could not route those commands.
+pub fn describe_all(ctx: &Context) -> Result<(), String> {
     for (name, summary, complexity, tips) in DOCS {
-        if let Err(err) = set_docs(ctx, name, summary, complexity, *tips) {
+        if let Err(err) = set_docs(ctx, name, summary, complexity, *tips, None) {
             ctx.log_notice(&format!("ratelimit: {err}"));
         }
     }
+    for ((name, summary, complexity, tips), writes) in SEVERAL_KEYS {
+        let keys = CountedKeys {
+            count_at: 1,
+            writes: *writes,
+        };
+        set_docs(ctx, name, summary, complexity, *tips, Some(keys))?;
+    }
+    Ok(())
 }

@@ -17,7 +17,7 @@ pub mod server;
 mod store;
 mod strings;
 
-use command::{limit, reset, testing, throttle};
+use command::{limit, multi, reset, testing, throttle};
 use policy::command as policy_command;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, InfoContext, ModuleOptions, RedisString, Status};
@@ -77,8 +77,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         .iter()
         .chain(testing_commands)
         .map(|c| (c, (1, 1, 1)));
+    // Their keys are found by the key spec `command_docs` sets (after `numkeys`).
+    let counted = SEVERAL_KEYS_COMMANDS.iter().map(|c| (c, (0, 0, 0)));
     let keyless = KEYLESS_COMMANDS.iter().map(|c| (c, (0, 0, 0)));
-    for ((name, callback, flags), keys) in keyed.chain(keyless) {
+    for ((name, callback, flags), keys) in keyed.chain(counted).chain(keyless) {
         if let Err(err) = register(ctx, name, Some(*callback), flags, keys) {
             ctx.log_warning(&format!("ratelimit: {err}"));
             return Status::Err;
@@ -91,7 +93,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("ratelimit: {err}"));
         return Status::Err;
     }
-    command_docs::describe_all(ctx);
+    if let Err(err) = command_docs::describe_all(ctx) {
+        ctx.log_warning(&format!("ratelimit: {err}"));
+        return Status::Err;
+    }
     Status::Ok
 }
 
@@ -118,6 +123,16 @@ const COMMANDS: &[Command] = &[
     // GCRA only, but the key may hold another algorithm's state (a log of up to 10,000
     // entries), which it decodes to count its units: not `fast`.
     (c"CL.THROTTLE", throttle::cl_throttle, c"write deny-oom"),
+];
+
+/// Several keys in one atomic call: `numkeys key [key ...] SPEC rule [SPEC rule ...]`,
+/// with the flags of their one-key counterparts, plus `getkeys-api`: Redis 7.0's Cluster
+/// routing reads only key positions or that API, not key specs (which `COMMAND GETKEYS`
+/// and ACLs read, and `command_docs` sets as well).
+const SEVERAL_KEYS_COMMANDS: &[Command] = &[
+    (c"RL.MHIT", multi::rl_mhit, c"write deny-oom getkeys-api"),
+    (c"RL.MPEEK", multi::rl_mpeek, c"readonly getkeys-api"),
+    (c"RL.MREFUND", multi::rl_mrefund, c"write getkeys-api"),
 ];
 
 /// Keyless commands: they name no key, so Cluster lets any node run them.

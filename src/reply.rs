@@ -2,7 +2,7 @@
 
 use crate::server::reply::Reply;
 use ratelimit_core::decision::Decision;
-use ratelimit_core::limiter::Outcome;
+use ratelimit_core::limiter::{MultiOutcome, Outcome};
 use redis_module::Context;
 use std::ffi::CStr;
 
@@ -40,6 +40,35 @@ pub fn outcome(ctx: &Context, outcome: &Outcome, shadow_denied: Option<bool>) {
             reply.map(5);
             decision_fields(reply, tier);
         }
+    }
+}
+
+/// Replies a several-keys call (RL.MHIT, RL.MPEEK, RL.MREFUND). RESP2: `[allowed, binding,
+/// [key reply, ...]]`, each key's reply the five integers of RL.HIT; RESP3: a map `allowed`,
+/// `binding` (the binding key's index, from 0), `keys` (an array of RL.HIT's map per key,
+/// with `shadow_denied` where `shadow_denied(index)` gives one).
+pub fn several(
+    ctx: &Context,
+    several: &MultiOutcome,
+    shadow_denied: impl Fn(usize) -> Option<bool>,
+) {
+    let reply = Reply::to(ctx);
+    let binding = i64::try_from(several.binding).unwrap_or(i64::MAX);
+    if reply.resp3() {
+        reply.map(3);
+        reply.simple(c"allowed");
+        reply.integer(i64::from(several.allowed));
+        reply.simple(c"binding");
+        reply.integer(binding);
+        reply.simple(c"keys");
+    } else {
+        reply.array(3);
+        reply.integer(i64::from(several.allowed));
+        reply.integer(binding);
+    }
+    reply.array(several.keys.len());
+    for (index, key) in several.keys.iter().enumerate() {
+        outcome(ctx, &key.outcome, shadow_denied(index));
     }
 }
 

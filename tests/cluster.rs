@@ -821,3 +821,61 @@ fn forced_failover_with_the_primary_killed_loses_at_most_the_replication_lag() {
         assert_eq!(cluster.policies_missing(), vec![], "{flavor:?}");
     }
 }
+
+/// `command numkeys keys... SPEC rule ...` with every key on the rule `rule`.
+fn several_cmd(command: &str, keys: &[&str], rule: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(command);
+    cmd.arg(keys.len()).arg(keys);
+    for _ in keys {
+        cmd.arg("SPEC").arg(rule);
+    }
+    cmd
+}
+
+#[test]
+fn several_keys_route_by_their_slot_and_keys_in_two_slots_answer_crossslot() {
+    for flavor in FLAVORS {
+        let cluster = Cluster::start(flavor, 3, 0);
+        let primaries = cluster.primaries();
+        stay_clear_of_window_edges(primaries[0], HOUR_MS, 60_000);
+        // Keys sharing a hash tag: the owner answers, every other primary answers MOVED
+        // to it, for each of the three commands.
+        let owner = primaries[1];
+        let tag = cluster.tag_on(owner, "several");
+        let keys = [format!("rl:{{{tag}}}:user"), format!("rl:{{{tag}}}:ip")];
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let slot = cluster.keyslot(keys[0]);
+        let moved = format!("MOVED {slot} 127.0.0.1:{}", owner.port());
+        for other in primaries.iter().filter(|p| p.port() != owner.port()) {
+            for command in ["RL.MHIT", "RL.MPEEK", "RL.MREFUND"] {
+                let cmd = several_cmd(command, &keys, &["5", "1h"]);
+                let error = error_of(&mut other.conn(), &cmd);
+                assert_eq!(error, moved, "{flavor:?} {command} on {}", other.port());
+            }
+        }
+        let mut con = owner.conn();
+        let (allowed, binding, _): (i64, i64, Vec<Vec<i64>>) =
+            several_cmd("RL.MHIT", &keys, &["5", "1h"])
+                .query(&mut con)
+                .expect("RL.MHIT on the owner");
+        assert_eq!((allowed, binding), (1, 0), "{flavor:?}");
+        assert_eq!(count_on(&mut con, keys[1]), 1, "{flavor:?}");
+        // Keys in two slots: CROSSSLOT from every node, owner or not, and nothing written.
+        let elsewhere = format!("rl:{{{}}}:ip", cluster.tag_on(primaries[2], "other"));
+        let split = [keys[0], elsewhere.as_str()];
+        for node in &primaries {
+            for command in ["RL.MHIT", "RL.MPEEK", "RL.MREFUND"] {
+                let cmd = several_cmd(command, &split, &["5", "1h"]);
+                let error = error_of(&mut node.conn(), &cmd);
+                assert!(
+                    error.starts_with("CROSSSLOT"),
+                    "{flavor:?} {command}: {error}"
+                );
+            }
+        }
+        assert_eq!(count_on(&mut con, keys[0]), 1, "{flavor:?}");
+        let mut on_other = primaries[2].conn();
+        let dbsize: i64 = redis::cmd("DBSIZE").query(&mut on_other).expect("DBSIZE");
+        assert_eq!(dbsize, 0, "{flavor:?}");
+    }
+}

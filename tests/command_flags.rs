@@ -60,6 +60,10 @@ fn flags_say_what_each_command_does() {
         // It reads whatever state the key holds, a 10,000-entry log too: not `fast`.
         ("CL.THROTTLE", &["write", "denyoom", "module"]),
         ("RL.STATS", &["fast", "module"]),
+        // The several-keys commands find their keys after `numkeys`: `movablekeys`.
+        ("RL.MHIT", &["write", "denyoom", "module", "movablekeys"]),
+        ("RL.MPEEK", &["readonly", "module", "movablekeys"]),
+        ("RL.MREFUND", &["write", "module", "movablekeys"]),
         ("RL.POLICY", &["module"]),
         ("RL.POLICY|SET", &["write", "denyoom", "module"]),
         ("RL.POLICY|DEL", &["write", "module"]),
@@ -86,6 +90,9 @@ fn flags_say_what_each_command_does() {
             "RL.RESET",
             "CL.THROTTLE",
             "RL.STATS",
+            "RL.MHIT",
+            "RL.MPEEK",
+            "RL.MREFUND",
             "RL.POLICY",
         ];
         assert_eq!(flags_of(&mut con, &names), expected, "{flavor:?}");
@@ -132,16 +139,19 @@ fn cl_throttle_reads_a_full_log_so_it_is_not_fast() {
 }
 
 /// The writing calls, each with what it needs first, and the reading ones.
-const WRITERS: [&[&str]; 6] = [
+const WRITERS: [&[&str]; 8] = [
     &["RL.HIT", "rl:f:k", "5", "1h"],
     &["RL.REFUND", "rl:f:k", "5", "1h"],
+    &["RL.MHIT", "1", "rl:f:k", "SPEC", "5", "1h"],
+    &["RL.MREFUND", "1", "rl:f:k", "SPEC", "5", "1h"],
     &["RL.RESET", "rl:f:k"],
     &["CL.THROTTLE", "rl:f:t", "5", "10", "60"],
     &["RL.POLICY", "SET", "new", "5", "1m"],
     &["RL.POLICY", "DEL", "kept"],
 ];
-const READERS: [&[&str]; 4] = [
+const READERS: [&[&str]; 5] = [
     &["RL.PEEK", "rl:f:k", "5", "1h"],
+    &["RL.MPEEK", "1", "rl:f:k", "SPEC", "5", "1h"],
     &["RL.POLICY", "GET", "kept"],
     &["RL.POLICY", "LIST"],
     &["RL.STATS"],
@@ -168,7 +178,7 @@ fn prepare(con: &mut Connection) {
 /// What the readers see, to show that a refused writer changed nothing.
 fn snapshot(con: &mut Connection) -> Vec<Value> {
     // The policy readers (RL.PEEK's reply moves with the clock; the keys are read raw).
-    let mut seen: Vec<Value> = READERS[1..3]
+    let mut seen: Vec<Value> = READERS[2..4]
         .iter()
         .map(|args| cmd(args).query(con).expect("reader"))
         .collect();
@@ -222,8 +232,9 @@ fn out_of_memory_refuses_what_grows_memory_and_answers_the_rest() {
             .arg(&["SET", "maxmemory", "1"])
             .exec(&mut con)
             .expect("CONFIG SET");
-        let growing: [&[&str]; 3] = [
+        let growing: [&[&str]; 4] = [
             &["RL.HIT", "rl:f:new", "5", "1h"],
+            &["RL.MHIT", "1", "rl:f:new3", "SPEC", "5", "1h"],
             &["CL.THROTTLE", "rl:f:new2", "5", "10", "60"],
             &["RL.POLICY", "SET", "new", "5", "1m"],
         ];
@@ -235,8 +246,9 @@ fn out_of_memory_refuses_what_grows_memory_and_answers_the_rest() {
             answers(&mut con, args, &format!("{flavor:?} under OOM"));
         }
         // Giving back, forgetting and deleting free memory: they answer too.
-        let shrinking: [&[&str]; 3] = [
+        let shrinking: [&[&str]; 4] = [
             &["RL.REFUND", "rl:f:k", "5", "1h"],
+            &["RL.MREFUND", "1", "rl:f:k", "SPEC", "5", "1h"],
             &["RL.RESET", "rl:f:t"],
             &["RL.POLICY", "DEL", "kept"],
         ];
@@ -267,7 +279,16 @@ fn tips_of(con: &mut Connection, command: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_command_that_reads_the_clock_says_so_and_the_docs_give_the_complexity() {
-    let clock = ["RL.HIT", "RL.PEEK", "RL.REFUND", "CL.THROTTLE", "RL.STATS"];
+    let clock = [
+        "RL.HIT",
+        "RL.PEEK",
+        "RL.REFUND",
+        "RL.MHIT",
+        "RL.MPEEK",
+        "RL.MREFUND",
+        "CL.THROTTLE",
+        "RL.STATS",
+    ];
     let no_clock = ["RL.RESET", "RL.POLICY"];
     for flavor in FLAVORS {
         let server = ServerConfig::new(flavor).start();

@@ -9,6 +9,9 @@ use super::encoding::MAX_TIERS;
 use super::limiter::{AlgorithmKind, Limits, Tiers};
 use std::borrow::Cow;
 
+mod multi;
+pub use self::multi::{parse_multi, KeyRule, MultiArgs, MAX_KEYS};
+
 /// The limits the module's configs put on the grammar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
@@ -77,6 +80,35 @@ pub enum ArgError {
     RepeatedOption(&'static str),
     /// An argument that is no known option; holds a printable excerpt of it.
     UnknownOption(String),
+    /// Several keys: `numkeys` is not an integer from 1 to [`MAX_KEYS`].
+    NumKeys,
+    /// Several keys: fewer keys follow than `numkeys` (which it carries) says.
+    FewerKeys(usize),
+    /// Several keys: the keys are not followed by `SPEC`.
+    MissingSpec,
+    /// Several keys: not one `SPEC` per key (`keys` keys).
+    SpecCount {
+        /// How many keys the call names.
+        keys: usize,
+    },
+    /// Several keys: a key is named twice, at indexes `first` and `second`.
+    DuplicateKey {
+        /// A printable excerpt of the key.
+        key: String,
+        /// The index of its first mention.
+        first: usize,
+        /// The index of its second mention.
+        second: usize,
+    },
+    /// Several keys: the rule of key `index` is refused for `error`.
+    InSpec {
+        /// The key's index (0 for the first key).
+        index: usize,
+        /// A printable excerpt of the key.
+        key: String,
+        /// Why its rule was refused.
+        error: Box<ArgError>,
+    },
 }
 
 impl ArgError {
@@ -129,6 +161,33 @@ impl ArgError {
             ArgError::RepeatedOption(name) => format!("ERR {name} is given more than once").into(),
             ArgError::UnknownOption(arg) => {
                 format!("ERR unknown option '{arg}' (expected ALGO, BURST or COST)").into()
+            }
+            ArgError::NumKeys => {
+                format!("ERR numkeys must be an integer from 1 to {MAX_KEYS}").into()
+            }
+            ArgError::FewerKeys(numkeys) => {
+                format!("ERR numkeys is {numkeys} but fewer keys follow").into()
+            }
+            ArgError::MissingSpec => {
+                "ERR each key needs a rule: numkeys key [key ...] SPEC rule [SPEC rule ...]".into()
+            }
+            ArgError::SpecCount { keys } => {
+                format!("ERR give one SPEC per key, in key order ({keys} keys)").into()
+            }
+            ArgError::DuplicateKey { key, first, second } => format!(
+                "ERR key '{key}' is given twice (indexes {first} and {second}): name each key \
+                 once, with the sum of its costs"
+            )
+            .into(),
+            ArgError::InSpec { index, key, error } => {
+                let reason = match **error {
+                    ArgError::WrongArity => {
+                        "a SPEC needs limit window [limit window ...] or POLICY name".into()
+                    }
+                    ref other => other.message(),
+                };
+                let reason = reason.strip_prefix("ERR ").unwrap_or(&reason).to_owned();
+                format!("ERR SPEC {index} (key '{key}'): {reason}").into()
             }
         }
     }
@@ -386,7 +445,7 @@ fn parse_positive(text: &[u8]) -> Option<i64> {
 
 /// At most 32 bytes of a user argument, with anything but printable ASCII replaced, so an
 /// error reply can quote it without breaking the protocol.
-fn printable_excerpt(arg: &[u8]) -> String {
+pub fn printable_excerpt(arg: &[u8]) -> String {
     let mut text: String = arg
         .iter()
         .take(32)

@@ -1,11 +1,14 @@
 //! Target `args`: the argument parser of every command, over arbitrary argv (the input
 //! split at spaces). RL.HIT / RL.PEEK / RL.REFUND (`parse_limits`), RL.POLICY SET
 //! (`parse_policy`), a call naming a policy (`parse_policy_call`) and CL.THROTTLE
-//! (`parse_throttle`) all see the same words.
+//! (`parse_throttle`) all see the same words, and so do RL.MHIT / RL.MPEEK / RL.MREFUND
+//! (`parse_multi`), whose every accepted rule must be one that `parse_limits` or
+//! `parse_policy_call` takes on its own.
 
 use crate::words::split_words;
 use ratelimit_core::args::{
-    parse_limits, parse_policy, parse_policy_call, policy_arguments, Settings,
+    parse_limits, parse_multi, parse_policy, parse_policy_call, policy_arguments, KeyRule,
+    Settings, MAX_KEYS,
 };
 use ratelimit_core::cell::parse_throttle;
 use ratelimit_core::duration::{LARGEST_WINDOW_MS, MAX_WINDOW_MS};
@@ -69,6 +72,25 @@ pub fn fuzz(data: &[u8]) {
                 let shown = policy_arguments(&policy);
                 let again = parse_policy(shown.iter().map(|s| s.as_bytes()), &settings);
                 assert_eq!(again.as_ref(), Ok(&policy), "{shown:?}");
+            }
+            Err(err) => assert_error_reply(&err.message()),
+        }
+        match parse_multi(words.iter().copied(), &settings) {
+            Ok(call) => {
+                assert!((1..=MAX_KEYS).contains(&call.keys.len()));
+                assert_eq!(call.keys.len(), call.rules.len());
+                for (i, key) in call.keys.iter().enumerate() {
+                    assert!(!call.keys[..i].contains(key), "{:?} twice", key);
+                }
+                for rule in &call.rules {
+                    match rule {
+                        KeyRule::Limits(given) => {
+                            assert!(given.cost >= 1);
+                            assert_valid_limits(&given.limits, &settings);
+                        }
+                        KeyRule::Policy { cost, .. } => assert!(*cost >= 1),
+                    }
+                }
             }
             Err(err) => assert_error_reply(&err.message()),
         }

@@ -7,6 +7,7 @@
 //! path that could panic on odd bytes is ever used.
 
 pub mod limit;
+pub mod multi;
 pub mod reset;
 pub mod testing;
 pub mod throttle;

@@ -68,6 +68,8 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_ServerInfoGetFieldC,
         RedisModule_FreeServerInfo,
         RedisModule_SetCommandInfo,
+        RedisModule_IsKeysPositionRequest,
+        RedisModule_KeyAtPos,
     );
     missing
 }

@@ -60,6 +60,31 @@ impl<'ctx> Args<'ctx> {
     }
 }
 
+/// Whether the server calls a `getkeys-api` command only to learn where its keys are
+/// (Redis 7.0's Cluster routing does, its key specs aside): the handler then reports
+/// them with [`report_keys`] and neither runs nor replies.
+#[inline]
+pub fn is_keys_position_request(ctx: &Context) -> bool {
+    // SAFETY: ctx is the live context of the running command.
+    unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx.ctx) != 0 }
+}
+
+/// Reports the arguments at `positions` as keys, for a keys position request; positions
+/// outside `args` are skipped (the server would read past its argument vector).
+pub fn report_keys(ctx: &Context, args: Args<'_>, positions: std::ops::Range<usize>) {
+    for position in positions {
+        let Ok(at) = c_int::try_from(position) else {
+            return;
+        };
+        if position == 0 || position >= args.len() {
+            return;
+        }
+        // SAFETY: ctx is the live context of a keys position request, and `at` indexes an
+        // argument of its vector (checked above).
+        unsafe { api!(RedisModule_KeyAtPos)(ctx.ctx, at) };
+    }
+}
+
 /// What the server calls for a command.
 pub type Callback = unsafe extern "C" fn(
     *mut raw::RedisModuleCtx,
@@ -185,20 +210,82 @@ pub fn command_known(ctx: &Context, call: &[&[u8]]) -> bool {
     }
 }
 
+/// Keys counted by an argument, as `numkeys key [key ...]`: the key spec of a command
+/// registered without key positions (`0, 0, 0`), which Cluster routes by (and answers
+/// `CROSSSLOT` for), ACL key patterns apply to, and `COMMAND GETKEYS` reads.
+#[derive(Debug, Clone, Copy)]
+pub struct CountedKeys {
+    /// The argument index of the count (1: right after the name); the keys follow it.
+    pub count_at: c_int,
+    /// The command may write its keys (else it only reads them).
+    pub writes: bool,
+}
+
+impl CountedKeys {
+    /// The key spec, and the zeroed one that ends the server's array.
+    fn specs(self) -> [raw::RedisModuleCommandKeySpec; 2] {
+        let flags = if self.writes {
+            raw::REDISMODULE_CMD_KEY_RW
+                | raw::REDISMODULE_CMD_KEY_ACCESS
+                | raw::REDISMODULE_CMD_KEY_UPDATE
+        } else {
+            raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS
+        };
+        let counted = raw::RedisModuleCommandKeySpec {
+            notes: std::ptr::null(),
+            flags: u64::from(flags),
+            begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+                index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 {
+                    pos: self.count_at,
+                },
+            },
+            find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM,
+            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                keynum: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 {
+                    keynumidx: 0,
+                    firstkey: 1,
+                    keystep: 1,
+                },
+            },
+        };
+        let end = raw::RedisModuleCommandKeySpec {
+            notes: std::ptr::null(),
+            flags: 0,
+            begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INVALID,
+            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+                index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 0 },
+            },
+            find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_OMITTED,
+            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                    lastkey: 0,
+                    keystep: 0,
+                    limit: 0,
+                },
+            },
+        };
+        [counted, end]
+    }
+}
+
 /// Sets the summary, complexity and tips `COMMAND DOCS` shows for the registered command
-/// `name` (no key specs, no arity: both stay as registered).
+/// `name`, and its key spec when `keys` gives one (a command registered with key positions
+/// keeps them: pass `None`). No arity: the module checks its arguments itself.
 pub fn set_docs(
     ctx: &Context,
     name: &CStr,
     summary: &CStr,
     complexity: &CStr,
     tips: Option<&CStr>,
+    keys: Option<CountedKeys>,
 ) -> Result<(), String> {
     // SAFETY: called during load; the name is a live C string.
     let command = unsafe { api!(RedisModule_GetCommand)(ctx.ctx, name.as_ptr()) };
     if command.is_null() {
         return Err(format!("no command {name:?} to describe"));
     }
+    let mut specs = keys.map(CountedKeys::specs);
     let info = raw::RedisModuleCommandInfo {
         version: &INFO_VERSION,
         summary: summary.as_ptr(),
@@ -207,11 +294,14 @@ pub fn set_docs(
         history: std::ptr::null_mut(),
         tips: tips.map_or(std::ptr::null(), CStr::as_ptr),
         arity: 0,
-        key_specs: std::ptr::null_mut(),
+        key_specs: specs
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |specs| specs.as_mut_ptr()),
         args: std::ptr::null_mut(),
     };
-    // SAFETY: `command` was just looked up; the info and its strings are live for the
-    // call, and the server copies every string it keeps.
+    // SAFETY: `command` was just looked up; the info, its strings and the key specs (an
+    // array ended by a zeroed spec, as the server expects) are live for the call, and the
+    // server copies everything it keeps.
     let status = unsafe { api!(RedisModule_SetCommandInfo)(command, &info) };
     if status == raw::REDISMODULE_OK as c_int {
         Ok(())

@@ -22,6 +22,7 @@
 
 mod algorithm_kind;
 mod memory_key;
+mod multi;
 mod stored_value;
 #[cfg(test)]
 mod test_key;
@@ -29,12 +30,13 @@ mod tiered_check;
 
 pub use self::algorithm_kind::AlgorithmKind;
 pub use self::memory_key::MemoryKey;
+pub use self::multi::{run_all, KeyCall, KeyOutcome, MultiAction, MultiOutcome};
 pub use self::stored_value::is_state;
 pub use crate::codec::Bytes as Value;
 pub use crate::with_algorithm;
 
 use self::stored_value::read_prior;
-use self::tiered_check::{check, refund, starting_states};
+use self::tiered_check::{check, refund, starting_states, Counting};
 use crate::algorithm::{Algorithm, OutOfRange, Quota};
 use crate::decision::{Decision, NEVER};
 use smallvec::SmallVec;
@@ -126,26 +128,62 @@ pub fn run(
     expiry: impl Fn() -> Option<i64>,
     now_ms: i64,
 ) -> Result<Outcome, LimiterError> {
+    let step = match action {
+        Action::Hit { cost } => Step::Hit(cost),
+        Action::Peek { cost } => Step::Peek { cost, held: false },
+        Action::Refund { amount } => Step::Refund(amount),
+    };
     with_algorithm!(
         limits.algorithm,
-        run_with(&limits.tiers, action, stored, expiry, now_ms)
+        run_with(&limits.tiers, step, stored, expiry, now_ms)
     )
+}
+
+/// What RL.PEEK answers for `cost`, except that no tier counts it even when every tier
+/// allows: a tier that allows reports what it has now, as a tier does when another tier
+/// of its key denies. The answer for a key of a several-keys call that another key
+/// denies ([`run_all`]). Writes nothing.
+pub fn run_held(
+    limits: &Limits,
+    cost: i64,
+    stored: Option<&[u8]>,
+    expiry: impl Fn() -> Option<i64>,
+    now_ms: i64,
+) -> Result<Outcome, LimiterError> {
+    let step = Step::Peek { cost, held: true };
+    with_algorithm!(
+        limits.algorithm,
+        run_with(&limits.tiers, step, stored, expiry, now_ms)
+    )
+}
+
+/// [`Action`] as [`run_with`] takes it: a look may also be held (see [`run_held`]).
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Hit(i64),
+    Peek { cost: i64, held: bool },
+    Refund(i64),
 }
 
 fn run_with<A: Algorithm>(
     tiers: &[Quota],
-    action: Action,
+    step: Step,
     stored: Option<&[u8]>,
     expiry: impl Fn() -> Option<i64>,
     now_ms: i64,
 ) -> Result<Outcome, LimiterError> {
     let (prior, lost_expiry) = read_prior::<A>(stored, &expiry, now_ms)?;
     let start = starting_states::<A>(prior, tiers, now_ms, lost_expiry)?;
-    Ok(match action {
-        Action::Hit { cost } => check::<A>(start, tiers, now_ms, cost, true)?,
-        Action::Peek { cost } => {
+    Ok(match step {
+        Step::Hit(cost) => check::<A>(start, tiers, now_ms, cost, Counting::Writes)?,
+        Step::Peek { cost, held } => {
             let renewed = start.renewed;
-            let mut outcome = check::<A>(start, tiers, now_ms, cost, false)?;
+            let counting = if held {
+                Counting::Held
+            } else {
+                Counting::Looks
+            };
+            let mut outcome = check::<A>(start, tiers, now_ms, cost, counting)?;
             // A look cannot write the renewal, so every later call renews again from the
             // old state: the wait that surely works lasts until the old state is gone.
             let decision = &mut outcome.decision;
@@ -155,7 +193,7 @@ fn run_with<A: Algorithm>(
             }
             outcome
         }
-        Action::Refund { amount } => refund::<A>(start, tiers, now_ms, amount)?,
+        Step::Refund(amount) => refund::<A>(start, tiers, now_ms, amount)?,
     })
 }
 

@@ -78,27 +78,41 @@ pub(super) fn starting_states<A: Algorithm>(
     })
 }
 
-/// Checks `cost` in every tier: counted in all of them when every tier allows (and
-/// `writes`, which a look does not), else in none.
+/// What a check does with the units when every tier allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Counting {
+    /// Counts them and writes the new state (RL.HIT).
+    Writes,
+    /// Answers as if they were counted, writing nothing (RL.PEEK).
+    Looks,
+    /// Answers as if another key denied: nothing counted, nothing written.
+    Held,
+}
+
+/// Checks `cost` in every tier: counted in all of them when every tier allows (and the
+/// check writes, which a look does not), else in none.
 pub(super) fn check<A: Algorithm>(
     start: Start<A::State>,
     tiers: &[Quota],
     now_ms: i64,
     cost: i64,
-    writes: bool,
+    counting: Counting,
 ) -> Result<Outcome, OutOfRange> {
+    let writes = counting == Counting::Writes;
     let checks = tiers
         .iter()
         .zip(&start.states)
         .map(|(quota, state)| A::check(state.as_ref(), now_ms, quota, cost))
         .collect::<Result<PerTier<TierCheck<A::State>>, _>>()?;
     let allowed = checks.iter().all(|c| c.decision.allowed);
+    let counted = allowed && counting != Counting::Held;
     let mut decisions = PerTier::with_capacity(checks.len());
     for ((check, quota), state) in checks.iter().zip(tiers).zip(&start.states) {
-        decisions.push(if allowed || !check.decision.allowed {
+        decisions.push(if counted || !check.decision.allowed {
             check.decision
         } else {
-            // This tier would allow, but another denies, so nothing is counted here either.
+            // This tier would allow, but another tier (or key) denies, so nothing is
+            // counted here either.
             let now = A::view(state.as_ref(), now_ms, quota)?;
             Decision {
                 remaining: now.remaining,
