@@ -81,8 +81,10 @@ pub(crate) mod checked {
 
 /// One rate-limiting algorithm. Implemented by unit structs; `limiter` is generic over it.
 pub trait Algorithm {
-    /// The per-tier state a key stores for this algorithm.
-    type State: Clone + std::fmt::Debug + PartialEq;
+    /// The per-tier state a key stores for this algorithm. It may borrow the stored value
+    /// it was decoded from (`'a`): the exact log keeps its entries where they are stored,
+    /// so that a call copies none it leaves alone.
+    type State<'a>: Clone + std::fmt::Debug + PartialEq;
 
     /// The byte that identifies this algorithm in a stored value.
     const ID: u8;
@@ -93,16 +95,20 @@ pub trait Algorithm {
     /// check succeeds if nothing else is counted meanwhile, or `NEVER` if cost > capacity. `state` is `None` for a key with no state.
     /// A state that has ended by `now_ms` must read as no state; a `now_ms` earlier than
     /// the state's times (the clock went back) counts as no time passed.
-    fn check(
-        state: Option<&Self::State>,
+    fn check<'a>(
+        state: Option<&Self::State<'a>>,
         now_ms: i64,
         quota: &Quota,
         cost: i64,
-    ) -> Result<TierCheck<Self::State>, OutOfRange>;
+    ) -> Result<TierCheck<Self::State<'a>>, OutOfRange>;
 
     /// How the tier looks at `now_ms` without counting: the `remaining` and
     /// `reset_after_ms` a denied check would report.
-    fn view(state: Option<&Self::State>, now_ms: i64, quota: &Quota) -> Result<View, OutOfRange>;
+    fn view(
+        state: Option<&Self::State<'_>>,
+        now_ms: i64,
+        quota: &Quota,
+    ) -> Result<View, OutOfRange>;
 
     /// The most units the tier can hold: `limit`, or `burst` for the bucket algorithms.
     /// It is the `limit` field of the reply.
@@ -119,41 +125,41 @@ pub trait Algorithm {
 
     /// Gives back up to `amount` (>= 1) units counted in the current window or bucket,
     /// never below empty. `None` when there is nothing to give back (nothing is written).
-    fn refund(
-        state: Option<&Self::State>,
+    fn refund<'a>(
+        state: Option<&Self::State<'a>>,
         now_ms: i64,
         quota: &Quota,
         amount: i64,
-    ) -> Option<Self::State>;
+    ) -> Option<Self::State<'a>>;
 
     /// Units this state counts against the limit at `now_ms`, rounded up; 0 for an ended
     /// state. Used to carry usage over when a key's parameters change.
-    fn used(state: &Self::State, now_ms: i64, quota: &Quota) -> i64;
+    fn used(state: &Self::State<'_>, now_ms: i64, quota: &Quota) -> i64;
 
     /// A state that counts `used` units (0..=capacity) at `now_ms`, and lets them go
     /// within one window: the start of a key whose parameters changed.
-    fn seeded(used: i64, now_ms: i64, quota: &Quota) -> Result<Self::State, OutOfRange>;
+    fn seeded<'a>(used: i64, now_ms: i64, quota: &Quota) -> Result<Self::State<'a>, OutOfRange>;
 
     /// The absolute time (ms, rounded up) from which `state` is the same as no state: the
     /// key's expiry.
-    fn expires_at_ms(state: &Self::State, quota: &Quota) -> i64;
+    fn expires_at_ms(state: &Self::State<'_>, quota: &Quota) -> i64;
 
     /// The state a plain decimal count with the key's expiry stands for (see `encoding`).
     /// Only the fixed window writes that form; for the others it is another algorithm's
     /// state, whose usage `limiter` carries over.
-    fn from_plain_count(_count: i64, _expires_at_ms: i64) -> Option<Self::State> {
+    fn from_plain_count<'a>(_count: i64, _expires_at_ms: i64) -> Option<Self::State<'a>> {
         None
     }
 
     /// Whether a state stored without its parameters (a plain count) can be read under
     /// `quota` as it is; if not, `limiter` renews it from its usage.
-    fn fits_unrecorded(_state: &Self::State, _quota: &Quota) -> bool {
+    fn fits_unrecorded(_state: &Self::State<'_>, _quota: &Quota) -> bool {
         true
     }
 
     /// The plain decimal count that stands for `state` when it is a key's only tier (see
     /// `encoding`), or `None` if this algorithm does not use that form.
-    fn to_plain_count(_state: &Self::State) -> Option<i64> {
+    fn to_plain_count(_state: &Self::State<'_>) -> Option<i64> {
         None
     }
 
@@ -161,18 +167,18 @@ pub trait Algorithm {
     /// ([`expires_at_ms`](Self::expires_at_ms)), stands for `state`, so that the stored
     /// value need not repeat the time (the short form in `encoding`). `None` if the
     /// algorithm has no such form.
-    fn to_short(_state: &Self::State, _expires_at_ms: i64) -> Option<i64> {
+    fn to_short(_state: &Self::State<'_>, _expires_at_ms: i64) -> Option<i64> {
         None
     }
 
     /// The state that [`to_short`](Self::to_short) gave `short` for, with the key's expiry.
-    fn from_short(_short: i64, _expires_at_ms: i64) -> Option<Self::State> {
+    fn from_short<'a>(_short: i64, _expires_at_ms: i64) -> Option<Self::State<'a>> {
         None
     }
 
     /// Appends the state's bytes (see `codec`).
-    fn encode(state: &Self::State, out: &mut Bytes);
+    fn encode(state: &Self::State<'_>, out: &mut Bytes);
 
     /// Reads a state written by [`encode`](Self::encode); `None` if the bytes are not one.
-    fn decode(reader: &mut Reader<'_>) -> Option<Self::State>;
+    fn decode<'a>(reader: &mut Reader<'a>) -> Option<Self::State<'a>>;
 }

@@ -191,18 +191,18 @@ impl Rate {
 pub struct Bucket<const ID: u8>;
 
 impl<const ID: u8> Algorithm for Bucket<ID> {
-    type State = BucketState;
+    type State<'a> = BucketState;
     const ID: u8 = ID;
 
     /// Checks whether `cost` units fit at `now_ms` and, when they do, returns the state
     /// with them counted. A cost of 0 checks without taking anything (allowed unless the
     /// bucket is over-full); a negative cost counts as 0.
-    fn check(
-        state: Option<&BucketState>,
+    fn check<'a>(
+        state: Option<&Self::State<'a>>,
         now_ms: i64,
         quota: &Quota,
         cost: i64,
-    ) -> Result<TierCheck<BucketState>, OutOfRange> {
+    ) -> Result<TierCheck<Self::State<'a>>, OutOfRange> {
         let rate = Rate::new(quota)?;
         let now = rate.now(now_ms)?;
         let fill = rate.fill(state, now)?;
@@ -266,12 +266,12 @@ impl<const ID: u8> Algorithm for Bucket<ID> {
 
     /// Moves the TAT back by `amount * T`, never before `now_ms` (never above capacity).
     /// `None` when nothing changes: no state, an empty bucket, or `amount` < 1.
-    fn refund(
-        state: Option<&BucketState>,
+    fn refund<'a>(
+        state: Option<&Self::State<'a>>,
         now_ms: i64,
         quota: &Quota,
         amount: i64,
-    ) -> Option<BucketState> {
+    ) -> Option<Self::State<'a>> {
         let state = state.filter(|_| amount >= 1)?;
         let rate = Rate::new(quota).ok()?;
         let now = rate.now(now_ms).ok()?;
@@ -298,7 +298,7 @@ impl<const ID: u8> Algorithm for Bucket<ID> {
     }
 
     /// The state that counts `used` units at `now_ms`: TAT = now + used * T.
-    fn seeded(used: i64, now_ms: i64, quota: &Quota) -> Result<BucketState, OutOfRange> {
+    fn seeded<'a>(used: i64, now_ms: i64, quota: &Quota) -> Result<Self::State<'a>, OutOfRange> {
         let rate = Rate::new(quota)?;
         let tat = add(
             rate.now(now_ms)?,
@@ -324,7 +324,7 @@ impl<const ID: u8> Algorithm for Bucket<ID> {
     }
 
     /// The state [`to_short`](Self::to_short) stood for.
-    fn from_short(short: i64, expires_at_ms: i64) -> Option<BucketState> {
+    fn from_short<'a>(short: i64, expires_at_ms: i64) -> Option<Self::State<'a>> {
         if !(0..1_000_000).contains(&short) {
             return None;
         }

@@ -177,10 +177,10 @@ pub fn encode_short<A: Algorithm>(quota: &Quota, short: i64) -> Option<Bytes> {
 pub type StoredTiers<S> = SmallVec<[(Quota, S); 2]>;
 
 /// Reads `count` tiers of algorithm `A` from `body`, which must hold exactly that.
-pub fn decode_tiers<A: Algorithm>(
-    mut body: Reader<'_>,
+pub fn decode_tiers<'a, A: Algorithm>(
+    mut body: Reader<'a>,
     count: usize,
-) -> Option<StoredTiers<A::State>> {
+) -> Option<StoredTiers<A::State<'a>>> {
     let mut tiers = SmallVec::with_capacity(count);
     for _ in 0..count {
         let quota = Quota {
@@ -194,7 +194,7 @@ pub fn decode_tiers<A: Algorithm>(
 }
 
 /// Writes tiers of algorithm `A` (parameters and states, pairwise) in the tiers form.
-pub fn encode_tiers<A: Algorithm>(tiers: &[Quota], states: &[A::State]) -> Bytes {
+pub fn encode_tiers<A: Algorithm>(tiers: &[Quota], states: &[A::State<'_>]) -> Bytes {
     let mut out = Bytes::new();
     let count = tiers.len().min(states.len()).min(MAX_TIERS);
     out.push(FORMAT_V1);

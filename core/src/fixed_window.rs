@@ -72,15 +72,15 @@ fn current_window(
 }
 
 impl Algorithm for Fixed {
-    type State = WindowState;
+    type State<'a> = WindowState;
     const ID: u8 = 1;
 
-    fn check(
-        state: Option<&WindowState>,
+    fn check<'a>(
+        state: Option<&Self::State<'a>>,
         now_ms: i64,
         quota: &Quota,
         cost: i64,
-    ) -> Result<TierCheck<WindowState>, OutOfRange> {
+    ) -> Result<TierCheck<Self::State<'a>>, OutOfRange> {
         let window = current_window(state, now_ms, quota.window_ms)?;
         let until_end = window.ends_at_ms - now_ms;
         let fits = window
@@ -129,12 +129,12 @@ impl Algorithm for Fixed {
         })
     }
 
-    fn refund(
-        state: Option<&WindowState>,
+    fn refund<'a>(
+        state: Option<&Self::State<'a>>,
         now_ms: i64,
         _quota: &Quota,
         amount: i64,
-    ) -> Option<WindowState> {
+    ) -> Option<Self::State<'a>> {
         let state = state.filter(|s| s.ends_at_ms > now_ms && s.count > 0)?;
         Some(WindowState {
             count: state.count - amount.min(state.count),
@@ -150,7 +150,7 @@ impl Algorithm for Fixed {
         }
     }
 
-    fn seeded(used: i64, now_ms: i64, quota: &Quota) -> Result<WindowState, OutOfRange> {
+    fn seeded<'a>(used: i64, now_ms: i64, quota: &Quota) -> Result<Self::State<'a>, OutOfRange> {
         Ok(WindowState {
             count: used,
             ends_at_ms: aligned_end(now_ms, quota.window_ms)?,
@@ -161,7 +161,7 @@ impl Algorithm for Fixed {
         state.ends_at_ms
     }
 
-    fn from_plain_count(count: i64, expires_at_ms: i64) -> Option<WindowState> {
+    fn from_plain_count<'a>(count: i64, expires_at_ms: i64) -> Option<Self::State<'a>> {
         Some(WindowState {
             count,
             ends_at_ms: expires_at_ms,
@@ -203,7 +203,7 @@ mod tests {
     const T0: i64 = 1_796_083_200_000;
 
     /// Runs `cases` against one key (see `scenario`).
-    fn run(quota: Quota, cases: &[Case]) -> Option<<Fixed as Algorithm>::State> {
+    fn run(quota: Quota, cases: &[Case]) -> Option<<Fixed as Algorithm>::State<'static>> {
         scenario::run::<Fixed>(quota, cases)
     }
 

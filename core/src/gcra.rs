@@ -81,7 +81,7 @@ mod tests {
     const NS: i64 = 1_000_000;
 
     /// Runs `cases` against one key (see `scenario`).
-    fn run(quota: Quota, cases: &[Case]) -> Option<<Gcra as Algorithm>::State> {
+    fn run(quota: Quota, cases: &[Case]) -> Option<<Gcra as Algorithm>::State<'static>> {
         scenario::run::<Gcra>(quota, cases)
     }
 

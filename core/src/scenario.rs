@@ -24,7 +24,7 @@ pub fn case(at: i64, cost: i64, allowed: bool, remaining: i64, reset: i64, retry
 /// Runs `cases` against one key of algorithm `A`, storing what the core returns as RL.HIT
 /// would (a state exactly when allowed), and returns the last stored state. The expected
 /// `limit` is the algorithm's capacity.
-pub fn run<A: Algorithm>(quota: Quota, cases: &[Case]) -> Option<A::State> {
+pub fn run<A: Algorithm>(quota: Quota, cases: &[Case]) -> Option<A::State<'static>> {
     let mut stored = None;
     for (n, c) in cases.iter().enumerate() {
         let hit = A::check(stored.as_ref(), c.at, &quota, c.cost).expect("time in range");

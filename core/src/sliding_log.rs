@@ -100,18 +100,18 @@ impl From<Corrupt> for OutOfRange {
 
 /// A log as it stands at one moment.
 #[derive(Debug, Clone)]
-struct Seen {
+struct Seen<'a> {
     /// The time the moment counts as: `now`, or the newest entry's time if that is later.
     at_ms: i64,
     /// The entries still in the window at `at_ms`, if any.
-    live: Option<LogState>,
+    live: Option<LogState<'a>>,
     /// Their units.
     used: i128,
     window: i64,
 }
 
-impl Seen {
-    fn at(state: Option<&LogState>, now_ms: i64, window_ms: i64) -> Result<Self, OutOfRange> {
+impl<'a> Seen<'a> {
+    fn at(state: Option<&LogState<'a>>, now_ms: i64, window_ms: i64) -> Result<Self, OutOfRange> {
         if window_ms < 1 {
             return Err(OutOfRange);
         }
@@ -170,7 +170,11 @@ impl Seen {
 }
 
 /// Until the newest unit `live` counts leaves the window.
-fn reset_after(live: Option<&LogState>, window_ms: i64, now_ms: i64) -> Result<i64, OutOfRange> {
+fn reset_after(
+    live: Option<&LogState<'_>>,
+    window_ms: i64,
+    now_ms: i64,
+) -> Result<i64, OutOfRange> {
     match live.and_then(LogState::newest_counted_ms) {
         Some(at_ms) => to_i64(i128::from(at_ms) + i128::from(window_ms) - i128::from(now_ms)),
         None => Ok(0),
@@ -179,7 +183,7 @@ fn reset_after(live: Option<&LogState>, window_ms: i64, now_ms: i64) -> Result<i
 
 /// `live` with `cost` units logged at `at_ms` (not before its newest entry): merged into
 /// the newest entry at that ms, or after it, in place of a marker.
-fn logged(live: Option<LogState>, at_ms: i64, cost: i64) -> Result<LogState, OutOfRange> {
+fn logged(live: Option<LogState<'_>>, at_ms: i64, cost: i64) -> Result<LogState<'_>, OutOfRange> {
     let entry = Entry { at_ms, units: cost };
     let Some(mut state) = live else {
         return Ok(LogState::single(entry));
@@ -201,16 +205,16 @@ fn logged(live: Option<LogState>, at_ms: i64, cost: i64) -> Result<LogState, Out
 }
 
 impl Algorithm for Log {
-    type State = LogState;
+    type State<'a> = LogState<'a>;
     const ID: u8 = 3;
 
     /// `cost` below 1 is refused with `OutOfRange` (the parser never passes one).
-    fn check(
-        state: Option<&LogState>,
+    fn check<'a>(
+        state: Option<&Self::State<'a>>,
         now_ms: i64,
         quota: &Quota,
         cost: i64,
-    ) -> Result<TierCheck<LogState>, OutOfRange> {
+    ) -> Result<TierCheck<Self::State<'a>>, OutOfRange> {
         if cost < 1 {
             return Err(OutOfRange);
         }
@@ -256,12 +260,12 @@ impl Algorithm for Log {
     /// Takes units off the newest entries in the window first. An entry left with no
     /// units is dropped, except the newest, which stays as a marker of the latest time a
     /// hit was logged at. Reads and rewrites every entry.
-    fn refund(
-        state: Option<&LogState>,
+    fn refund<'a>(
+        state: Option<&Self::State<'a>>,
         now_ms: i64,
         quota: &Quota,
         amount: i64,
-    ) -> Option<LogState> {
+    ) -> Option<Self::State<'a>> {
         if amount < 1 {
             return None;
         }
@@ -300,7 +304,7 @@ impl Algorithm for Log {
     }
 
     /// One entry at `now_ms` with all `used` units (a marker when `used` is 0).
-    fn seeded(used: i64, now_ms: i64, quota: &Quota) -> Result<LogState, OutOfRange> {
+    fn seeded<'a>(used: i64, now_ms: i64, quota: &Quota) -> Result<Self::State<'a>, OutOfRange> {
         if quota.window_ms < 1 || now_ms.checked_add(quota.window_ms).is_none() {
             return Err(OutOfRange);
         }
@@ -332,7 +336,7 @@ impl Algorithm for Log {
     /// Reads either layout. Refuses an empty log, more than the entries a state keeps,
     /// times that do not strictly increase, entries without units other than the newest,
     /// and a header that disagrees with itself or with the newest entry.
-    fn decode(reader: &mut Reader<'_>) -> Option<LogState> {
+    fn decode<'a>(reader: &mut Reader<'a>) -> Option<Self::State<'a>> {
         layout::decode(reader)
     }
 }
@@ -354,12 +358,12 @@ mod tests {
     }
 
     /// A state of these entries, built as a check would.
-    fn logged(entries: &[Entry]) -> LogState {
+    fn logged(entries: &[Entry]) -> LogState<'static> {
         LogState::from_entries(entries).expect("times that increase")
     }
 
     /// Runs `cases` against one key (see `scenario`).
-    fn run(quota: Quota, cases: &[Case]) -> Option<<Log as Algorithm>::State> {
+    fn run(quota: Quota, cases: &[Case]) -> Option<<Log as Algorithm>::State<'static>> {
         scenario::run::<Log>(quota, cases)
     }
 

@@ -216,16 +216,16 @@ impl Seen {
 }
 
 impl Algorithm for Sliding {
-    type State = SlidingState;
+    type State<'a> = SlidingState;
     const ID: u8 = 2;
 
     /// `cost` below 1 is refused with `OutOfRange` (the parser never passes one).
-    fn check(
-        state: Option<&SlidingState>,
+    fn check<'a>(
+        state: Option<&Self::State<'a>>,
         now_ms: i64,
         quota: &Quota,
         cost: i64,
-    ) -> Result<TierCheck<SlidingState>, OutOfRange> {
+    ) -> Result<TierCheck<Self::State<'a>>, OutOfRange> {
         if cost < 1 {
             return Err(OutOfRange);
         }
@@ -274,12 +274,12 @@ impl Algorithm for Sliding {
 
     /// Gives back from the current window's count only; the previous window's units are
     /// history.
-    fn refund(
-        state: Option<&SlidingState>,
+    fn refund<'a>(
+        state: Option<&Self::State<'a>>,
         now_ms: i64,
         quota: &Quota,
         amount: i64,
-    ) -> Option<SlidingState> {
+    ) -> Option<Self::State<'a>> {
         if amount < 1 {
             return None;
         }
@@ -309,7 +309,7 @@ impl Algorithm for Sliding {
     /// the aligned window `now_ms` falls in would hold them for up to two windows.) The
     /// key's windows are then aligned to `now_ms` rather than to the epoch until it
     /// lapses, which changes nothing else.
-    fn seeded(used: i64, now_ms: i64, quota: &Quota) -> Result<SlidingState, OutOfRange> {
+    fn seeded<'a>(used: i64, now_ms: i64, quota: &Quota) -> Result<Self::State<'a>, OutOfRange> {
         if quota.window_ms < 1 {
             return Err(OutOfRange);
         }
@@ -357,7 +357,7 @@ mod tests {
     const T0: i64 = 1_796_083_200_000;
 
     /// Runs `cases` against one key (see `scenario`).
-    fn run(quota: Quota, cases: &[Case]) -> Option<<Sliding as Algorithm>::State> {
+    fn run(quota: Quota, cases: &[Case]) -> Option<<Sliding as Algorithm>::State<'static>> {
         scenario::run::<Sliding>(quota, cases)
     }
 

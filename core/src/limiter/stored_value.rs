@@ -21,11 +21,11 @@ pub(super) enum Prior<S> {
 
 /// What a key's value means, and whether the key lost the expiry its state needs (see
 /// [`lost_expiry_usage`]).
-pub(super) fn read_prior<A: Algorithm>(
-    stored: Option<&[u8]>,
+pub(super) fn read_prior<'a, A: Algorithm>(
+    stored: Option<&'a [u8]>,
     expiry: impl Fn() -> Option<i64>,
     now_ms: i64,
-) -> Result<(Prior<A::State>, bool), LimiterError> {
+) -> Result<(Prior<A::State<'a>>, bool), LimiterError> {
     let Some(bytes) = stored else {
         return Ok((Prior::Empty, false));
     };

@@ -22,12 +22,12 @@ pub(super) struct Start<S> {
 /// The stored states when they were written with the request's parameters and last no
 /// longer than their span from now; else states seeded with the units the old ones still
 /// count (a renewal, see the module docs of [`limiter`](super)).
-pub(super) fn starting_states<A: Algorithm>(
-    prior: Prior<A::State>,
+pub(super) fn starting_states<'a, A: Algorithm>(
+    prior: Prior<A::State<'a>>,
     tiers: &[Quota],
     now_ms: i64,
     lost_expiry: bool,
-) -> Result<Start<A::State>, OutOfRange> {
+) -> Result<Start<A::State<'a>>, OutOfRange> {
     let empty = || Start {
         states: std::iter::repeat_n(None, tiers.len()).collect(),
         renewed: false,
@@ -91,8 +91,8 @@ pub(super) enum Counting {
 
 /// Checks `cost` in every tier: counted in all of them when every tier allows (and the
 /// check writes, which a look does not), else in none.
-pub(super) fn check<A: Algorithm>(
-    start: Start<A::State>,
+pub(super) fn check<'a, A: Algorithm>(
+    start: Start<A::State<'a>>,
     tiers: &[Quota],
     now_ms: i64,
     cost: i64,
@@ -103,7 +103,7 @@ pub(super) fn check<A: Algorithm>(
         .iter()
         .zip(&start.states)
         .map(|(quota, state)| A::check(state.as_ref(), now_ms, quota, cost))
-        .collect::<Result<PerTier<TierCheck<A::State>>, _>>()?;
+        .collect::<Result<PerTier<TierCheck<A::State<'a>>>, _>>()?;
     let allowed = checks.iter().all(|c| c.decision.allowed);
     let counted = allowed && counting != Counting::Held;
     let mut decisions = PerTier::with_capacity(checks.len());
@@ -124,7 +124,8 @@ pub(super) fn check<A: Algorithm>(
     let write = if !writes {
         Write::Nothing
     } else if allowed {
-        let charged: Option<PerTier<A::State>> = checks.into_iter().map(|c| c.charged).collect();
+        let charged: Option<PerTier<A::State<'a>>> =
+            checks.into_iter().map(|c| c.charged).collect();
         charged.map_or(Write::Nothing, |states| store::<A>(tiers, &states, now_ms))
     } else if start.renewed || start.lost_expiry {
         match renewal::<A>(tiers, start.states, now_ms) {
@@ -144,15 +145,15 @@ pub(super) fn check<A: Algorithm>(
 
 /// Gives back up to `amount` units in every tier, never below empty; an emptied key is
 /// deleted.
-pub(super) fn refund<A: Algorithm>(
-    start: Start<A::State>,
+pub(super) fn refund<'a, A: Algorithm>(
+    start: Start<A::State<'a>>,
     tiers: &[Quota],
     now_ms: i64,
     amount: i64,
 ) -> Result<Outcome, OutOfRange> {
     // Units counted under other parameters were not charged by this request's rules:
     // there is nothing of them to give back.
-    let refunded: PerTier<Option<A::State>> = if start.renewed {
+    let refunded: PerTier<Option<A::State<'a>>> = if start.renewed {
         std::iter::repeat_n(None, tiers.len()).collect()
     } else {
         tiers
@@ -162,7 +163,7 @@ pub(super) fn refund<A: Algorithm>(
             .collect()
     };
     let changed = refunded.iter().any(Option::is_some);
-    let states: PerTier<Option<A::State>> = refunded
+    let states: PerTier<Option<A::State<'a>>> = refunded
         .into_iter()
         .zip(start.states)
         .map(|(new, old)| new.or(old))
@@ -181,7 +182,7 @@ pub(super) fn refund<A: Algorithm>(
     let write = if !changed {
         Write::Nothing
     } else {
-        let states: Option<PerTier<A::State>> = states.into_iter().collect();
+        let states: Option<PerTier<A::State<'a>>> = states.into_iter().collect();
         match states {
             Some(states)
                 if states
@@ -205,14 +206,18 @@ pub(super) fn refund<A: Algorithm>(
 
 /// The write that keeps a renewal, or a state that lost its expiry, when nothing is
 /// counted: so the announced wait holds, and the key goes when its state does.
-fn renewal<A: Algorithm>(tiers: &[Quota], states: PerTier<Option<A::State>>, now_ms: i64) -> Write {
-    let states: Option<PerTier<A::State>> = states.into_iter().collect();
+fn renewal<'a, A: Algorithm>(
+    tiers: &[Quota],
+    states: PerTier<Option<A::State<'a>>>,
+    now_ms: i64,
+) -> Write {
+    let states: Option<PerTier<A::State<'a>>> = states.into_iter().collect();
     states.map_or(Write::Nothing, |states| store::<A>(tiers, &states, now_ms))
 }
 
 /// The write that stores `states`: a plain count where the algorithm uses one, else the
 /// tiers form; the key expires when the last tier's state is the same as no state.
-fn store<A: Algorithm>(tiers: &[Quota], states: &[A::State], now_ms: i64) -> Write {
+fn store<A: Algorithm>(tiers: &[Quota], states: &[A::State<'_>], now_ms: i64) -> Write {
     let expires_at_ms = states
         .iter()
         .zip(tiers)

@@ -29,7 +29,7 @@ pub(super) const MAX_PAIR_LEN: usize = 20;
 
 /// Appends `state` in the header layout, or in the plain one for a state read from it and
 /// not changed since.
-pub(super) fn encode(state: &LogState, out: &mut Bytes) {
+pub(super) fn encode(state: &LogState<'_>, out: &mut Bytes) {
     let oldest = state.oldest();
     let count = i64::try_from(state.count()).unwrap_or(i64::MAX);
     // One allocation for a long log, not one per doubling: the header takes at most 77.
@@ -55,7 +55,7 @@ pub(super) fn encode(state: &LogState, out: &mut Bytes) {
 }
 
 /// Reads a state in either layout; `None` for bytes this module did not write.
-pub(super) fn decode(reader: &mut Reader<'_>) -> Option<LogState> {
+pub(super) fn decode<'a>(reader: &mut Reader<'a>) -> Option<LogState<'a>> {
     let mut peek = reader.clone();
     if peek.byte()? == HEADER {
         *reader = peek;
@@ -65,7 +65,7 @@ pub(super) fn decode(reader: &mut Reader<'_>) -> Option<LogState> {
     }
 }
 
-fn decode_header(reader: &mut Reader<'_>) -> Option<LogState> {
+fn decode_header<'a>(reader: &mut Reader<'a>) -> Option<LogState<'a>> {
     let count = usize::try_from(reader.positive()?).ok()?;
     if count > MAX_ENTRIES {
         return None;
@@ -134,7 +134,7 @@ fn varint_start(bytes: &[u8], end: usize) -> Option<usize> {
 /// The plain layout, entry by entry: refuses an empty log, more than the entries a state
 /// keeps, times that do not strictly increase, and entries without units other than the
 /// newest.
-fn decode_plain(reader: &mut Reader<'_>) -> Option<LogState> {
+fn decode_plain<'a>(reader: &mut Reader<'a>) -> Option<LogState<'a>> {
     let count = usize::try_from(reader.positive()?).ok()?;
     if count > MAX_ENTRIES {
         return None;
@@ -194,7 +194,7 @@ mod tests {
         }
     }
 
-    fn tiers_of(value: &[u8]) -> Vec<(Quota, LogState)> {
+    fn tiers_of(value: &[u8]) -> Vec<(Quota, LogState<'_>)> {
         let Some(StoredForm::Tiers { body, count, .. }) = classify(value) else {
             panic!("not the tiers form: {value:?}");
         };
@@ -269,7 +269,7 @@ mod tests {
     }
 
     /// A header state of four entries, the newest a marker.
-    fn four() -> LogState {
+    fn four() -> LogState<'static> {
         let entries = [
             entry(T0, 1),
             entry(T0 + 1, 2),
@@ -392,7 +392,8 @@ mod tests {
                         ..
                     }) = Log::check(Some(&state), now, &quota, cost)
                     {
-                        let again = decode(&mut Reader::new(&encoded(&charged)));
+                        let bytes = encoded(&charged);
+                        let again = decode(&mut Reader::new(&bytes));
                         assert_eq!(again, Some(charged), "{value:?} at T0 + {}", now - T0);
                     }
                 }
@@ -702,7 +703,8 @@ mod tests {
                     if let Ok(TierCheck { charged: Some(charged), .. }) =
                         Log::check(Some(&read), now, &quota, cost)
                     {
-                        let again = decode(&mut Reader::new(&encoded(&charged)));
+                        let bytes = encoded(&charged);
+                        let again = decode(&mut Reader::new(&bytes));
                         prop_assert_eq!(again, Some(charged));
                     }
                     let _ = Log::view(Some(&read), now, &quota);

@@ -4,16 +4,15 @@
 //! The newest and the oldest entry, the entry count and the units of all entries are kept
 //! apart; the entries after the oldest stay encoded as (gap, units) varint pairs, as in
 //! the stored value. Dropping the oldest entries reads pairs from the front; logging a hit
-//! writes one pair at the end (or rewrites the newest). The decoded pairs are shared
-//! between a state and the states made from it, so a check copies no entry it leaves
-//! alone.
+//! writes one pair at the end (or rewrites the newest). A decoded state borrows its pairs
+//! from the stored value, and the states made from it share them, so a check copies no
+//! entry it leaves alone (only encoding the new value does).
 //!
 //! Pairs that are read are checked against the rest (times that increase, units where
 //! they must be, the count and the units in all entries): a mismatch is [`Corrupt`].
 
 use super::layout::MAX_PAIR_LEN;
 use crate::codec::{put_varint, varint_len, Bytes, Reader};
-use std::sync::Arc;
 
 /// Units logged at one ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,36 +28,30 @@ pub struct Entry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Corrupt;
 
-/// Encoded (gap, units) pairs: a shared slice of a decoded value, then pairs written
-/// since. Both parts start and end on a pair.
+/// Encoded (gap, units) pairs: a part of the stored value (borrowed, never copied), then
+/// pairs written since. Both parts start and end on a pair.
 #[derive(Debug, Clone)]
-struct Pairs {
-    shared: Option<Arc<[u8]>>,
+struct Pairs<'a> {
+    stored: &'a [u8],
     from: usize,
     to: usize,
     tail: Bytes,
 }
 
-impl Pairs {
+impl<'a> Pairs<'a> {
     fn empty() -> Self {
         Pairs {
-            shared: None,
+            stored: &[],
             from: 0,
             to: 0,
             tail: Bytes::new(),
         }
     }
 
-    /// Pairs as stored. Short ones are kept inline: no allocation for a small log.
-    fn stored(bytes: &[u8]) -> Self {
-        if bytes.len() <= Bytes::new().inline_size() {
-            return Pairs {
-                tail: Bytes::from_slice(bytes),
-                ..Pairs::empty()
-            };
-        }
+    /// Pairs as stored.
+    fn stored(bytes: &'a [u8]) -> Self {
         Pairs {
-            shared: Some(Arc::from(bytes)),
+            stored: bytes,
             from: 0,
             to: bytes.len(),
             tail: Bytes::new(),
@@ -67,12 +60,8 @@ impl Pairs {
 
     /// The two parts, in order.
     fn parts(&self) -> [&[u8]; 2] {
-        let shared = self
-            .shared
-            .as_deref()
-            .and_then(|s| s.get(self.from..self.to))
-            .unwrap_or(&[]);
-        [shared, &self.tail]
+        let stored = self.stored.get(self.from..self.to).unwrap_or(&[]);
+        [stored, &self.tail]
     }
 
     fn len(&self) -> usize {
@@ -147,7 +136,7 @@ impl Iterator for PairIter<'_> {
 /// One sliding-log tier: entries with strictly increasing times, never empty. Built only
 /// by the log (checks, refunds, seeding, decoding), which keeps those rules.
 #[derive(Debug, Clone)]
-pub struct LogState {
+pub struct LogState<'a> {
     /// Entries, >= 1.
     count: usize,
     /// Units in all entries (an `i128`: entries of up to `i64::MAX` units each).
@@ -160,14 +149,14 @@ pub struct LogState {
     /// Bytes of the newest entry's pair (0 with one entry).
     last_pair_len: usize,
     /// The entries after the oldest.
-    pairs: Pairs,
+    pairs: Pairs<'a>,
     /// Decoded from the layout before the header existed, and not changed since: written
     /// back the same way (see `layout`).
     pub(super) legacy: bool,
 }
 
 /// Equal when they hold the same entries, however their bytes are shared.
-impl PartialEq for LogState {
+impl PartialEq for LogState<'_> {
     fn eq(&self, other: &Self) -> bool {
         let bytes = |s: &Self| {
             let [a, b] = s.pairs.parts();
@@ -189,7 +178,7 @@ impl PartialEq for LogState {
     }
 }
 
-impl LogState {
+impl<'a> LogState<'a> {
     /// One entry.
     pub(super) fn single(entry: Entry) -> Self {
         LogState {
@@ -226,7 +215,7 @@ impl LogState {
         newest: Entry,
         last_gap: i64,
         last_pair_len: usize,
-        pairs: &[u8],
+        pairs: &'a [u8],
     ) -> Self {
         LogState {
             count,
