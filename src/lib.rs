@@ -8,6 +8,7 @@
 mod command;
 mod command_docs;
 mod config;
+mod listeners;
 mod metrics;
 mod policy;
 mod propagation;
@@ -57,6 +58,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let persistence =
         policy::rdb::register(ctx, opted_in).and_then(|()| policy::rdb::subscribe_to_loading(ctx));
     if let Err(err) = persistence {
+        ctx.log_warning(&format!("ratelimit: {err}"));
+        return Status::Err;
+    }
+    if let Err(err) = server::events::subscribe_to_replication::<listeners::Events>(ctx) {
         ctx.log_warning(&format!("ratelimit: {err}"));
         return Status::Err;
     }

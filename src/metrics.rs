@@ -36,6 +36,8 @@ static SHADOW_DENIED: AtomicU64 = AtomicU64::new(0);
 /// Effects the server refused to propagate (the command was answered with an error and
 /// wrote nothing); not reset by `RL.STATS RESET`, since it signals a misconfiguration.
 static PROPAGATION_FAILURES: AtomicU64 = AtomicU64::new(0);
+/// Writes made while nothing could receive them, so not propagated (see `listeners`).
+static UNPROPAGATED_WRITES: AtomicU64 = AtomicU64::new(0);
 
 /// The server-wide counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,8 +120,15 @@ pub fn record_propagation_failure() {
     PROPAGATION_FAILURES.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Counts one write that nothing could receive, so not propagated.
+#[inline]
+pub fn record_unpropagated_write() {
+    UNPROPAGATED_WRITES.fetch_add(1, Ordering::Relaxed);
+}
+
 /// `INFO ratelimit`: section `ratelimit_stats` with `hits`, `allowed`, `denied`,
-/// `shadow_denied`, `errors`, `propagation_failures` and `policies`, then per algorithm `<name>_allowed` and
+/// `shadow_denied`, `errors`, `propagation_failures`, `unpropagated_writes`,
+/// `propagating_always` and `policies`, then per algorithm `<name>_allowed` and
 /// `<name>_denied`.
 pub fn info(ctx: &InfoContext, _for_crash_report: bool) {
     // An INFO section that fails to build is left out; INFO itself still answers.
@@ -138,6 +147,11 @@ fn build_info(ctx: &InfoContext) -> RedisResult<()> {
         .field("shadow_denied", totals.shadow_denied)?
         .field("errors", totals.errors)?
         .field("propagation_failures", load(&PROPAGATION_FAILURES))?
+        .field("unpropagated_writes", load(&UNPROPAGATED_WRITES))?
+        .field(
+            "propagating_always",
+            i64::from(crate::listeners::propagating_always()),
+        )?
         .field("policies", crate::policy::registry::count() as i64)?;
     for ((_, name), decisions) in AlgorithmKind::ALL.iter().zip(&DECISIONS) {
         section = section

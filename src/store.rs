@@ -6,6 +6,7 @@
 //! key`): replicas and AOF replay then store the same bytes and the same absolute expiry
 //! without reading any clock, and can do so without the module loaded.
 
+use crate::listeners;
 use crate::server::context::{self, replicate1, replicate4, replicate_all};
 use crate::server::key::{Key, Mode};
 use crate::server::string::{ServerStr, ServerString};
@@ -109,6 +110,7 @@ impl<'a> StoredKey<'a> {
         if !self.key.is_open() {
             return Ok(());
         }
+        let propagate = listeners::someone_listens(self.ctx);
         match write {
             Write::Nothing => return Ok(()),
             Write::Set {
@@ -116,16 +118,26 @@ impl<'a> StoredKey<'a> {
                 expires_at_ms,
             } => {
                 let fresh = self.key.is_empty();
-                let string = if fresh {
-                    ValueString::Made(ServerString::new(value))
+                if propagate {
+                    let string = if fresh {
+                        ValueString::Made(ServerString::new(value))
+                    } else {
+                        ValueString::for_value(value)
+                    };
+                    self.propagate_set(string.as_str(), *expires_at_ms)?;
+                    self.write_value(value, *expires_at_ms, fresh.then(|| string.as_str()));
                 } else {
-                    ValueString::for_value(value)
-                };
-                self.propagate_set(string.as_str(), *expires_at_ms)?;
-                self.write_value(value, *expires_at_ms, fresh, string.as_str());
+                    self.count_unpropagated();
+                    let made = fresh.then(|| ServerString::new(value));
+                    self.write_value(value, *expires_at_ms, made.as_ref().map(|s| s.as_str()));
+                }
             }
             Write::Delete => {
-                self.propagate_del()?;
+                if propagate {
+                    self.propagate_del()?;
+                } else {
+                    self.count_unpropagated();
+                }
                 self.key.delete();
             }
         }
@@ -133,12 +145,18 @@ impl<'a> StoredKey<'a> {
         Ok(())
     }
 
-    /// Stores `value` with its absolute expiry. A new key takes `string` (made for it); a
-    /// live key is rewritten in place: no new object, and its expiry is only touched when
-    /// it moves (never for a fixed window's next hit), or when it has none (after
-    /// `PERSIST`), which this sets again.
-    fn write_value(&mut self, value: &[u8], expires_at_ms: i64, fresh: bool, string: ServerStr) {
-        if fresh {
+    /// Counts a write that nothing can receive (see `listeners`) as a change, unpropagated.
+    fn count_unpropagated(&self) {
+        context::count_change_unpropagated(self.ctx);
+        metrics::record_unpropagated_write();
+    }
+
+    /// Stores `value` with its absolute expiry. A new key takes `new_key` (a string made
+    /// for it); a live key is rewritten in place: no new object, and its expiry is only
+    /// touched when it moves (never for a fixed window's next hit), or when it has none
+    /// (after `PERSIST`), which this sets again.
+    fn write_value(&mut self, value: &[u8], expires_at_ms: i64, new_key: Option<ServerStr>) {
+        if let Some(string) = new_key {
             self.create_value(string, expires_at_ms);
         } else if self.key.overwrite(value) {
             if self.expiry() != Some(expires_at_ms) {

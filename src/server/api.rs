@@ -41,6 +41,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_SetAbsExpire,
         RedisModule_SignalModifiedKey,
         RedisModule_Replicate,
+        RedisModule_ReplicateVerbatim,
         RedisModule_Milliseconds,
         RedisModule_GetContextFlags,
         RedisModule_ReplyWithArray,
@@ -64,6 +65,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_Free,
         RedisModule_GetServerInfo,
         RedisModule_ServerInfoGetFieldSigned,
+        RedisModule_ServerInfoGetFieldC,
         RedisModule_FreeServerInfo,
         RedisModule_SetCommandInfo,
     );

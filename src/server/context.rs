@@ -76,3 +76,18 @@ pub fn replicate_all(ctx: &Context, command: &CStr, args: &[ServerString]) -> bo
     };
     status == raw::REDISMODULE_OK as c_int
 }
+
+/// Counts the running command's write as one change to the dataset (what the server's
+/// save points, `save <seconds> <changes>`, count), without propagating anything: for a
+/// write that nothing can receive (see `crate::listeners`).
+///
+/// This is `RedisModule_ReplicateVerbatim`, which counts the change and hands the command
+/// as the client sent it to the server's propagation. The server drops it at once with no
+/// AOF on, no replica and no replication backlog. (`RedisModule_Replicate` counts the
+/// change too, but first looks the command up by name and builds its arguments: most of
+/// the cost this saves.) See `crate::listeners` for the one moment it is not dropped.
+#[inline]
+pub fn count_change_unpropagated(ctx: &Context) {
+    // SAFETY: ctx is the live context of the running command.
+    unsafe { api!(RedisModule_ReplicateVerbatim)(ctx.ctx) };
+}

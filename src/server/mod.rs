@@ -22,6 +22,7 @@ mod api;
 pub mod clock;
 pub mod command;
 pub mod context;
+pub mod events;
 pub mod info;
 pub mod info_func;
 pub mod key;

@@ -403,6 +403,14 @@ impl Server {
             .expect("a count")
     }
 
+    /// An integer field of `INFO <section>`.
+    pub fn info_int(&self, section: &str, field: &str) -> i64 {
+        self.info_field(section, field)
+            .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
+            .parse()
+            .unwrap_or_else(|e| panic!("INFO {section} {field}: {e}"))
+    }
+
     /// The child's pid, for signals.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(Child::id).unwrap_or(0)

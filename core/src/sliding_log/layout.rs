@@ -89,36 +89,21 @@ fn decode_header(reader: &mut Reader<'_>) -> Option<LogState> {
         .checked_add(span)
         .and_then(|at| i64::try_from(at).ok())?;
     let (last_gap, newest_units, last_pair_len) = last_pair(pairs)?;
-    // The entries between the oldest and the newest: each holds >= 1 unit and >= 1 ms, and
-    // takes 2 to 20 bytes.
-    let between = count - 2;
-    let between_len = pairs.len() - last_pair_len;
-    let between_units = total - i128::from(oldest_units) - i128::from(newest_units);
-    let between_ms = span - i128::from(last_gap);
-    let wide = |n: usize| i128::try_from(n).unwrap_or(i128::MAX);
-    let agrees = oldest_units >= 1
-        && last_gap >= 1
-        && (2 * between..=MAX_PAIR_LEN * between).contains(&between_len)
-        && (wide(between)..=wide(between) * i128::from(i64::MAX)).contains(&between_units)
-        && if between == 0 {
-            between_ms == 0
-        } else {
-            between_ms >= wide(between)
-        };
-    agrees.then(|| {
-        LogState::from_stored(
-            count,
-            total,
-            oldest,
-            Entry {
-                at_ms: newest_ms,
-                units: newest_units,
-            },
-            last_gap,
-            last_pair_len,
-            pairs,
-        )
-    })
+    let state = LogState::from_stored(
+        count,
+        total,
+        oldest,
+        Entry {
+            at_ms: newest_ms,
+            units: newest_units,
+        },
+        last_gap,
+        last_pair_len,
+        pairs,
+    );
+    // The relations between the header and the pairs are checked in one place, which the
+    // drop of the oldest entry re-checks too.
+    state.header_agrees().then_some(state)
 }
 
 /// The last pair of `pairs`, read from the end: its gap, its units and its length.

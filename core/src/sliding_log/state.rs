@@ -369,7 +369,7 @@ impl LogState {
     /// at least 1 ms and 2 to `MAX_PAIR_LEN` bytes (with no entry between, the newest gap
     /// is the whole span). Checked when dropping the oldest entry moves the oldest onto a
     /// pair that only now is read, so that what a check writes decodes again.
-    fn header_agrees(&self) -> bool {
+    pub(super) fn header_agrees(&self) -> bool {
         let Some(between) = self.count.checked_sub(2) else {
             return false;
         };
