@@ -8,7 +8,8 @@ this one, measured in the same run) and each row, a fresh server starts under
 `valgrind --tool=callgrind` with instrumentation off, in its own directory. redis-benchmark
 warms the key space up (so that rows on live keys find their keys), then instrumentation is
 switched on, the measured requests run, and the server's total instruction count (every
-thread, event loop and networking included) is divided by the number of requests.
+thread, event loop and networking included) is divided by the number of calls. The sliding
+log's rows run on keys filled beforehand (10 and 10,000 entries, see `Prefill`).
 
     python3 bench/instructions.py [--module PATH[=LABEL]]... [--requests N] [--output FILE]
         [--only TEXT] [--redis-only] [--no-replica]
@@ -480,9 +481,20 @@ def main() -> int:
         f"redis-benchmark -c {CLIENTS} -P {PIPELINE} -r {KEYSPACE}: {WARMUP_REQUESTS:,} "
         f"requests to warm up with instrumentation off, then {options.requests:,} counted. "
         "Each cell is a fresh server in a fresh directory; the count is the whole server's "
-        "(event loop, networking, every thread) divided by the requests. In brackets: the "
+        "(event loop, networking, every thread) divided by the calls INFO commandstats "
+        "counted. Every hit of a row got the decision its name says (INFO ratelimit), or "
+        "the run stops. In brackets: the "
         "ratio of `SET ... PXAT`'s count to the row's (higher is cheaper; 1.00 x costs what "
         "SET costs).",
+        "",
+        f"The log rows use a window of {LOG_WINDOW}, so no entry leaves it during the run. "
+        "Before the count, each of their keys is given the value that hits one ms apart "
+        "leave (built on a server of its own, outside valgrind): 10 entries in all "
+        f"{KEYSPACE:,} keys, 10,000 entries in {FULL_LOG_KEYS} keys, {LOG_NEARLY_FULL:,} "
+        f"entries in one key per {LOG_HITS_PER_KEY} requests counted (so the allowed hits "
+        f"take each key to about {LOG_NEARLY_FULL + LOG_HITS_PER_KEY:,}). The rows on "
+        "pre-filled keys that would change them warm up with RL.PEEK; `RL.PEEK fixed` warms "
+        "up with RL.HIT, so that its keys are live.",
         "",
     ]
     for version, table in results.items():
