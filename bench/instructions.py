@@ -120,6 +120,11 @@ def rows(far_future_ms: int, requests: int) -> List[Row]:
             expect=None, warmup=["RL.HIT", KEY, "1000000", "1h"]),
         Row("RL.PEEK log 10000/1d, 10,000 entries (full)", log_args("RL.PEEK", KEY, 10_000),
             expect=None, keyspace=FULL_LOG_KEYS, prefill=full),
+        # A refund reads and rewrites every entry: the log's costliest call. Each gives the
+        # newest unit back, so a key loses about one entry per refund: requests / 100 each.
+        Row("RL.REFUND log 10000/1d, ~10,000 entries", log_args("RL.REFUND", KEY, 10_000),
+            expect=None, keyspace=FULL_LOG_KEYS, warmup=log_args("RL.PEEK", KEY, 10_000),
+            prefill=full),
         Row("RL.HIT fixed, two tiers (10000/1s + 1000000/1h)",
             ["RL.HIT", KEY, "10000", "1s", "1000000", "1h"]),
         Row("RL.HIT fixed, 8 tiers (1000000 per 1s, 10s, 1m, 10m, 1h, 6h, 1d, 7d)",
