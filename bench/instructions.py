@@ -423,6 +423,11 @@ def measure(binary: str, module: Optional[Path], row: Row, requests: int,
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def ratio_text(ratio: float) -> str:
+    """Two decimals, or two significant digits for a row far costlier than SET."""
+    return f"{ratio:.2f}" if ratio >= 0.095 else f"{ratio:.2g}"
+
+
 def parse_module(text: str) -> Tuple[Path, str]:
     path, _, label = text.partition("=")
     return Path(path).resolve(), label or Path(path).name
@@ -480,7 +485,11 @@ def main() -> int:
         "# Instructions per request inside the server (callgrind)",
         "",
         f"Commit {git_commit()}, {time.strftime('%Y-%m-%d')}, `python3 bench/instructions.py"
-        + "".join(f" --module {p.name}={l}" for p, l in modules if options.module) + "`.",
+        + "".join(f" --module {p.name}={l}" for p, l in modules if options.module)
+        + (f" --requests {options.requests}" if options.requests != DEFAULT_REQUESTS else "")
+        + (" --redis-only" if options.redis_only else "")
+        + (" --no-replica" if options.no_replica else "")
+        + (f" --only '{options.only}'" if options.only else "") + "`.",
         f"{machine_description()}. Counts move about 1 to 2% between runs, whatever the machine's load (the rows with a moving expiry a little with how many calls share a millisecond).",
         "",
         f"redis-benchmark -c {CLIENTS} -P {PIPELINE} -r {KEYSPACE}: {WARMUP_REQUESTS:,} "
@@ -513,7 +522,8 @@ def main() -> int:
                 cells = [f"{per_module['server']:,.0f}"] * len(labels)
                 ratio = ""
             else:
-                cells = [f"{per_module[l]:,.0f} ({set_cost / per_module[l]:.2f} x)" for l in labels]
+                cells = [f"{per_module[l]:,.0f} ({ratio_text(set_cost / per_module[l])} x)"
+                         for l in labels]
                 ratio = f"{per_module[labels[-1]] / per_module[labels[0]]:.3f}"
             line = f"| {name} | " + " | ".join(cells) + " |"
             if len(labels) > 1:
