@@ -8,7 +8,8 @@ this one, measured in the same run) and each row, a fresh server starts under
 `valgrind --tool=callgrind` with instrumentation off, in its own directory. redis-benchmark
 warms the key space up (so that rows on live keys find their keys), then instrumentation is
 switched on, the measured requests run, and the server's total instruction count (every
-thread, event loop and networking included) is divided by the number of requests.
+thread, event loop and networking included) is divided by the number of calls. The sliding
+log's rows run on keys filled beforehand (10 and 10,000 entries, see `Prefill`).
 
     python3 bench/instructions.py [--module PATH[=LABEL]]... [--requests N] [--output FILE]
         [--only TEXT] [--redis-only] [--no-replica]
@@ -45,23 +46,89 @@ DEFAULT_REQUESTS = 200_000
 HOUR_MS = 3_600_000
 
 
+# The sliding log's rows use a window of a day, so that no entry leaves the window during
+# the run: every call sees the log at the size it was filled to.
+LOG_WINDOW = "1d"
+# Full logs are few, large keys (20 to 40 KB each).
+FULL_LOG_KEYS = 100
+# The row allowed on a nearly full log: each of its keys gets about LOG_HITS_PER_KEY of the
+# counted hits (the key space grows with --requests), so a key filled to LOG_NEARLY_FULL
+# entries stays below the limit of 10,000 to the end of the run (the odds of a key getting
+# 150 of them, 5 standard deviations above the mean, are below one in a million).
+LOG_HITS_PER_KEY = 100
+LOG_NEARLY_FULL = 9_850
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """Every key of a row's key space holds, before the count, the value that `entries`
+    calls of `RL.HIT key <limit> LOG_WINDOW ALGO log`, each in its own ms, leave."""
+    limit: int
+    entries: int
+
+    def args(self, key: str) -> List[str]:
+        return log_args("RL.HIT", key, self.limit)
+
+
 @dataclass
 class Row:
     name: str
     args: List[str]
     module: bool = True  # needs the module's commands
+    # The decision every counted hit must get ("allowed" or "denied", from INFO ratelimit),
+    # or None for a command that decides nothing (RL.PEEK).
+    expect: Optional[str] = "allowed"
+    keyspace: int = KEYSPACE
+    # The warm-up's command (default: the row's own). A row on pre-filled keys warms up
+    # with a command that leaves them as they are.
+    warmup: Optional[List[str]] = None
+    prefill: Optional[Prefill] = None
 
 
-def rows(far_future_ms: int) -> List[Row]:
+def log_args(command: str, key: str, limit: int) -> List[str]:
+    return [command, key, str(limit), LOG_WINDOW, "ALGO", "log"]
+
+
+def rows(far_future_ms: int, requests: int) -> List[Row]:
+    ten, full = Prefill(10_000, 10), Prefill(10_000, 10_000)
+    ten_full = Prefill(10, 10)
+    nearly_full = Prefill(10_000, LOG_NEARLY_FULL)
+    nearly_full_keys = max(1, requests // LOG_HITS_PER_KEY)
+    eight_tiers = [w for window in ("1s", "10s", "1m", "10m", "1h", "6h", "1d", "7d")
+                   for w in ("1000000", window)]
     return [
         Row("SET k 1 PXAT t (native write with expiry)",
-            ["SET", KEY, "1", "PXAT", str(far_future_ms)], module=False),
+            ["SET", KEY, "1", "PXAT", str(far_future_ms)], module=False, expect=None),
         Row("RL.HIT fixed, 1000000/1h", ["RL.HIT", KEY, "1000000", "1h"]),
+        Row("RL.HIT sliding, 1000000/1h", ["RL.HIT", KEY, "1000000", "1h", "ALGO", "sliding"]),
         # 100 per hour: the warm-up and the count give each key a handful of hits, far below
         # the burst, so every call allowed and every key live.
+        Row("RL.HIT token, 100/1h (live keys)", ["RL.HIT", KEY, "100", "1h", "ALGO", "token"]),
         Row("RL.HIT gcra, 100/1h (live keys)", ["RL.HIT", KEY, "100", "1h", "ALGO", "gcra"]),
+        # Each key holds 10 entries, and (with fewer requests than keys) gets about one more.
+        Row("RL.HIT log 10000/1d, 10 entries, allowed", log_args("RL.HIT", KEY, 10_000),
+            warmup=log_args("RL.PEEK", KEY, 10_000), prefill=ten),
+        Row("RL.HIT log 10/1d, 10 entries (full), denied", log_args("RL.HIT", KEY, 10),
+            expect="denied", prefill=ten_full),
+        Row("RL.HIT log 10000/1d, 10,000 entries (full), denied",
+            log_args("RL.HIT", KEY, 10_000), expect="denied", keyspace=FULL_LOG_KEYS,
+            prefill=full),
+        Row(f"RL.HIT log 10000/1d, {LOG_NEARLY_FULL:,} to ~{LOG_NEARLY_FULL + LOG_HITS_PER_KEY:,}"
+            " entries, allowed", log_args("RL.HIT", KEY, 10_000), keyspace=nearly_full_keys,
+            warmup=log_args("RL.PEEK", KEY, 10_000), prefill=nearly_full),
+        Row("RL.PEEK fixed, 1000000/1h (live keys)", ["RL.PEEK", KEY, "1000000", "1h"],
+            expect=None, warmup=["RL.HIT", KEY, "1000000", "1h"]),
+        Row("RL.PEEK log 10000/1d, 10,000 entries (full)", log_args("RL.PEEK", KEY, 10_000),
+            expect=None, keyspace=FULL_LOG_KEYS, prefill=full),
+        # A refund reads and rewrites every entry: the log's costliest call. Each gives the
+        # newest unit back, so a key loses about one entry per refund: requests / 100 each.
+        Row("RL.REFUND log 10000/1d, ~10,000 entries", log_args("RL.REFUND", KEY, 10_000),
+            expect=None, keyspace=FULL_LOG_KEYS, warmup=log_args("RL.PEEK", KEY, 10_000),
+            prefill=full),
         Row("RL.HIT fixed, two tiers (10000/1s + 1000000/1h)",
             ["RL.HIT", KEY, "10000", "1s", "1000000", "1h"]),
+        Row("RL.HIT fixed, 8 tiers (1000000 per 1s, 10s, 1m, 10m, 1h, 6h, 1d, 7d)",
+            ["RL.HIT", KEY] + eight_tiers),
         Row("CL.THROTTLE k 100 100 3600 (redis-cell API)",
             ["CL.THROTTLE", KEY, "100", "100", "3600", "1"]),
     ]
@@ -122,9 +189,9 @@ def start_under_callgrind(processes: Processes, binary: str, module: Optional[Pa
     raise RuntimeError(f"{binary} did not start under valgrind: see {workdir}")
 
 
-def benchmark(port: int, args: List[str], requests: int) -> None:
+def benchmark(port: int, args: List[str], requests: int, keyspace: int) -> None:
     command = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(CLIENTS),
-               "-P", str(PIPELINE), "-r", str(KEYSPACE), "-n", str(requests), "-q", "--csv"]
+               "-P", str(PIPELINE), "-r", str(keyspace), "-n", str(requests), "-q", "--csv"]
     result = subprocess.run(command + args, capture_output=True, text=True, timeout=1800)
     if result.returncode != 0 or "ERR" in result.stdout or "ERR" in result.stderr:
         raise RuntimeError(f"redis-benchmark {args}: {result.stdout}{result.stderr}")
@@ -136,6 +203,148 @@ def one_reply(port: int, args: List[str]) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
         connection.sendall(payload)
         return connection.recv(4096)
+
+
+def encode(args: List[object]) -> bytes:
+    parts = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in parts)
+
+
+class Connection:
+    """A RESP2 connection that sends commands in batches and reads their replies: bulk
+    strings as bytes, integers as int, errors raised, arrays as lists."""
+
+    def __init__(self, port: int) -> None:
+        self.socket = socket.create_connection(("127.0.0.1", port), timeout=120)
+        self.buffer = b""
+
+    def close(self) -> None:
+        self.socket.close()
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            chunk = self.socket.recv(1 << 20)
+            if not chunk:
+                raise RuntimeError("the server closed the connection")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line
+
+    def _exactly(self, size: int) -> bytes:
+        while len(self.buffer) < size + 2:
+            chunk = self.socket.recv(1 << 20)
+            if not chunk:
+                raise RuntimeError("the server closed the connection")
+            self.buffer += chunk
+        data, self.buffer = self.buffer[:size], self.buffer[size + 2:]
+        return data
+
+    def _reply(self) -> object:
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest
+        if kind == b"-":
+            raise RuntimeError(rest.decode(errors="replace"))
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            return None if int(rest) < 0 else self._exactly(int(rest))
+        if kind == b"*":
+            return [self._reply() for _ in range(max(0, int(rest)))]
+        raise RuntimeError(f"unexpected reply {line!r}")
+
+    def batch(self, commands: List[List[object]]) -> List[object]:
+        self.socket.sendall(b"".join(encode(c) for c in commands))
+        return [self._reply() for _ in commands]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def build_logs(port: int, fills: List[Prefill]) -> Dict[Prefill, Tuple[bytes, int]]:
+    """On a plain server with the module, fills one key per Prefill with one hit per
+    distinct ms; returns each key's value and absolute expiry (ms)."""
+    connection = Connection(port)
+    try:
+        keys = {fill: f"fill:{fill.limit}:{fill.entries}" for fill in fills}
+        for step in range(max(fill.entries for fill in fills)):
+            replies = connection.batch([fill.args(keys[fill]) for fill in fills
+                                        if step < fill.entries])
+            if any(not isinstance(r, list) or r[0] != 1 for r in replies):
+                raise RuntimeError(f"a hit of the fill was not allowed: {replies}")
+            # The next hits must be logged at a later ms: their replies came back by `done`,
+            # so calls sent once the clock has passed it run later.
+            done = now_ms()
+            while now_ms() <= done:
+                pass
+        built = {}
+        for fill, key in keys.items():
+            value, expiry, entries = connection.batch(
+                [["GET", key], ["PEXPIRETIME", key],
+                 log_args("RL.PEEK", key, fill.limit)])
+            # RL.PEEK's `remaining` is what would be left after one more unit.
+            if fill.limit == fill.entries and entries[2] != 0:
+                raise RuntimeError(f"{key} is not full: {entries}")
+            built[fill] = (value, expiry)
+        return built
+    finally:
+        connection.close()
+
+
+def prefilled_logs(binary: str, module: Path,
+                   cache: Dict[Tuple[str, Path], Dict[Prefill, Tuple[bytes, int]]],
+                   fills: List[Prefill]) -> Dict[Prefill, Tuple[bytes, int]]:
+    """The values of every Prefill, built once per server and module on a server of its
+    own (not under valgrind) and kept for the run: the window of a day keeps them whole."""
+    if (binary, module) not in cache:
+        processes = Processes()
+        workdir = Path(tempfile.mkdtemp(prefix="rl-fill-"))
+        try:
+            port = free_port()
+            processes.start([binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                             "--appendonly", "no", "--dir", str(workdir),
+                             "--logfile", str(workdir / "server.log"),
+                             "--loadmodule", str(module)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 30
+            while not ping(port):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{binary} did not start: see {workdir}")
+                time.sleep(0.1)
+            cache[(binary, module)] = build_logs(port, fills)
+        finally:
+            processes.stop_all()
+            shutil.rmtree(workdir, ignore_errors=True)
+    return cache[(binary, module)]
+
+
+def store_prefill(port: int, row: Row, value: bytes, expiry_ms: int) -> None:
+    """Writes `value` into every key of the row's key space, as redis-benchmark names them
+    (`__rand_int__` becomes 12 digits)."""
+    connection = Connection(port)
+    try:
+        keys = [row.args[1].replace("__rand_int__", f"{i:012d}") for i in range(row.keyspace)]
+        for start in range(0, len(keys), 1000):
+            connection.batch([["SET", key, value, "PXAT", expiry_ms]
+                              for key in keys[start:start + 1000]])
+    finally:
+        connection.close()
+
+
+def counts(port: int, command: str) -> Tuple[int, int, int]:
+    """Calls of `command` so far (INFO commandstats; redis-benchmark sends a few more than
+    -n when it pipelines), and the module's allowed and denied decisions (INFO ratelimit)."""
+    # Module commands are listed as registered (cmdstat_RL.HIT), the server's in lower case.
+    stats = {line.split(":", 1)[0].lower(): line.split(":", 1)[1]
+             for line in one_reply(port, ["INFO", "commandstats"]).decode().splitlines()
+             if line.startswith("cmdstat_")}
+    fields = dict(part.split("=", 1) for part in
+                  stats.get(f"cmdstat_{command.lower()}", "").split(",") if "=" in part)
+    decided = [int(info_field(port, "ratelimit", f"ratelimit_{name}") or 0)
+               for name in ("allowed", "denied")]
+    return int(fields.get("calls", 0)), decided[0], decided[1]
 
 
 def callgrind(pid: int, option: str) -> None:
@@ -181,7 +390,7 @@ def attach_replica(processes: Processes, binary: str, primary_port: int, workdir
 
 
 def measure(binary: str, module: Optional[Path], row: Row, requests: int,
-            replica: bool) -> float:
+            replica: bool, prefill: Optional[Tuple[bytes, int]] = None) -> float:
     """Instructions per request of `row` on a fresh server (with a replica attached)."""
     processes = Processes()
     workdir = Path(tempfile.mkdtemp(prefix="rl-instr-"))
@@ -190,19 +399,33 @@ def measure(binary: str, module: Optional[Path], row: Row, requests: int,
         if replica:
             attach_replica(processes, binary, port, workdir)
         # A wrong row must fail loudly, not count the cost of an error reply.
-        first = one_reply(port, [a.replace("__rand_int__", "probe") for a in row.args])
-        if first.startswith(b"-"):
-            raise RuntimeError(f"{row.args}: {first!r}")
-        benchmark(port, row.args, WARMUP_REQUESTS)
+        for args in (row.args, row.warmup or row.args):
+            first = one_reply(port, [a.replace("__rand_int__", "probe") for a in args])
+            if first.startswith(b"-"):
+                raise RuntimeError(f"{args}: {first!r}")
+        if prefill is not None:
+            store_prefill(port, row, *prefill)
+        benchmark(port, row.warmup or row.args, WARMUP_REQUESTS, row.keyspace)
+        before = counts(port, row.args[0])
         callgrind(server.pid, "--instr=on")
-        benchmark(port, row.args, requests)
+        benchmark(port, row.args, requests, row.keyspace)
         callgrind(server.pid, "--instr=off")
+        calls, allowed, denied = (b - a for a, b in zip(before, counts(port, row.args[0])))
+        wanted = {"allowed": (calls, 0), "denied": (0, calls), None: (0, 0)}
+        if calls < requests or (allowed, denied) != wanted[row.expect]:
+            raise RuntimeError(f"{row.name}: {allowed} allowed and {denied} denied of "
+                               f"{calls} calls, expected {row.expect or 'no decision'}")
         callgrind(server.pid, "--dump")
         processes.stop(server)
-        return total_instructions(workdir) / requests
+        return total_instructions(workdir) / calls
     finally:
         processes.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def ratio_text(ratio: float) -> str:
+    """Two decimals, or two significant digits for a row far costlier than SET."""
+    return f"{ratio:.2f}" if ratio >= 0.095 else f"{ratio:.2g}"
 
 
 def parse_module(text: str) -> Tuple[Path, str]:
@@ -236,18 +459,24 @@ def main() -> int:
 
     # results[server][row][label] = instructions per request
     results: Dict[str, Dict[str, Dict[str, float]]] = {}
+    table = rows(far_future_ms, options.requests)
+    fills = sorted({row.prefill for row in table if row.prefill}, key=lambda f: (f.limit, f.entries))
+    built: Dict[Tuple[str, Path], Dict[Prefill, Tuple[bytes, int]]] = {}
     variants = [False] if options.no_replica else [False, True]
     for binary in servers:
         for replica in variants:
             version = server_version(binary) + (", with a replica" if replica else "")
             results[version] = {}
-            for row in rows(far_future_ms):
+            for row in table:
                 if row.module and options.only not in row.name:
                     continue
                 per_module = results[version].setdefault(row.name, {})
                 targets = modules if row.module else [(None, "server")]
                 for path, label in targets:
-                    value = measure(binary, path, row, options.requests, replica)
+                    prefill = None
+                    if row.prefill is not None and path is not None:
+                        prefill = prefilled_logs(binary, path, built, fills)[row.prefill]
+                    value = measure(binary, path, row, options.requests, replica, prefill)
                     per_module[label] = value
                     print(f"{version:30} {label:14} {row.name:50} {value:10,.0f}", flush=True)
 
@@ -256,15 +485,30 @@ def main() -> int:
         "# Instructions per request inside the server (callgrind)",
         "",
         f"Commit {git_commit()}, {time.strftime('%Y-%m-%d')}, `python3 bench/instructions.py"
-        + "".join(f" --module {p.name}={l}" for p, l in modules if options.module) + "`.",
+        + "".join(f" --module {p.name}={l}" for p, l in modules if options.module)
+        + (f" --requests {options.requests}" if options.requests != DEFAULT_REQUESTS else "")
+        + (" --redis-only" if options.redis_only else "")
+        + (" --no-replica" if options.no_replica else "")
+        + (f" --only '{options.only}'" if options.only else "") + "`.",
         f"{machine_description()}. Counts move about 1 to 2% between runs, whatever the machine's load (the rows with a moving expiry a little with how many calls share a millisecond).",
         "",
         f"redis-benchmark -c {CLIENTS} -P {PIPELINE} -r {KEYSPACE}: {WARMUP_REQUESTS:,} "
         f"requests to warm up with instrumentation off, then {options.requests:,} counted. "
         "Each cell is a fresh server in a fresh directory; the count is the whole server's "
-        "(event loop, networking, every thread) divided by the requests. In brackets: the "
+        "(event loop, networking, every thread) divided by the calls INFO commandstats "
+        "counted. Every hit of a row got the decision its name says (INFO ratelimit), or "
+        "the run stops. In brackets: the "
         "ratio of `SET ... PXAT`'s count to the row's (higher is cheaper; 1.00 x costs what "
         "SET costs).",
+        "",
+        f"The log rows use a window of {LOG_WINDOW}, so no entry leaves it during the run. "
+        "Before the count, each of their keys is given the value that hits one ms apart "
+        "leave (built on a server of its own, outside valgrind): 10 entries in all "
+        f"{KEYSPACE:,} keys, 10,000 entries in {FULL_LOG_KEYS} keys, {LOG_NEARLY_FULL:,} "
+        f"entries in one key per {LOG_HITS_PER_KEY} requests counted (so the allowed hits "
+        f"take each key to about {LOG_NEARLY_FULL + LOG_HITS_PER_KEY:,}). The rows on "
+        "pre-filled keys that would change them warm up with RL.PEEK; `RL.PEEK fixed` warms "
+        "up with RL.HIT, so that its keys are live.",
         "",
     ]
     for version, table in results.items():
@@ -278,7 +522,8 @@ def main() -> int:
                 cells = [f"{per_module['server']:,.0f}"] * len(labels)
                 ratio = ""
             else:
-                cells = [f"{per_module[l]:,.0f} ({set_cost / per_module[l]:.2f} x)" for l in labels]
+                cells = [f"{per_module[l]:,.0f} ({ratio_text(set_cost / per_module[l])} x)"
+                         for l in labels]
                 ratio = f"{per_module[labels[-1]] / per_module[labels[0]]:.3f}"
             line = f"| {name} | " + " | ".join(cells) + " |"
             if len(labels) > 1:
