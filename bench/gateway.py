@@ -23,7 +23,7 @@ same rounds as (b0), so that a change to the gateway is measured against the old
 Each round runs every scenario at every connection count once, the order rotated from round
 to round, so that the noise of a shared machine hits every scenario alike; the report gives
 the median over the rounds. It prints a Markdown report and writes it to
-bench/GATEWAY-RESULTS.md.
+bench/GATEWAY-RESULTS.md, keeping that file's hand-written "## Profile" section, if any.
 
     python3 bench/gateway.py            # what `make bench-gateway` runs, after `make build`
     python3 bench/gateway.py --quick    # a fast smoke run of the script itself (not a result)
@@ -1190,6 +1190,20 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
 
 
 
+# The report's hand-written part: a profile is taken by hand (perf needs the gateway's pid
+# while wrk runs), so a run keeps the previous report's text from this heading on.
+HAND_WRITTEN = "\n## Profile"
+
+
+def hand_written_part(output: Path) -> str:
+    try:
+        text = output.read_text()
+    except OSError:
+        return ""
+    at = text.find(HAND_WRITTEN)
+    return text[at:] if at >= 0 else ""
+
+
 # ----------------------------------------------------------------------------------------
 # Prerequisites
 
@@ -1319,7 +1333,7 @@ def main() -> int:
     context = Context(started_at, time.monotonic() - started, pinning, redis_version, wrk_version,
                       gateway_version.group(1) if gateway_version else "unknown", rustc_version,
                       nginx_version, baseline_gateway)
-    text = report(measurements, settings, context)
+    text = report(measurements, settings, context) + hand_written_part(arguments.output)
     print(text)
     arguments.output.write_text(text)
     log(f"wrote {arguments.output}; total run time {format_duration(context.elapsed_s)}")
