@@ -1080,6 +1080,16 @@ class Context:
     rustc_version: str
     nginx_version: str
     baseline_gateway: Optional[Path]
+    baseline_label: str
+
+
+def shown_path(path: Path) -> str:
+    """A path as the report shows it: inside the repository relative to it, else its name
+    (the report is committed; the machine's layout is nobody's business)."""
+    try:
+        return str(path.relative_to(REPO_DIR))
+    except ValueError:
+        return path.name
 
 
 def report(measurements: Measurements, settings: Settings, context: Context) -> str:
@@ -1126,7 +1136,8 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
         f"{ALLOW_LIMIT} in nginx's units (it counts time in ms, so without a burst the second "
         f"request of a ms is refused). (h): rate={NGINX_DENY_RATE}, nginx's lowest rate, for "
         f"the gateway's {DENY_LIMIT}: every request after the first is a 429"
-        + (f"\n- (b0): a third rl-gateway, {context.baseline_gateway}, with (b)'s configuration "
+        + (f"\n- (b0): a third rl-gateway, {context.baseline_label}, with (b)'s "
+           "configuration "
            "(its own key prefix), in the same rounds" if context.baseline_gateway else ""),
         "- (d): redis-server is frozen with SIGSTOP for the whole run and continued after it. "
         f"The first requests wait out the {DEADLINE_MS} ms deadline until 5 failures open the "
@@ -1272,6 +1283,9 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--baseline-gateway", type=Path, metavar="PATH",
                         help="also run (b) through this rl-gateway binary, built from another "
                              "commit, in the same rounds: (b0)")
+    parser.add_argument("--baseline-label", metavar="TEXT",
+                        help="what the report calls the --baseline-gateway binary, e.g. the "
+                             "commit it was built from (default: its path)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke-test the script: 1 round of 2 s runs, 1 s warm-up")
     return parser.parse_args()
@@ -1332,7 +1346,9 @@ def main() -> int:
 
     context = Context(started_at, time.monotonic() - started, pinning, redis_version, wrk_version,
                       gateway_version.group(1) if gateway_version else "unknown", rustc_version,
-                      nginx_version, baseline_gateway)
+                      nginx_version, baseline_gateway,
+                      arguments.baseline_label or (shown_path(baseline_gateway)
+                                                   if baseline_gateway else ""))
     text = report(measurements, settings, context) + hand_written_part(arguments.output)
     print(text)
     arguments.output.write_text(text)
