@@ -66,7 +66,7 @@ bench-instr: ## Build, then count instructions per request inside Redis and Valk
 	$(MAKE) build
 	python3 bench/instructions.py $(if $(BASELINE),--module $(BASELINE)=baseline --module target/release/libredis_ratelimit.so=this)
 
-bench-gateway: ## Build, then benchmark rl-gateway with wrk, against the upstream alone (bench/GATEWAY-RESULTS.md)
+bench-gateway: ## Build, then benchmark rl-gateway with wrk, against the upstream alone and nginx (bench/GATEWAY-RESULTS.md)
 	$(MAKE) build
 	python3 bench/gateway.py
 

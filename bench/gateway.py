@@ -11,17 +11,25 @@ free loopback ports, then loads them with wrk in interleaved rounds:
                                 requests every answer is a 429 from the local deny cache
     (d) Redis stopped           as (b) with the redis-server frozen by SIGSTOP: the circuit
                                 breaker lets requests through (fail-open) without waiting
+    (e) to (h) nginx            what users would run instead, one nginx process (nginx-light,
+                                master_process off) in front of the same demo-upstream:
+                                proxy_pass as nginx does by default (a new upstream connection
+                                per request), proxy_pass with upstream keep-alive, limit_req
+                                allowing every request, and limit_req denying (429)
+
+With --baseline-gateway PATH a third rl-gateway, built from another commit, runs (b) in the
+same rounds as (b0), so that a change to the gateway is measured against the old binary.
 
 Each round runs every scenario at every connection count once, the order rotated from round
 to round, so that the noise of a shared machine hits every scenario alike; the report gives
 the median over the rounds. It prints a Markdown report and writes it to
-bench/GATEWAY-RESULTS.md.
+bench/GATEWAY-RESULTS.md, keeping that file's hand-written "## Profile" section, if any.
 
     python3 bench/gateway.py            # what `make bench-gateway` runs, after `make build`
     python3 bench/gateway.py --quick    # a fast smoke run of the script itself (not a result)
 
 It builds nothing: target/release/{libredis_ratelimit.so,rl-gateway,demo-upstream} must
-exist. wrk comes from Debian: when it is missing the script installs it if it runs as root
+exist, and nginx (make setup installs nginx-light). wrk comes from Debian: when it is missing the script installs it if it runs as root
 with CI=true, and otherwise says which command would. Python 3 standard library only. Every
 process the script starts is stopped by its pid, also on an error, Ctrl-C or SIGTERM.
 """
@@ -65,6 +73,14 @@ DEADLINE_MS = 5
 ALLOW_LIMIT = "1000000000/1m"
 # One request per hour: the second request is denied by Redis, every later one by the cache.
 DENY_LIMIT = "1/1h"
+
+# nginx's limit_req with the same limits. nginx takes a rate per second or minute and keeps
+# the time in ms: ALLOW_LIMIT's 1,000,000,000 a minute is 16,666,667 a second, and a burst
+# lets more than one request through in the same ms (without one, the second request of a
+# ms is over the rate). DENY_LIMIT's one an hour becomes nginx's lowest rate, one a minute.
+NGINX_ALLOW_RATE = "16666667r/s"
+NGINX_ALLOW_BURST = 100_000
+NGINX_DENY_RATE = "1r/m"
 
 # A wrk run that has not finished by then is stuck: it is killed and counted as failed.
 RUN_TIMEOUT_S = 120
@@ -232,8 +248,8 @@ def choose_pinning(name: str) -> Pinning:
         return Pinning(name, [], wrk, f"wrk: wrk on CPU {last} (taskset); the servers unpinned, "
                                       "so they share that CPU with wrk too")
     return Pinning(name, ["taskset", "-c", str(first)], wrk,
-                   f"split (taskset): wrk alone on CPU {last}; redis-server, demo-upstream and "
-                   f"both rl-gateway instances together on CPU {first}. So the whole server side "
+                   f"split (taskset): wrk alone on CPU {last}; redis-server, demo-upstream, nginx and "
+                   f"the rl-gateway instances together on CPU {first}. So the whole server side "
                    "has one core (the gateway's and the upstream's tokio runtimes each run one "
                    "worker thread) and wrk never takes CPU from the path measured: the latencies "
                    "are much steadier than unpinned (where wrk, two threads of each server, Redis "
@@ -260,6 +276,8 @@ class Servers:
     upstream: Server
     allow_gateway: Server  # (b) and (d)
     deny_gateway: Server  # (c)
+    nginx: Dict[str, Server]  # (e) to (h) by scenario key; one process
+    baseline_gateway: Optional[Server] = None  # (b0), with --baseline-gateway
 
 
 def wait_for(process: subprocess.Popen, ready: Callable[[], bool], timeout_s: float = 15.0) -> bool:
@@ -343,19 +361,95 @@ limits = ["{limit}"]
 
 
 def start_gateway(processes: Processes, workdir: Path, pinning: Pinning, name: str,
-                  upstream: Server, redis: Server, key_prefix: str, limit: str) -> Server:
+                  upstream: Server, redis: Server, key_prefix: str, limit: str,
+                  binary: Path = GATEWAY) -> Server:
     config_path = workdir / f"{name}.toml"
 
     def command(ports: List[int]) -> List[str]:
         config_path.write_text(gateway_config(ports[0], ports[1], upstream.port, redis.port,
                                               key_prefix, limit))
-        return pinning.servers + [str(GATEWAY), "--config", str(config_path)]
+        return pinning.servers + [str(binary), "--config", str(config_path)]
 
     def ready(ports: List[int]) -> Callable[[], bool]:
         return lambda: http_get(ports[1], "/healthz")[0] == 200
 
     process, ports = start_with_retries(processes, name, workdir, 2, command, ready)
     return Server(process, ports[0], ports[1])
+
+
+# The nginx scenarios' keys, in the order of their ports in nginx's configuration.
+NGINX_KEYS = ("e", "f", "g", "h")
+
+
+def nginx_config(workdir: Path, ports: List[int], upstream: Server) -> str:
+    """One process (master_process off, so that its pid is the one doing the work), no access
+    log (the gateway keeps none), refusals logged below the error log's level (the gateway
+    logs none). The keep-alive servers use HTTP/1.1 to an upstream block with idle
+    connections kept, as nginx's documentation says to; the first one is proxy_pass as it
+    comes, HTTP/1.0 and a new connection for every request. X-Forwarded-For is appended, as
+    the gateway does."""
+    d = workdir
+    forward = ("proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; "
+               "proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_pass http://api;")
+    return f"""# Written by bench/gateway.py for one run.
+daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/nginx-error.log error;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/nginx-body;
+  proxy_temp_path {d}/nginx-proxy;
+  fastcgi_temp_path {d}/nginx-fastcgi;
+  uwsgi_temp_path {d}/nginx-uwsgi;
+  scgi_temp_path {d}/nginx-scgi;
+  upstream api {{ server 127.0.0.1:{upstream.port}; keepalive 64; }}
+  limit_req_zone $binary_remote_addr zone=allow:1m rate={NGINX_ALLOW_RATE};
+  limit_req_zone $binary_remote_addr zone=deny:1m rate={NGINX_DENY_RATE};
+  limit_req_status 429;
+  limit_req_log_level info;
+  server {{ listen 127.0.0.1:{ports[0]};
+    location / {{ proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+                 proxy_pass http://127.0.0.1:{upstream.port}; }} }}
+  server {{ listen 127.0.0.1:{ports[1]}; location / {{ {forward} }} }}
+  server {{ listen 127.0.0.1:{ports[2]};
+    location / {{ limit_req zone=allow burst={NGINX_ALLOW_BURST} nodelay; {forward} }} }}
+  server {{ listen 127.0.0.1:{ports[3]}; location / {{ limit_req zone=deny; {forward} }} }}
+}}
+"""
+
+
+def start_nginx(processes: Processes, workdir: Path, pinning: Pinning, binary: str,
+                upstream: Server) -> Dict[str, Server]:
+    config_path = workdir / "nginx.conf"
+
+    def command(ports: List[int]) -> List[str]:
+        config_path.write_text(nginx_config(workdir, ports, upstream))
+        return pinning.servers + [binary, "-p", str(workdir), "-c", str(config_path),
+                                  "-e", str(workdir / "nginx-error.log")]
+
+    def ready(ports: List[int]) -> Callable[[], bool]:
+        return lambda: all(http_get(port)[0] == 200 for port in ports[:3])
+
+    process, ports = start_with_retries(processes, "nginx", workdir, len(NGINX_KEYS), command,
+                                        ready)
+    return {key: Server(process, port) for key, port in zip(NGINX_KEYS, ports)}
+
+
+def check_nginx_deny(nginx: Server, timeout_s: float = 5.0) -> None:
+    """The first request takes limit_req's one a minute; every later one is a 429."""
+    deadline = time.monotonic() + timeout_s
+    statuses = []
+    while True:
+        status, _, _ = http_get(nginx.port)
+        statuses.append(status)
+        if status == 429:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nginx with limit_req {NGINX_DENY_RATE} answered {statuses}")
+        time.sleep(0.05)
 
 
 def check_allow_gateway(gateway: Server, timeout_s: float = 5.0) -> None:
@@ -394,7 +488,8 @@ def check_deny_gateway(gateway: Server, timeout_s: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def start_servers(processes: Processes, workdir: Path, pinning: Pinning) -> Servers:
+def start_servers(processes: Processes, workdir: Path, pinning: Pinning, nginx_binary: str,
+                  baseline_gateway: Optional[Path]) -> Servers:
     redis = start_redis(processes, workdir, pinning)
     log(f"redis-server pid {redis.process.pid} on 127.0.0.1:{redis.port}")
     upstream = start_upstream(processes, workdir, pinning)
@@ -407,9 +502,21 @@ def start_servers(processes: Processes, workdir: Path, pinning: Pinning) -> Serv
                          "rl-bench-deny:", DENY_LIMIT)
     log(f"rl-gateway (limit {DENY_LIMIT}) pid {deny.process.pid} on 127.0.0.1:{deny.port}, "
         f"admin {deny.admin_port}")
+    baseline = None
+    if baseline_gateway is not None:
+        baseline = start_gateway(processes, workdir, pinning, "rl-gateway-baseline", upstream,
+                                 redis, "rl-bench-baseline:", ALLOW_LIMIT, baseline_gateway)
+        log(f"rl-gateway from {baseline_gateway} (limit {ALLOW_LIMIT}) pid "
+            f"{baseline.process.pid} on 127.0.0.1:{baseline.port}, admin {baseline.admin_port}")
+    nginx = start_nginx(processes, workdir, pinning, nginx_binary, upstream)
+    log(f"nginx pid {nginx['e'].process.pid} on 127.0.0.1:"
+        + ", ".join(f"{server.port} ({key})" for key, server in nginx.items()))
     check_allow_gateway(allow)
     check_deny_gateway(deny)
-    return Servers(redis, upstream, allow, deny)
+    if baseline is not None:
+        check_allow_gateway(baseline)
+    check_nginx_deny(nginx["h"])
+    return Servers(redis, upstream, allow, deny, nginx, baseline)
 
 
 # ----------------------------------------------------------------------------------------
@@ -421,19 +528,38 @@ class Scenario:
     key: str
     name: str
     target: Callable[[Servers], Server]  # where wrk sends its requests
+    proxy: Optional[str] = None  # the CPU role in front of the upstream: gateway, baseline, nginx
     baseline: bool = False  # the upstream alone: what the gateway rows are compared with
     redis_stopped: bool = False  # redis-server frozen with SIGSTOP for the run
+    denies: bool = False  # every answer but the first is a 429
 
 
 SCENARIOS = [
     Scenario("a", "(a) upstream alone", lambda s: s.upstream, baseline=True),
-    Scenario("b", "(b) gateway, Redis local (allowed: RL.HIT + forward)", lambda s: s.allow_gateway),
-    Scenario("c", f"(c) gateway, limit {DENY_LIMIT} (429 from the deny cache)", lambda s: s.deny_gateway),
+    Scenario("b", "(b) gateway, Redis local (allowed: RL.HIT + forward)", lambda s: s.allow_gateway,
+             proxy="gateway"),
+    Scenario("c", f"(c) gateway, limit {DENY_LIMIT} (429 from the deny cache)",
+             lambda s: s.deny_gateway, proxy="gateway", denies=True),
     Scenario("d", "(d) gateway, Redis stopped (SIGSTOP; fail-open, breaker)",
-             lambda s: s.allow_gateway, redis_stopped=True),
+             lambda s: s.allow_gateway, proxy="gateway", redis_stopped=True),
+    Scenario("e", "(e) nginx proxy_pass (nginx's default: a new upstream connection per request)",
+             lambda s: s.nginx["e"], proxy="nginx"),
+    Scenario("f", "(f) nginx proxy_pass, upstream keep-alive", lambda s: s.nginx["f"],
+             proxy="nginx"),
+    Scenario("g", f"(g) nginx limit_req {NGINX_ALLOW_RATE} burst={NGINX_ALLOW_BURST} (allowed), "
+                  "keep-alive", lambda s: s.nginx["g"], proxy="nginx"),
+    Scenario("h", f"(h) nginx limit_req {NGINX_DENY_RATE} (429), keep-alive",
+             lambda s: s.nginx["h"], proxy="nginx", denies=True),
 ]
 BASELINE = SCENARIOS[0]
 THROUGH_REDIS = SCENARIOS[1]
+# With --baseline-gateway: (b) through the gateway built from another commit, inserted after (b).
+BASELINE_GATEWAY = Scenario("b0", "(b0) baseline gateway (--baseline-gateway), as (b)",
+                            lambda s: s.baseline_gateway, proxy="baseline")
+
+
+def scenario_by_key(key: str) -> Scenario:
+    return next(s for s in SCENARIOS if s.key == key)
 
 
 @dataclass
@@ -455,7 +581,7 @@ class WrkResult:
     non_2xx: int
     socket_errors: Dict[str, int]
     decisions: Optional[Decisions]  # the gateway rows
-    cpu_us_per_request: Dict[str, float]  # by CPU_ROLES: gateway, upstream, redis, wrk
+    cpu_us_per_request: Dict[str, float]  # by CPU_ROLES
     other_cpus: float  # CPUs kept busy by processes that are not this benchmark's
 
     def errors(self) -> int:
@@ -511,6 +637,9 @@ class CpuSnapshot:
         processes = {
             "gateway": process_cpu_seconds(servers.allow_gateway.process.pid)
             + process_cpu_seconds(servers.deny_gateway.process.pid),
+            "baseline": process_cpu_seconds(servers.baseline_gateway.process.pid)
+            if servers.baseline_gateway else 0.0,
+            "nginx": process_cpu_seconds(servers.nginx["e"].process.pid),
             "upstream": process_cpu_seconds(servers.upstream.process.pid),
             "redis": process_cpu_seconds(servers.redis.process.pid),
             "wrk": own_cpu_seconds(resource.RUSAGE_CHILDREN),
@@ -519,7 +648,7 @@ class CpuSnapshot:
         return CpuSnapshot(time.monotonic(), machine_busy_seconds(), processes)
 
 
-CPU_ROLES = ("gateway", "upstream", "redis", "wrk")
+CPU_ROLES = ("gateway", "baseline", "nginx", "upstream", "redis", "wrk")
 
 
 # ----------------------------------------------------------------------------------------
@@ -745,8 +874,18 @@ def result_line(measurements: Measurements, settings: Settings, scenario: Scenar
     return "| " + " | ".join(cells) + " |"
 
 
-CPU_COLUMNS = ["scenario", "conns", "rl-gateway µs/req", "demo-upstream µs/req", "redis-server µs/req",
-               "wrk µs/req", "sum µs/req", "other load (CPUs)"]
+CPU_COLUMNS = ["scenario", "conns", "proxy µs/req (rl-gateway or nginx)", "redis-server µs/req",
+               "proxy + Redis µs/req", "demo-upstream µs/req", "wrk µs/req", "sum µs/req",
+               "other load (CPUs)"]
+
+
+def proxy_us(result: WrkResult, scenario: Scenario) -> float:
+    """CPU µs per request of the process in front of the upstream (0 for the upstream alone)."""
+    return result.cpu_us_per_request[scenario.proxy] if scenario.proxy else 0.0
+
+
+def proxy_and_redis_us(result: WrkResult, scenario: Scenario) -> float:
+    return proxy_us(result, scenario) + result.cpu_us_per_request["redis"]
 
 
 def cpu_table(measurements: Measurements, settings: Settings) -> List[str]:
@@ -757,12 +896,80 @@ def cpu_table(measurements: Measurements, settings: Settings) -> List[str]:
             if not results:
                 continue
             cells = [scenario.name, str(connections)]
-            cells += [median_cell([r.cpu_us_per_request[role] for r in results], 1) for role in CPU_ROLES]
+            cells += [median_cell([proxy_us(r, scenario) for r in results], 1),
+                      median_cell([r.cpu_us_per_request["redis"] for r in results], 1),
+                      median_cell([proxy_and_redis_us(r, scenario) for r in results], 1),
+                      median_cell([r.cpu_us_per_request["upstream"] for r in results], 1),
+                      median_cell([r.cpu_us_per_request["wrk"] for r in results], 1)]
             cells.append(median_cell([sum(r.cpu_us_per_request[role] for role in CPU_ROLES)
                                       for r in results], 1))
             cells.append(median_cell([r.other_cpus for r in results], 2))
             lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+# The goal of issue 13 for (b): rl-gateway's CPU per request, Redis's included, at most this
+# many times nginx limit_req's (g).
+TARGET_CPU_RATIO = 1.5
+
+
+@dataclass
+class CpuComparison:
+    name: str
+    mine: str  # scenario keys
+    theirs: str
+    mine_with_redis: bool  # the scenario's Redis CPU counted with its proxy's
+
+
+def cpu_comparisons() -> List[CpuComparison]:
+    comparisons = [
+        CpuComparison("(b) rl-gateway + Redis / (g) nginx limit_req, allowed", "b", "g", True),
+        CpuComparison("(b) rl-gateway alone / (f) nginx proxy_pass, keep-alive", "b", "f", False),
+        CpuComparison("(b) rl-gateway + Redis / (e) nginx proxy_pass, its defaults", "b", "e", True),
+        CpuComparison("(c) rl-gateway deny cache / (h) nginx limit_req, 429", "c", "h", False),
+    ]
+    if any(s.key == BASELINE_GATEWAY.key for s in SCENARIOS):
+        comparisons += [
+            CpuComparison("(b) rl-gateway + Redis / (b0) baseline rl-gateway + Redis", "b", "b0", True),
+            CpuComparison("(b) rl-gateway alone / (b0) baseline rl-gateway alone", "b", "b0", False),
+        ]
+    return comparisons
+
+
+def comparison_ratios(measurements: Measurements, comparison: CpuComparison,
+                      connections: int) -> List[float]:
+    """Per round in which both ran: the one's CPU per request over the other's."""
+    mine, theirs = scenario_by_key(comparison.mine), scenario_by_key(comparison.theirs)
+    cost = proxy_and_redis_us if comparison.mine_with_redis else proxy_us
+    own = measurements.results.get((mine.key, connections), {})
+    other = measurements.results.get((theirs.key, connections), {})
+    return [cost(own[r], mine) / cost(other[r], theirs)
+            for r in sorted(own) if r in other and cost(other[r], theirs) > 0]
+
+
+def comparison_table(measurements: Measurements, settings: Settings) -> List[str]:
+    lines = ["| CPU µs per request, ratio | " + " | ".join(f"-c {c}" for c in settings.connections)
+             + " |", "|---|" + "---:|" * len(settings.connections)]
+    for comparison in cpu_comparisons():
+        cells = [comparison.name]
+        cells += [spread_cell(comparison_ratios(measurements, comparison, c), 2)
+                  for c in settings.connections]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def cpu_target_line(measurements: Measurements, settings: Settings) -> str:
+    comparison = cpu_comparisons()[0]
+    parts = []
+    for connections in settings.connections:
+        ratios = comparison_ratios(measurements, comparison, connections)
+        if ratios:
+            ratio = statistics.median(ratios)
+            parts.append(f"{ratio:.2f}× at -c {connections} "
+                         f"({'met' if ratio <= TARGET_CPU_RATIO else 'NOT met'})")
+    return (f"**Target** for (b): rl-gateway's CPU per request, Redis's included, at most "
+            f"{TARGET_CPU_RATIO:g}× nginx limit_req's (g): " + ("; ".join(parts) or "not measured")
+            + ".")
 
 
 def through_redis_figures(measurements: Measurements, connections: int) -> Optional[Tuple[float, float, float]]:
@@ -825,9 +1032,9 @@ def odd_things(measurements: Measurements) -> List[str]:
             where = f"{scenario.name} at -c {connections}, round {round_index + 1}"
             if result.errors():
                 notes.append(f"{where}: wrk socket errors {result.socket_errors}")
-            if key != "c" and result.non_2xx:
+            if not scenario.denies and result.non_2xx:
                 notes.append(f"{where}: {result.non_2xx:,} non-2xx responses")
-            if key == "b" and result.decisions and \
+            if key in ("b", "b0") and result.decisions and \
                     result.decisions.outcomes["allowed"] != result.decisions.total():
                 notes.append(f"{where}: not every request was decided by Redis: "
                              f"{result.decisions.describe()}")
@@ -871,6 +1078,18 @@ class Context:
     wrk_version: str
     gateway_version: str
     rustc_version: str
+    nginx_version: str
+    baseline_gateway: Optional[Path]
+    baseline_label: str
+
+
+def shown_path(path: Path) -> str:
+    """A path as the report shows it: inside the repository relative to it, else its name
+    (the report is committed; the machine's layout is nobody's business)."""
+    try:
+        return str(path.relative_to(REPO_DIR))
+    except ValueError:
+        return path.name
 
 
 def report(measurements: Measurements, settings: Settings, context: Context) -> str:
@@ -906,6 +1125,20 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
         f"limits = [\"{ALLOW_LIMIT}\"] for (b) and (d), so every request is allowed after one "
         f"RL.HIT, and limits = [\"{DENY_LIMIT}\"] for (c), so every request but the first two "
         "is answered 429 from the deny cache without Redis",
+        f"- nginx {context.nginx_version} (Debian's nginx-light), started by the script as one "
+        "process (daemon off, master_process off, worker_processes 1), pinned with the servers, "
+        "no access log, refusals not logged, X-Forwarded-For appended as the gateway does; "
+        "limit_req keyed by $binary_remote_addr as the gateway's rule is by the client IP. (e) "
+        "is proxy_pass as it comes: HTTP/1.0 and a new connection to the upstream for every "
+        "request (the upstream's accept and close are in its CPU). (f) to (h) go through an "
+        "upstream block with `keepalive 64` and HTTP/1.1, as the gateway pools its upstream "
+        f"connections. (g): rate={NGINX_ALLOW_RATE} burst={NGINX_ALLOW_BURST} nodelay, "
+        f"{ALLOW_LIMIT} in nginx's units (it counts time in ms, so without a burst the second "
+        f"request of a ms is refused). (h): rate={NGINX_DENY_RATE}, nginx's lowest rate, for "
+        f"the gateway's {DENY_LIMIT}: every request after the first is a 429"
+        + (f"\n- (b0): a third rl-gateway, {context.baseline_label}, with (b)'s "
+           "configuration "
+           "(its own key prefix), in the same rounds" if context.baseline_gateway else ""),
         "- (d): redis-server is frozen with SIGSTOP for the whole run and continued after it. "
         f"The first requests wait out the {DEADLINE_MS} ms deadline until 5 failures open the "
         "breaker; then decisions fail open at once, and one probe a second waits the deadline "
@@ -947,6 +1180,18 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
         "",
     ]
     lines += cpu_table(measurements, settings)
+    lines += [
+        "",
+        "## rl-gateway against nginx",
+        "",
+        "CPU µs per request, the median over rounds of the ratio between two scenarios in the "
+        "same round (lowest and highest round in brackets); + Redis: the redis-server's CPU "
+        "during the gateway's run counted with the gateway's (nginx has no Redis). Below 1, the "
+        "gateway uses less CPU per request.",
+        "",
+    ]
+    lines += comparison_table(measurements, settings)
+    lines += ["", cpu_target_line(measurements, settings)]
     notes = odd_things(measurements)
     lines += ["", "## Anything odd", ""]
     lines += [f"- {note}" for note in notes] or [
@@ -954,6 +1199,20 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
         "error, and in (b) Redis decided every request."]
     return "\n".join(lines) + "\n"
 
+
+
+# The report's hand-written part: a profile is taken by hand (perf needs the gateway's pid
+# while wrk runs), so a run keeps the previous report's text from this heading on.
+HAND_WRITTEN = "\n## Profile"
+
+
+def hand_written_part(output: Path) -> str:
+    try:
+        text = output.read_text()
+    except OSError:
+        return ""
+    at = text.find(HAND_WRITTEN)
+    return text[at:] if at >= 0 else ""
 
 
 # ----------------------------------------------------------------------------------------
@@ -980,12 +1239,25 @@ def ensure_wrk() -> Optional[str]:
     return None
 
 
-def missing_prerequisite() -> Optional[str]:
+def nginx_binary() -> Optional[str]:
+    """Debian's nginx is in /usr/sbin, which a user's PATH may lack."""
+    found = shutil.which("nginx")
+    if found:
+        return found
+    return next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)),
+                None)
+
+
+def missing_prerequisite(baseline_gateway: Optional[Path]) -> Optional[str]:
     for path in (MODULE, GATEWAY, UPSTREAM):
         if not path.exists():
             return f"no {path}; build it first (make build)"
+    if baseline_gateway is not None and not baseline_gateway.exists():
+        return f"no {baseline_gateway} (--baseline-gateway)"
     if shutil.which("redis-server") is None:
         return "redis-server is not on the PATH (make setup installs it)"
+    if nginx_binary() is None:
+        return "nginx is not installed (make setup installs nginx-light)"
     return ensure_wrk()
 
 
@@ -1003,11 +1275,17 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--duration", type=int, default=6, help="seconds per measured run (default 6)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per scenario (default 2)")
-    parser.add_argument("--budget-minutes", type=float, default=5.0,
+    parser.add_argument("--budget-minutes", type=float, default=12.0,
                         help="no repeat of a noisy run starts if it would end later than this")
     parser.add_argument("--pin", choices=PINNINGS, default="split",
                         help="split (default): wrk on the last CPU, the servers on the first; "
                              "wrk: only wrk pinned; none: nothing pinned")
+    parser.add_argument("--baseline-gateway", type=Path, metavar="PATH",
+                        help="also run (b) through this rl-gateway binary, built from another "
+                             "commit, in the same rounds: (b0)")
+    parser.add_argument("--baseline-label", metavar="TEXT",
+                        help="what the report calls the --baseline-gateway binary, e.g. the "
+                             "commit it was built from (default: its path)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke-test the script: 1 round of 2 s runs, 1 s warm-up")
     return parser.parse_args()
@@ -1030,7 +1308,8 @@ def main() -> int:
     stop_on_signals()
     started = time.monotonic()
     started_at = datetime.datetime.now(datetime.timezone.utc)
-    problem = missing_prerequisite()
+    baseline_gateway = arguments.baseline_gateway.resolve() if arguments.baseline_gateway else None
+    problem = missing_prerequisite(baseline_gateway)
     if problem is not None:
         log(problem)
         return 1
@@ -1042,16 +1321,21 @@ def main() -> int:
     gateway_version = re.search(r'^version = "([^"]+)"', (REPO_DIR / "gateway" / "Cargo.toml").read_text(),
                                 re.MULTILINE)
     rustc_version = tool_version(["rustc", "--version"], r"(rustc \S+)")
+    nginx = nginx_binary() or "nginx"
+    nginx_version = tool_version([nginx, "-v"], r"nginx/(\S+)")
+    if baseline_gateway is not None:
+        SCENARIOS.insert(SCENARIOS.index(THROUGH_REDIS) + 1, BASELINE_GATEWAY)
 
     processes = Processes()
     workdir = Path(tempfile.mkdtemp(prefix="rl-gateway-bench-"))
     try:
-        servers = start_servers(processes, workdir, pinning)
+        servers = start_servers(processes, workdir, pinning, nginx, baseline_gateway)
         warm_up(processes, pinning, servers, settings)
         measurements = measure(processes, pinning, servers, settings, started)
     except RuntimeError as error:
         log(f"failed: {error}")
-        for name in ("rl-gateway-allow", "rl-gateway-deny", "demo-upstream", "redis-server"):
+        for name in ("rl-gateway-allow", "rl-gateway-deny", "rl-gateway-baseline", "nginx",
+                     "nginx-error", "demo-upstream", "redis-server"):
             tail = log_tail(workdir / f"{name}.log", 1000).strip()
             if tail and tail != "(no log)":
                 log(f"--- the end of {name}'s log:\n{tail}")
@@ -1061,8 +1345,11 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     context = Context(started_at, time.monotonic() - started, pinning, redis_version, wrk_version,
-                      gateway_version.group(1) if gateway_version else "unknown", rustc_version)
-    text = report(measurements, settings, context)
+                      gateway_version.group(1) if gateway_version else "unknown", rustc_version,
+                      nginx_version, baseline_gateway,
+                      arguments.baseline_label or (shown_path(baseline_gateway)
+                                                   if baseline_gateway else ""))
+    text = report(measurements, settings, context) + hand_written_part(arguments.output)
     print(text)
     arguments.output.write_text(text)
     log(f"wrote {arguments.output}; total run time {format_duration(context.elapsed_s)}")

@@ -25,6 +25,8 @@ pub enum UpstreamError {
     Failed(String),
 }
 
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
 /// Headers that concern one connection or this proxy, not the message (RFC 9110,
 /// section 7.6.1).
 const HOP_BY_HOP: [&str; 9] = [
@@ -101,6 +103,11 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
 }
 
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // The common case, a message without any: one look at each name instead of a lookup
+    // (a hash) for each of the nine.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     // Connection may name more headers that belong to this hop only.
     let named: Vec<HeaderName> = headers
         .get_all(hyper::header::CONNECTION)
@@ -117,10 +124,22 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Whether `name` is one of [`HOP_BY_HOP`]; names in a map are lower case.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(&name.as_str())
+}
+
 /// Appends the peer this request came from, as one line after those already there.
 fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
+    if !headers.contains_key(&X_FORWARDED_FOR) {
+        // The common case, the first proxy: the peer alone, without building a chain.
+        if let Ok(value) = HeaderValue::from_str(&peer.to_string()) {
+            headers.insert(X_FORWARDED_FOR.clone(), value);
+        }
+        return;
+    }
     let mut chain: Vec<String> = headers
-        .get_all("x-forwarded-for")
+        .get_all(&X_FORWARDED_FOR)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .map(str::to_owned)
@@ -128,6 +147,6 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
     chain.push(peer.to_string());
     let chain = chain.join(", ");
     if let Ok(value) = HeaderValue::from_str(&chain) {
-        headers.insert("x-forwarded-for", value);
+        headers.insert(X_FORWARDED_FOR.clone(), value);
     }
 }

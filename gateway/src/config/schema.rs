@@ -45,6 +45,8 @@ pub(super) struct ServerSection {
     pub(super) check_headers: String,
     #[serde(default = "default_upstream_timeout_ms")]
     pub(super) upstream_timeout_ms: u64,
+    #[serde(default)]
+    pub(super) worker_threads: usize,
 }
 
 fn default_check_headers() -> String {

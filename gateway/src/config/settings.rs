@@ -30,6 +30,8 @@ pub struct ServerSettings {
     pub check_headers: CheckHeaders,
     /// How long the upstream may take to start its answer before the gateway says 504.
     pub upstream_timeout: Duration,
+    /// Threads serving requests; 0: one per CPU the process may use. See [`Self::threads`].
+    pub worker_threads: usize,
     /// `[connections]`.
     pub connections: crate::connection_limits::ConnectionLimits,
     /// `[client_ip]`: the network a `key = "ip"` rule counts a client by.
@@ -39,6 +41,19 @@ pub struct ServerSettings {
 }
 
 impl ServerSettings {
+    /// How many threads serve requests: `worker_threads`, or when that is 0 one per CPU the
+    /// process may use (its affinity and cgroup quota). At 1 the gateway runs a
+    /// single-threaded runtime, where a task that another one wakes waits its turn behind
+    /// the tasks already ready: the RL.HITs of requests that arrived together then leave in
+    /// one write, as one pipeline, where the multi-threaded scheduler's "run the woken task
+    /// next" sends each alone.
+    pub fn threads(&self) -> usize {
+        match self.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
     pub fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
         crate::client_ip::is_trusted(ip, &self.trusted_proxies)
     }
@@ -141,9 +156,15 @@ pub(super) fn server_settings(section: ServerSection) -> Result<ServerSettings, 
     if section.upstream_timeout_ms == 0 {
         return Err("[server] upstream_timeout_ms must be at least 1".into());
     }
+    if section.worker_threads > MAX_WORKER_THREADS {
+        return Err(format!(
+            "[server] worker_threads must be 0 (one per CPU) to {MAX_WORKER_THREADS}"
+        ));
+    }
     Ok(ServerSettings {
         check_headers,
         upstream_timeout: Duration::from_millis(section.upstream_timeout_ms),
+        worker_threads: section.worker_threads,
         listen: address("listen", &section.listen)?,
         admin_listen: address("admin_listen", &section.admin_listen)?,
         mode,
@@ -156,6 +177,9 @@ pub(super) fn server_settings(section: ServerSection) -> Result<ServerSettings, 
         requests: Default::default(),
     })
 }
+
+/// More threads than this is a typo, not a machine.
+const MAX_WORKER_THREADS: usize = 1024;
 
 fn upstream_uri(url: &str) -> Result<hyper::Uri, String> {
     let bad = || format!("[server] upstream '{url}' must be like http://127.0.0.1:9000");
