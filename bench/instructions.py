@@ -83,6 +83,9 @@ class Row:
     # with a command that leaves them as they are.
     warmup: Optional[List[str]] = None
     prefill: Optional[Prefill] = None
+    # Measured with redis-cell's module instead of ours (only when the caller gives a build
+    # of it: nothing is fetched or built here).
+    redis_cell: bool = False
 
 
 def log_args(command: str, key: str, limit: int) -> List[str]:
@@ -131,6 +134,9 @@ def rows(far_future_ms: int, requests: int) -> List[Row]:
             ["RL.HIT", KEY] + eight_tiers),
         Row("CL.THROTTLE k 100 100 3600 (redis-cell API)",
             ["CL.THROTTLE", KEY, "100", "100", "3600", "1"]),
+        Row("CL.THROTTLE k 100 100 3600 on redis-cell's own module",
+            ["CL.THROTTLE", KEY, "100", "100", "3600", "1"], module=False, expect=None,
+            redis_cell=True),
     ]
 
 
@@ -445,6 +451,16 @@ def main() -> int:
                         help="skip the rows with a replica attached")
     parser.add_argument("--only", default="",
                         help="measure only the rows whose name contains this text (SET always)")
+    parser.add_argument("--skip", action="append", default=[],
+                        help="leave out the rows whose name contains this text (repeatable)")
+    parser.add_argument("--redis-cell", type=Path,
+                        default=os.environ.get("REDIS_CELL_SO") or None,
+                        help="a build of redis-cell for Redis (env REDIS_CELL_SO): adds a "
+                             "CL.THROTTLE row on it")
+    parser.add_argument("--redis-cell-valkey", type=Path,
+                        default=os.environ.get("REDIS_CELL_VALKEY_SO") or None,
+                        help="redis-cell built with its valkey feature, for the Valkey rows "
+                             "(env REDIS_CELL_VALKEY_SO)")
     options = parser.parse_args()
     modules = [parse_module(m) for m in options.module] or [(DEFAULT_MODULE, "this commit")]
     for path, _ in modules:
@@ -467,11 +483,18 @@ def main() -> int:
         for replica in variants:
             version = server_version(binary) + (", with a replica" if replica else "")
             results[version] = {}
+            cell = options.redis_cell_valkey if binary == valkey else options.redis_cell
             for row in table:
                 if row.module and options.only not in row.name:
                     continue
+                if any(text in row.name for text in options.skip):
+                    continue
+                if row.redis_cell and (cell is None or options.only not in row.name):
+                    continue
                 per_module = results[version].setdefault(row.name, {})
                 targets = modules if row.module else [(None, "server")]
+                if row.redis_cell:
+                    targets = [(Path(cell).resolve(), "server")]
                 for path, label in targets:
                     prefill = None
                     if row.prefill is not None and path is not None:
@@ -489,7 +512,10 @@ def main() -> int:
         + (f" --requests {options.requests}" if options.requests != DEFAULT_REQUESTS else "")
         + (" --redis-only" if options.redis_only else "")
         + (" --no-replica" if options.no_replica else "")
-        + (f" --only '{options.only}'" if options.only else "") + "`.",
+        + (f" --only '{options.only}'" if options.only else "")
+        + "".join(f" --skip '{text}'" for text in options.skip)
+        + (" --redis-cell <build>" if options.redis_cell else "")
+        + (" --redis-cell-valkey <build>" if options.redis_cell_valkey else "") + "`.",
         f"{machine_description()}. Counts move about 1 to 2% between runs, whatever the machine's load (the rows with a moving expiry a little with how many calls share a millisecond).",
         "",
         f"redis-benchmark -c {CLIENTS} -P {PIPELINE} -r {KEYSPACE}: {WARMUP_REQUESTS:,} "
@@ -518,7 +544,13 @@ def main() -> int:
             header += f" {labels[-1]} / {labels[0]} |"
         lines += [header, "|---" + "|---:" * (len(labels) + (len(labels) > 1)) + "|"]
         for name, per_module in table.items():
-            if "server" in per_module:
+            ours = table.get("CL.THROTTLE k 100 100 3600 (redis-cell API)", {})
+            if "redis-cell's own" in name and all(l in ours for l in labels):
+                cell = per_module["server"]
+                # Ours against redis-cell: the target is at most 0.75 x.
+                cells = [f"{cell:,.0f} (ours: {ours[l] / cell:.2f} x)" for l in labels]
+                ratio = ""
+            elif "server" in per_module:
                 cells = [f"{per_module['server']:,.0f}"] * len(labels)
                 ratio = ""
             else:
