@@ -14,7 +14,6 @@ use crate::module_errors::ModuleErrorLog;
 use crate::rules::{Limit, Rule};
 use crate::verdict::{MultiVerdict, Verdict};
 use smallvec::SmallVec;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,6 +68,8 @@ pub struct Stacked {
 
 /// The rules (indexes into the applying ones) that one call charges.
 type Group = SmallVec<[usize; 2]>;
+/// A request's groups, inline for the common cases (no allocation on the request path).
+type Groups = SmallVec<[Group; 2]>;
 
 /// A group's answer: allowed as a whole, and each key's verdict with whether it binds.
 struct Charged {
@@ -158,15 +159,17 @@ impl Decider {
             };
         }
         let deadline = tokio::time::Instant::now() + self.deadline;
-        let mut groups: VecDeque<Group> = self.groups(applying, limited().map(|(i, _)| i));
-        while let Some(group) = groups.pop_front() {
+        // Last group first, so that popping takes them in rule order.
+        let mut groups = self.groups(applying, limited().map(|(i, _)| i));
+        groups.reverse();
+        while let Some(group) = groups.pop() {
             let charged = match self.charge(applying, &group, deadline).await {
                 Ok(charged) => charged,
                 Err(Failure::Error) if group.len() > 1 => {
                     // One rule's misconfiguration: each rule asked on its own names it, and
                     // fails open or closed as that rule says.
                     for &i in group.iter().rev() {
-                        groups.push_front(smallvec::smallvec![i]);
+                        groups.push(smallvec::smallvec![i]);
                     }
                     continue;
                 }
@@ -240,13 +243,9 @@ impl Decider {
     /// their first rule: an enforced rule joins the first group whose keys share its slot
     /// (on one server, any group of enforced rules); a shadow rule is a group of its own,
     /// since its denial must not deny the others.
-    fn groups(
-        &self,
-        applying: &[Applied],
-        indices: impl Iterator<Item = usize>,
-    ) -> VecDeque<Group> {
+    fn groups(&self, applying: &[Applied], indices: impl Iterator<Item = usize>) -> Groups {
         let cluster = self.backend.is_cluster();
-        let mut groups: VecDeque<Group> = VecDeque::new();
+        let mut groups = Groups::new();
         for i in indices {
             let rule = &applying[i].rule;
             let joins = (!rule.shadow)
@@ -259,7 +258,7 @@ impl Decider {
                 .flatten();
             match joins {
                 Some(group) => group.push(i),
-                None => groups.push_back(smallvec::smallvec![i]),
+                None => groups.push(smallvec::smallvec![i]),
             }
         }
         groups
