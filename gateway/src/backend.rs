@@ -9,6 +9,7 @@ use crate::logging::log;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, ProtocolVersion, RedisError, RedisResult, Value};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -107,6 +108,43 @@ impl Backend {
             }
         }
     }
+}
+
+impl Backend {
+    /// Whether this is Redis Cluster, where keys in different slots cannot be in one call.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Backend::Cluster(_))
+    }
+
+    /// `cmd`, sent in a cluster to the primary of `key`'s slot: for the commands whose
+    /// first argument is not a key (`RL.MHIT numkeys key ...`), which the cluster client
+    /// would otherwise route by that argument and reach the owner only after a `MOVED`.
+    pub async fn call_for_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
+        match self {
+            Backend::Single(_) => self.call(cmd).await,
+            Backend::Cluster(slot) => {
+                let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
+                match connection {
+                    Some(mut connection) => {
+                        let route = Route::with_key(key, SlotAddr::Master);
+                        let routing =
+                            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                        connection.route_command(cmd.clone(), routing).await
+                    }
+                    None => Err(RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::NotConnected,
+                        "no connection to the Redis Cluster yet",
+                    ))),
+                }
+            }
+        }
+    }
+}
+
+/// Whether two keys are in one Cluster slot (their hash tags, or whole names, hash to the
+/// same slot, by the cluster client's own function): only then can one `RL.MHIT` take both.
+pub fn same_slot(a: &str, b: &str) -> bool {
+    Slot::for_key(a) == Slot::for_key(b)
 }
 
 /// The failure an error stands for. Replies saying the server cannot take writes now are

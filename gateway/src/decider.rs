@@ -1,8 +1,9 @@
-//! One decision: the deny cache, the circuit breaker, then RL.HIT under the deadline.
+//! One decision: the deny cache, the circuit breaker, then RL.HIT (or, for several rules
+//! in one slot, RL.MHIT) under the deadline.
 //! Whatever goes wrong with Redis becomes a [`Failure`], never an error for the client:
 //! the caller lets the request through or, on a fail-closed route, answers 503.
 
-use crate::backend::{classify, Backend};
+use crate::backend::{classify, same_slot, Backend};
 use crate::breaker::Breaker;
 use crate::config::RedisSettings;
 use crate::deny_cache::DenyCache;
@@ -11,21 +12,69 @@ use crate::logging::log;
 use crate::metrics::Metrics;
 use crate::module_errors::ModuleErrorLog;
 use crate::rules::{Limit, Rule};
-use crate::verdict::Verdict;
+use crate::verdict::{MultiVerdict, Verdict};
+use smallvec::SmallVec;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub enum Decision {
+/// One rule that applies to a request, with the key it charges.
+pub struct Applied {
+    pub rule: Arc<Rule>,
+    pub key: String,
+}
+
+/// What became of one applying rule.
+#[derive(Debug, Clone)]
+pub enum RuleOutcome {
     /// The rule has no limits: nothing to ask.
     Unlimited,
+    /// Not asked: the deny cache, another rule's denial or a fail-closed failure decided
+    /// first.
+    NotAsked,
+    /// Counted, and still counted.
     Allowed(Verdict),
+    /// Would allow, but nothing of the request is counted: another key of its `RL.MHIT`
+    /// denied, or it was counted and given back after a later rule denied or closed. The
+    /// verdict is what it holds now.
+    Uncounted(Verdict),
     /// `cached`: answered from the deny cache, without Redis.
     Denied {
         verdict: Verdict,
         cached: bool,
     },
-    /// A shadow rule would have denied; the request goes through.
+    /// A shadow rule (or policy) would have denied; nothing was counted.
     ShadowDenied,
     Failed(Failure),
+}
+
+/// What the rules together decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// No applying rule has limits.
+    Unlimited,
+    /// Every limited rule allowed, would have (shadow), or failed open.
+    Allowed,
+    /// The rule at `binding` denied: its wait is the one to report.
+    Denied { binding: usize, cached: bool },
+    /// The rule at `rule` could not be decided and fails closed: 503.
+    Closed { rule: usize, failure: Failure },
+}
+
+/// The decision on one request: each applying rule's outcome, in rule order, and the end.
+pub struct Stacked {
+    pub outcomes: SmallVec<[RuleOutcome; 2]>,
+    pub end: End,
+}
+
+/// The rules (indexes into the applying ones) that one call charges.
+type Group = SmallVec<[usize; 2]>;
+/// A request's groups, inline for the common cases (no allocation on the request path).
+type Groups = SmallVec<[Group; 2]>;
+
+/// A group's answer: allowed as a whole, and each key's verdict with whether it binds.
+struct Charged {
+    allowed: bool,
+    keys: SmallVec<[(Verdict, bool); 2]>,
 }
 
 pub struct Decider {
@@ -63,44 +112,238 @@ impl Decider {
         self.breaker.is_open()
     }
 
-    /// Charges one request of `rule` to `key`.
-    pub async fn hit(&self, rule: &Rule, key: &str) -> Decision {
-        if rule.limit == Limit::Unlimited {
-            return Decision::Unlimited;
+    /// Charges one request to every rule in `applying` (in rule order, each with its key),
+    /// all of which must allow it. Keys in one slot are decided by one `RL.MHIT` (on one
+    /// server: all of them), counted in all or none; groups in different slots are charged
+    /// one after the other, in rule order, and when one denies, or fails on a fail-closed
+    /// rule, those charged before are given back (`RL.REFUND`, `RL.MREFUND`). A shadow rule
+    /// is charged on its own, where it stands, and never denies.
+    pub async fn decide(&self, applying: &[Applied]) -> Stacked {
+        let mut outcomes: SmallVec<[RuleOutcome; 2]> = applying
+            .iter()
+            .map(|a| match a.rule.limit {
+                Limit::Unlimited => RuleOutcome::Unlimited,
+                _ => RuleOutcome::NotAsked,
+            })
+            .collect();
+        let limited = || {
+            applying
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| a.rule.limit != Limit::Unlimited)
+        };
+        if limited().next().is_none() {
+            return Stacked {
+                outcomes,
+                end: End::Unlimited,
+            };
         }
-        if !rule.shadow {
-            if let Some(verdict) = self.deny_cache.check(key, Instant::now()) {
-                return Decision::Denied {
-                    verdict,
+        // A denial still in force for any enforced key answers for the whole request; the
+        // longest wait binds, as Redis would have chosen.
+        let now = Instant::now();
+        let cached = limited()
+            .filter(|(_, a)| !a.rule.shadow)
+            .filter_map(|(i, a)| Some((i, self.deny_cache.check(&a.key, now)?)))
+            .max_by_key(|(i, v)| (v.binding().retry_after_ms, std::cmp::Reverse(*i)));
+        if let Some((binding, verdict)) = cached {
+            outcomes[binding] = RuleOutcome::Denied {
+                verdict,
+                cached: true,
+            };
+            return Stacked {
+                outcomes,
+                end: End::Denied {
+                    binding,
                     cached: true,
+                },
+            };
+        }
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        // Last group first, so that popping takes them in rule order.
+        let mut groups = self.groups(applying, limited().map(|(i, _)| i));
+        groups.reverse();
+        while let Some(group) = groups.pop() {
+            let charged = match self.charge(applying, &group, deadline).await {
+                Ok(charged) => charged,
+                Err(Failure::Error) if group.len() > 1 => {
+                    // One rule's misconfiguration: each rule asked on its own names it, and
+                    // fails open or closed as that rule says.
+                    for &i in group.iter().rev() {
+                        groups.push(smallvec::smallvec![i]);
+                    }
+                    continue;
+                }
+                Err(failure) => {
+                    for &i in &group {
+                        outcomes[i] = RuleOutcome::Failed(failure);
+                    }
+                    let closing = group
+                        .iter()
+                        .copied()
+                        .find(|&i| applying[i].rule.on_failure.closes(failure));
+                    if let Some(rule) = closing {
+                        self.give_back(applying, &mut outcomes).await;
+                        return Stacked {
+                            outcomes,
+                            end: End::Closed { rule, failure },
+                        };
+                    }
+                    continue;
+                }
+            };
+            let mut binding = None;
+            for (&i, (verdict, is_binding)) in group.iter().zip(charged.keys) {
+                let rule = &applying[i].rule;
+                outcomes[i] = if rule.shadow && !verdict.allowed() {
+                    RuleOutcome::ShadowDenied
+                } else if !verdict.allowed() {
+                    // Hits given back after the fact (a rule that counts by status, or one
+                    // charged apart from a rule in another slot) make a denial made while
+                    // they were outstanding one that may not last: not cached.
+                    let given_back = rule.counts_by_status()
+                        || (rule.stacks_across_subjects && self.backend.is_cluster());
+                    if !given_back {
+                        self.deny_cache
+                            .remember(&applying[i].key, &verdict, Instant::now());
+                    }
+                    if is_binding {
+                        binding = Some(i);
+                    }
+                    RuleOutcome::Denied {
+                        verdict,
+                        cached: false,
+                    }
+                } else if verdict.shadow_denied {
+                    RuleOutcome::ShadowDenied
+                } else if charged.allowed {
+                    RuleOutcome::Allowed(verdict)
+                } else {
+                    // Another key of the same call denied: nothing was counted here.
+                    RuleOutcome::Uncounted(verdict)
+                };
+            }
+            if let Some(binding) = binding {
+                self.give_back(applying, &mut outcomes).await;
+                return Stacked {
+                    outcomes,
+                    end: End::Denied {
+                        binding,
+                        cached: false,
+                    },
                 };
             }
         }
-        let verdict = match self.call("RL.HIT", rule, key).await {
-            Ok(verdict) => verdict,
-            Err(failure) => return Decision::Failed(failure),
-        };
-        if verdict.shadow_denied || (rule.shadow && !verdict.allowed()) {
-            Decision::ShadowDenied
-        } else if verdict.allowed() {
-            Decision::Allowed(verdict)
-        } else {
-            // A rule that counts by status gives hits back after the fact: a denial made
-            // while others' hits were outstanding may not last, so it is not cached.
-            if !rule.counts_by_status() {
-                self.deny_cache.remember(key, &verdict, Instant::now());
+        Stacked {
+            outcomes,
+            end: End::Allowed,
+        }
+    }
+
+    /// The limited rules `indices` in groups that one call can charge, in rule order of
+    /// their first rule: an enforced rule joins the first group whose keys share its slot
+    /// (on one server, any group of enforced rules); a shadow rule is a group of its own,
+    /// since its denial must not deny the others.
+    fn groups(&self, applying: &[Applied], indices: impl Iterator<Item = usize>) -> Groups {
+        let cluster = self.backend.is_cluster();
+        let mut groups = Groups::new();
+        for i in indices {
+            let rule = &applying[i].rule;
+            let joins = (!rule.shadow)
+                .then(|| {
+                    groups.iter_mut().find(|g| {
+                        let first = &applying[g[0]];
+                        !first.rule.shadow && (!cluster || same_slot(&first.key, &applying[i].key))
+                    })
+                })
+                .flatten();
+            match joins {
+                Some(group) => group.push(i),
+                None => groups.push(smallvec::smallvec![i]),
             }
-            Decision::Denied {
-                verdict,
-                cached: false,
+        }
+        groups
+    }
+
+    /// One `RL.HIT` for a group of one, else one `RL.MHIT`: every key's verdict, each
+    /// flagged when it is the binding key.
+    async fn charge(
+        &self,
+        applying: &[Applied],
+        group: &[usize],
+        deadline: tokio::time::Instant,
+    ) -> Result<Charged, Failure> {
+        if let [i] = group {
+            let a = &applying[*i];
+            let verdict = self.call("RL.HIT", &a.rule, &a.key, deadline).await?;
+            return Ok(Charged {
+                allowed: verdict.allowed(),
+                keys: SmallVec::from_elem((verdict, true), 1),
+            });
+        }
+        let multi = self
+            .call_multi("RL.MHIT", applying, group, deadline)
+            .await?;
+        let binding = multi.binding;
+        Ok(Charged {
+            allowed: multi.allowed,
+            keys: multi
+                .keys
+                .into_iter()
+                .enumerate()
+                .map(|(k, v)| (v, k == binding))
+                .collect(),
+        })
+    }
+
+    /// Gives back every hit of this decision that is still counted (the request is not
+    /// served after all), in the groups it was charged in; each rule then shows what it
+    /// holds after the refund. A refund that fails leaves the hit counted: the strict side.
+    async fn give_back(&self, applying: &[Applied], outcomes: &mut [RuleOutcome]) {
+        let charged = outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| matches!(o, RuleOutcome::Allowed(_)))
+            .map(|(i, _)| i)
+            .collect::<SmallVec<[usize; 4]>>();
+        if charged.is_empty() {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        for group in self.groups(applying, charged.into_iter()) {
+            let after: Option<SmallVec<[Verdict; 2]>> = if let [i] = group[..] {
+                let a = &applying[i];
+                self.call("RL.REFUND", &a.rule, &a.key, deadline)
+                    .await
+                    .ok()
+                    .map(|v| SmallVec::from_elem(v, 1))
+            } else {
+                self.call_multi("RL.MREFUND", applying, &group, deadline)
+                    .await
+                    .ok()
+                    .map(|m| m.keys.into_iter().collect())
+            };
+            for (k, &i) in group.iter().enumerate() {
+                let RuleOutcome::Allowed(charged) = &outcomes[i] else {
+                    continue;
+                };
+                let shown = match after.as_ref().and_then(|a| a.get(k)) {
+                    Some(verdict) => {
+                        self.metrics.refund(&applying[i].rule.name);
+                        verdict.clone()
+                    }
+                    None => charged.clone(),
+                };
+                outcomes[i] = RuleOutcome::Uncounted(shown);
             }
         }
     }
 
-    /// Gives back what [`Decider::hit`] charged, when the response's status does not count;
-    /// the budget after the refund. A failure leaves the hit charged (the strict side).
+    /// Gives back what [`Decider::decide`] charged to `key` for `rule`, when the response's
+    /// status does not count; the budget after the refund. A failure leaves the hit charged
+    /// (the strict side).
     pub async fn refund(&self, rule: &Rule, key: &str) -> Option<Verdict> {
-        let verdict = self.call("RL.REFUND", rule, key).await.ok()?;
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        let verdict = self.call("RL.REFUND", rule, key, deadline).await.ok()?;
         self.metrics.refund(&rule.name);
         Some(verdict)
     }
@@ -127,24 +370,85 @@ impl Decider {
         }
     }
 
-    /// `command key args...` under the deadline, through the breaker.
-    async fn call(&self, command: &str, rule: &Rule, key: &str) -> Result<Verdict, Failure> {
-        if !self.breaker.allows(Instant::now()) {
-            return Err(Failure::Breaker);
-        }
+    /// `command key args...` before `deadline`, through the breaker.
+    async fn call(
+        &self,
+        command: &str,
+        rule: &Rule,
+        key: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<Verdict, Failure> {
         let mut cmd = redis::cmd(command);
         cmd.arg(key).arg(&rule.call_args);
+        match self.send(&cmd, None, deadline).await {
+            Ok(value) => Verdict::from_reply(&value).ok_or_else(|| {
+                self.module_error(command, rule, "a reply that is not a decision");
+                Failure::Error
+            }),
+            Err((failure, error)) => {
+                if let Some(error) = error {
+                    self.module_error(command, rule, &error);
+                }
+                Err(failure)
+            }
+        }
+    }
+
+    /// `command numkeys key ... SPEC args ...` for the rules `group` of `applying`, before
+    /// `deadline`. An error reply is not logged here: the caller asks each rule on its own,
+    /// which names the one at fault.
+    async fn call_multi(
+        &self,
+        command: &str,
+        applying: &[Applied],
+        group: &[usize],
+        deadline: tokio::time::Instant,
+    ) -> Result<MultiVerdict, Failure> {
+        let mut cmd = redis::cmd(command);
+        cmd.arg(group.len());
+        for &i in group {
+            cmd.arg(&applying[i].key);
+        }
+        for &i in group {
+            cmd.arg("SPEC").arg(&applying[i].rule.call_args);
+        }
+        let first = &applying[group[0]].key;
+        let value = self
+            .send(&cmd, Some(first), deadline)
+            .await
+            .map_err(|(failure, _)| failure)?;
+        MultiVerdict::from_reply(&value, group.len()).ok_or_else(|| {
+            let rule = &applying[group[0]].rule;
+            self.module_error(command, rule, "a reply that is not a decision of every key");
+            Failure::Error
+        })
+    }
+
+    /// Sends `cmd` (in a cluster to the owner of `route_key`, when given) before
+    /// `deadline`, through the breaker; a failure comes with the text of an error reply.
+    async fn send(
+        &self,
+        cmd: &redis::Cmd,
+        route_key: Option<&str>,
+        deadline: tokio::time::Instant,
+    ) -> Result<redis::Value, (Failure, Option<String>)> {
+        if !self.breaker.allows(Instant::now()) {
+            return Err((Failure::Breaker, None));
+        }
         let started = Instant::now();
-        let reply = tokio::time::timeout(self.deadline, self.backend.call(&cmd)).await;
+        let reply = match route_key {
+            Some(key) => {
+                tokio::time::timeout_at(deadline, self.backend.call_for_key(cmd, key)).await
+            }
+            None => tokio::time::timeout_at(deadline, self.backend.call(cmd)).await,
+        };
+        let mut text = None;
         let failure = match reply {
             Err(_elapsed) => Failure::Timeout,
             Ok(Ok(value)) => {
                 self.metrics.redis_latency(started.elapsed());
                 self.breaker.succeeded();
-                return Verdict::from_reply(&value).ok_or_else(|| {
-                    self.module_error(command, rule, "a reply that is not a decision");
-                    Failure::Error
-                });
+                return Ok(value);
             }
             Ok(Err(error)) => {
                 let failure = classify(&error);
@@ -152,7 +456,7 @@ impl Decider {
                     self.metrics.redis_latency(started.elapsed());
                 }
                 if failure == Failure::Error {
-                    self.module_error(command, rule, &error.to_string());
+                    text = Some(error.to_string());
                 }
                 failure
             }
@@ -164,6 +468,6 @@ impl Decider {
         } else {
             self.breaker.failed(Instant::now());
         }
-        Err(failure)
+        Err((failure, text))
     }
 }

@@ -2,7 +2,8 @@
 //! draft (draft-ietf-httpapi-ratelimit-headers), `Retry-After` on a denial, and the legacy
 //! `X-RateLimit-*` trio when configured. Both IETF fields are structured-field Lists (RFC
 //! 8941) with one item per tier: `"name";q=<quota>;w=<window s>` and
-//! `"name";r=<remaining>;t=<seconds to reset>`.
+//! `"name";r=<remaining>;t=<seconds to reset>`. When several rules apply (`stack = true`),
+//! both fields list every limit of every rule decided.
 
 use crate::rules::{Limit, Rule};
 use crate::verdict::{Verdict, NEVER};
@@ -37,31 +38,33 @@ fn tier_name(out: &mut String, rule: &Rule, index: usize, count: usize) {
 
 /// Adds the rate-limit fields for `verdict` of `rule`; with `denied`, also `Retry-After`.
 pub fn add(headers: &mut HeaderMap, rule: &Rule, verdict: &Verdict, legacy: bool, denied: bool) {
-    let tiers = verdict.tiers();
-    let windows: &[_] = match &rule.limit {
-        Limit::Tiers { tiers, .. } => tiers,
-        _ => &[],
+    add_all(headers, &[(rule, verdict)], 0, legacy, denied);
+}
+
+/// Adds the rate-limit fields for every limit of `shown` (each rule with its verdict, in
+/// rule order), `binding` the index of the one that decides: on a denial its items come
+/// first in both fields, so that the 429 names it, and `Retry-After` is its wait; the
+/// legacy trio describes its binding tier.
+pub fn add_all(
+    headers: &mut HeaderMap,
+    shown: &[(&Rule, &Verdict)],
+    binding: usize,
+    legacy: bool,
+    denied: bool,
+) {
+    let Some(&(_, binding_verdict)) = shown.get(binding) else {
+        return;
     };
-    let mut policy = String::with_capacity(32 * tiers.len());
-    let mut state = String::with_capacity(32 * tiers.len());
-    for (index, tier) in tiers.iter().enumerate() {
-        if index > 0 {
-            policy.push_str(", ");
-            state.push_str(", ");
-        }
-        tier_name(&mut policy, rule, index, tiers.len());
-        let _ = write!(policy, ";q={}", tier.limit);
-        // A policy stored in Redis has windows the gateway does not know; `w` is optional.
-        if let Some(window) = windows.get(index).filter(|_| windows.len() == tiers.len()) {
-            let _ = write!(policy, ";w={}", seconds_up(window.window_ms));
-        }
-        tier_name(&mut state, rule, index, tiers.len());
-        let _ = write!(
-            state,
-            ";r={};t={}",
-            tier.remaining,
-            seconds_up(tier.reset_after_ms)
-        );
+    let count: usize = shown.iter().map(|(_, v)| v.tiers().len()).sum();
+    let mut policy = String::with_capacity(32 * count);
+    let mut state = String::with_capacity(32 * count);
+    let first = denied.then_some(binding);
+    let order = first
+        .into_iter()
+        .chain((0..shown.len()).filter(|&i| Some(i) != first));
+    for i in order {
+        let (rule, verdict) = shown[i];
+        push_items(&mut policy, &mut state, rule, verdict);
     }
     // Names are checked to be token characters, so these values are always valid.
     if let (Ok(policy), Ok(state)) = (
@@ -71,7 +74,7 @@ pub fn add(headers: &mut HeaderMap, rule: &Rule, verdict: &Verdict, legacy: bool
         headers.insert(RATELIMIT_POLICY.clone(), policy);
         headers.insert(RATELIMIT.clone(), state);
     }
-    let binding = verdict.binding();
+    let binding = binding_verdict.binding();
     // A request that can never pass (the module's "never") gets no Retry-After: there is
     // no time at which retrying helps.
     if denied && binding.retry_after_ms != NEVER {
@@ -82,12 +85,40 @@ pub fn add(headers: &mut HeaderMap, rule: &Rule, verdict: &Verdict, legacy: bool
     }
     if legacy {
         // All three describe one tier, the binding one, with its own reset.
-        let tier = verdict.binding_tier();
+        let tier = binding_verdict.binding_tier();
         headers.insert(LEGACY_LIMIT.clone(), HeaderValue::from(tier.limit));
         headers.insert(LEGACY_REMAINING.clone(), HeaderValue::from(tier.remaining));
         headers.insert(
             LEGACY_RESET.clone(),
             HeaderValue::from(seconds_up(tier.reset_after_ms)),
+        );
+    }
+}
+
+/// Appends one rule's items (one per tier) to both lists.
+fn push_items(policy: &mut String, state: &mut String, rule: &Rule, verdict: &Verdict) {
+    let tiers = verdict.tiers();
+    let windows: &[_] = match &rule.limit {
+        Limit::Tiers { tiers, .. } => tiers,
+        _ => &[],
+    };
+    for (index, tier) in tiers.iter().enumerate() {
+        if !policy.is_empty() {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
+        tier_name(policy, rule, index, tiers.len());
+        let _ = write!(policy, ";q={}", tier.limit);
+        // A policy stored in Redis has windows the gateway does not know; `w` is optional.
+        if let Some(window) = windows.get(index).filter(|_| windows.len() == tiers.len()) {
+            let _ = write!(policy, ";w={}", seconds_up(window.window_ms));
+        }
+        tier_name(state, rule, index, tiers.len());
+        let _ = write!(
+            state,
+            ";r={};t={}",
+            tier.remaining,
+            seconds_up(tier.reset_after_ms)
         );
     }
 }
@@ -132,6 +163,79 @@ mod tests {
         assert_eq!(headers["x-ratelimit-limit"], "5");
         assert_eq!(headers["x-ratelimit-remaining"], "0");
         assert_eq!(headers["x-ratelimit-reset"], "60");
+    }
+
+    #[test]
+    fn several_rules_list_every_limit_and_a_denial_leads_with_the_binding_one() {
+        let mut ip = rule("[\"10/1m\", \"100/1h\"]");
+        ip.name = "per-ip".into();
+        let mut cap = rule("[\"3/1s\"]");
+        cap.name = "cap".into();
+        let tier = |allowed, limit, remaining, retry_after_ms| TierState {
+            allowed,
+            limit,
+            remaining,
+            reset_after_ms: 2_000,
+            retry_after_ms,
+        };
+        let mut two = Verdict::single(tier(true, 10, 7, 0));
+        two = Verdict::from_reply(&two_tiers(&two, tier(true, 100, 97, 0))).unwrap();
+        let denied = Verdict::single(tier(false, 3, 0, 2_500));
+        let mut headers = HeaderMap::new();
+        add_all(&mut headers, &[(&ip, &two), (&cap, &denied)], 1, true, true);
+        assert_eq!(
+            headers["ratelimit-policy"],
+            "\"cap\";q=3;w=1, \"per-ip-1\";q=10;w=60, \"per-ip-2\";q=100;w=3600"
+        );
+        assert_eq!(
+            headers["ratelimit"],
+            "\"cap\";r=0;t=2, \"per-ip-1\";r=7;t=2, \"per-ip-2\";r=97;t=2"
+        );
+        assert_eq!(headers["retry-after"], "3");
+        assert_eq!(headers["x-ratelimit-limit"], "3");
+        let mut allowed = HeaderMap::new();
+        add_all(
+            &mut allowed,
+            &[(&ip, &two), (&cap, &denied)],
+            1,
+            false,
+            false,
+        );
+        assert!(
+            allowed["ratelimit"]
+                .to_str()
+                .unwrap()
+                .starts_with("\"per-ip-1\""),
+            "rule order when allowed"
+        );
+    }
+
+    /// A RESP3 reply of two tiers, the first from `first`.
+    fn two_tiers(first: &Verdict, second: TierState) -> redis::Value {
+        use redis::Value;
+        let map = |t: &TierState| {
+            Value::Map(
+                [
+                    ("allowed", i64::from(t.allowed)),
+                    ("limit", t.limit as i64),
+                    ("remaining", t.remaining as i64),
+                    ("reset_after_ms", t.reset_after_ms as i64),
+                    ("retry_after_ms", t.retry_after_ms as i64),
+                ]
+                .into_iter()
+                .map(|(k, v)| (Value::SimpleString(k.into()), Value::Int(v)))
+                .collect(),
+            )
+        };
+        let b = first.binding();
+        let Value::Map(mut fields) = map(b) else {
+            unreachable!()
+        };
+        fields.push((
+            Value::SimpleString("tiers".into()),
+            Value::Array(vec![map(b), map(&second)]),
+        ));
+        Value::Map(fields)
     }
 
     #[test]

@@ -45,6 +45,25 @@ impl RuleSet {
             .or(self.default.as_ref())
     }
 
+    /// Every rule that applies to `method` and `path`, in order: the first match, and after
+    /// a match with `stack = true` the next match too, and so on; the default when no match
+    /// ended the list (no match at all, or only stacking ones). Empty: not limited.
+    pub fn applying(&self, method: &str, path: &str, ignore_case: bool) -> Applying<'_> {
+        let mut applying = Applying::new();
+        for rule in &self.rules {
+            if rule.matches(method, path, ignore_case) {
+                applying.push(rule);
+                if !rule.stack {
+                    return applying;
+                }
+            }
+        }
+        if let Some(default) = &self.default {
+            applying.push(default);
+        }
+        applying
+    }
+
     /// Whether a rule names `method` (any case), which then is accepted even if it is not
     /// a registered method.
     pub fn names_method(&self, method: &str) -> bool {
@@ -54,6 +73,12 @@ impl RuleSet {
     }
 }
 
+/// The rules that apply to one request, in rule order (most requests: one).
+pub type Applying<'a> = smallvec::SmallVec<[&'a Arc<Rule>; 2]>;
+
+/// The most rules one request can meet: the most keys one `RL.MHIT` takes.
+pub const MAX_APPLYING: usize = 16;
+
 /// Whose budget a request spends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeySource {
@@ -62,6 +87,9 @@ pub enum KeySource {
     Header(HeaderName),
     /// The n-th path segment (1-based); the client IP when the path is shorter.
     Segment(usize),
+    /// One budget for every client (`key = "global"`, hash tag `{global}`): a cap on the
+    /// rule as a whole, or per endpoint with `per_endpoint`.
+    Global,
 }
 
 /// One `<count>/<window>` tier.
@@ -130,6 +158,12 @@ pub struct Rule {
     pub count: Counting,
     pub shadow: bool,
     pub on_failure: OnFailure,
+    /// `stack = true`: matching goes on after this rule, so later rules apply too.
+    pub stack: bool,
+    /// It may apply together with a rule keyed by another subject, whose key (another
+    /// hash tag) can be in another Cluster slot: then their hits are charged one call
+    /// after the other, and this rule's may be given back after the fact.
+    pub stacks_across_subjects: bool,
     /// The arguments of RL.HIT and RL.REFUND after the key, made once.
     pub call_args: Vec<String>,
 }
@@ -158,8 +192,16 @@ impl Rule {
             count,
             shadow,
             on_failure,
+            stack: false,
+            stacks_across_subjects: false,
             call_args,
         }
+    }
+
+    /// The same rule with `stack` set.
+    pub fn stacking(mut self, stack: bool) -> Self {
+        self.stack = stack;
+        self
     }
 
     fn matches(&self, method: &str, path: &str, ignore_case: bool) -> bool {
@@ -173,6 +215,11 @@ impl Rule {
             |m: &String| m.eq_ignore_ascii_case(method) || m.eq_ignore_ascii_case(head_as_get);
         (self.methods.is_empty() || self.methods.iter().any(named))
             && self.path.as_ref().is_none_or(path_matches)
+    }
+
+    /// Whose budget the rule spends.
+    pub fn key_source(&self) -> &KeySource {
+        &self.key
     }
 
     /// The request header whose value names the budget, if the rule keys on one.
@@ -207,6 +254,7 @@ impl Rule {
         key.push('{');
         let subject = match &self.key {
             KeySource::ClientIp => None,
+            KeySource::Global => Some(("global", &b""[..])),
             KeySource::Header(name) => request
                 .headers
                 .get(name)
@@ -392,6 +440,45 @@ mod tests {
         assert_eq!(set.find("POST", "/auth/login").unwrap().name, "login");
         assert_eq!(set.find("GET", "/auth/login").unwrap().name, "auth");
         assert_eq!(set.find("GET", "/home").unwrap().name, "default");
+    }
+
+    #[test]
+    fn stacking_rules_let_matching_go_on() {
+        let set = rules(
+            "[[rule]]\nname = \"per-ip\"\npath = \"/api/**\"\nlimits = [\"100/1m\"]\nstack = true\n\
+             [[rule]]\nname = \"cap\"\npath = \"/api/orders\"\nkey = \"global\"\nlimits = [\"1000/1m\"]\nstack = true\n\
+             [[rule]]\nname = \"orders\"\npath = \"/api/orders\"\nlimits = [\"10/1m\"]\n\
+             [[rule]]\nname = \"never\"\npath = \"/api/orders\"\nlimits = [\"1/1m\"]\n\
+             [default]\nlimits = [\"5/1m\"]\n",
+        );
+        let names = |path: &str| -> Vec<String> {
+            set.applying("GET", path, false)
+                .iter()
+                .map(|r| r.name.clone())
+                .collect()
+        };
+        assert_eq!(names("/api/orders"), ["per-ip", "cap", "orders"]);
+        assert_eq!(
+            names("/api/items"),
+            ["per-ip", "default"],
+            "no match ended the list: the default too"
+        );
+        assert_eq!(names("/home"), ["default"]);
+        assert_eq!(set.find("GET", "/api/orders").unwrap().name, "per-ip");
+    }
+
+    #[test]
+    fn a_global_key_is_one_budget_for_every_client() {
+        let set = rules(
+            "[[rule]]\nname = \"cap\"\npath = \"/a/**\"\nkey = \"global\"\nper_endpoint = true\nlimits = [\"5/1m\"]\n",
+        );
+        let empty = HeaderMap::new();
+        let rule = set.find("GET", "/a/b").unwrap();
+        let mut facts = facts("GET", "/a/b", &empty);
+        let key = rule.key("rl:", &facts);
+        assert_eq!(key, "rl:{global}:cap:GET /a/b");
+        facts.client_ip = "192.0.2.9".parse().unwrap();
+        assert_eq!(rule.key("rl:", &facts), key);
     }
 
     #[test]

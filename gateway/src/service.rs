@@ -5,7 +5,8 @@
 use crate::canonical::{canonicalize, PathRefusal};
 use crate::client_ip::client_ip;
 use crate::config::{Mode, ServerSettings};
-use crate::decider::{Decider, Decision};
+use crate::decider::{Applied, Decider, End, RuleOutcome, Stacked};
+use crate::failure::Failure;
 use crate::headers;
 use crate::methods;
 use crate::metrics::{Metrics, Outcome};
@@ -17,6 +18,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
+use smallvec::SmallVec;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 
@@ -31,11 +33,70 @@ pub struct Gateway {
     upstream: Option<Upstream>,
 }
 
-/// What the decision means for the request.
+/// The rules that applied to the request, with their keys, and what they decided.
 struct Judgement {
-    rule: Option<Arc<Rule>>,
-    key: String,
-    decision: Decision,
+    applying: SmallVec<[Applied; 2]>,
+    stacked: Stacked,
+}
+
+impl Judgement {
+    /// The reason of the first rule that failed open, for the fail-open header.
+    fn failed_open(&self) -> Option<Failure> {
+        self.applying
+            .iter()
+            .zip(&self.stacked.outcomes)
+            .find_map(|(a, o)| match o {
+                RuleOutcome::Failed(f) if !a.rule.on_failure.closes(*f) => Some(*f),
+                _ => None,
+            })
+    }
+
+    /// What a denial shows: every enforced rule that was asked, with what it holds now,
+    /// and the position of the binding rule among them.
+    fn shown_denied(&self, binding: usize) -> (SmallVec<[(&Rule, &Verdict); 2]>, usize) {
+        let mut shown = SmallVec::new();
+        let mut at = 0;
+        for (i, (a, o)) in self.applying.iter().zip(&self.stacked.outcomes).enumerate() {
+            let verdict = match o {
+                RuleOutcome::Allowed(v)
+                | RuleOutcome::Uncounted(v)
+                | RuleOutcome::Denied { verdict: v, .. } => v,
+                _ => continue,
+            };
+            if a.rule.shadow {
+                continue;
+            }
+            if i == binding {
+                at = shown.len();
+            }
+            shown.push((&*a.rule, verdict));
+        }
+        (shown, at)
+    }
+}
+
+/// What an allowed request shows: every enforced rule that counted it, with `verdicts`
+/// (index-aligned with the applying rules) the state after any refund, and the position
+/// of the binding one: the least remaining in its binding tier, the first on a tie.
+fn shown_allowed<'a>(
+    applying: &'a [Applied],
+    verdicts: &'a [Option<Verdict>],
+) -> (SmallVec<[(&'a Rule, &'a Verdict); 2]>, usize) {
+    let mut shown: SmallVec<[(&Rule, &Verdict); 2]> = SmallVec::new();
+    let mut at = 0;
+    for (a, v) in applying.iter().zip(verdicts) {
+        let Some(verdict) = v else { continue };
+        if a.rule.shadow {
+            continue;
+        }
+        if let Some((_, best)) = shown.get(at) {
+            if verdict.binding_tier().remaining < best.binding_tier().remaining {
+                at = shown.len();
+            }
+        }
+        shown.push((&*a.rule, verdict));
+    }
+    (shown, at)
 }
 
 impl Gateway {
@@ -89,7 +150,8 @@ impl Gateway {
         }
     }
 
-    /// Finds the rule, makes the key and asks Redis; counts the outcome.
+    /// Finds the rules that apply, makes their keys and asks Redis; counts each rule's
+    /// outcome.
     async fn judge(
         &self,
         rules: &RuleSet,
@@ -99,22 +161,27 @@ impl Gateway {
         headers: &HeaderMap,
     ) -> Result<Judgement, Response<Body>> {
         let ignore_case = self.server.requests.paths.case_insensitive;
-        let Some(rule) = rules.find_with_case(method, path, ignore_case) else {
+        let found = rules.applying(method, path, ignore_case);
+        if found.is_empty() {
             return Ok(Judgement {
-                rule: None,
-                key: String::new(),
-                decision: Decision::Unlimited,
+                applying: SmallVec::new(),
+                stacked: Stacked {
+                    outcomes: SmallVec::new(),
+                    end: End::Unlimited,
+                },
             });
-        };
+        }
         // The key header twice: which one names the client is the upstream's choice (the
         // first, the last, or both joined), so counting either would let any other value
         // buy a fresh budget. Refused, as check mode refuses a repeated trusted header.
-        if let Some(name) = rule.key_header() {
-            if headers.get_all(name).iter().nth(1).is_some() {
-                return Err(refused_text(
-                    StatusCode::BAD_REQUEST,
-                    format!("Bad Request: the header {name} appears twice\n"),
-                ));
+        for rule in &found {
+            if let Some(name) = rule.key_header() {
+                if headers.get_all(name).iter().nth(1).is_some() {
+                    return Err(refused_text(
+                        StatusCode::BAD_REQUEST,
+                        format!("Bad Request: the header {name} appears twice\n"),
+                    ));
+                }
             }
         }
         let facts = RequestFacts {
@@ -127,30 +194,35 @@ impl Gateway {
                 &self.server.trusted_proxies,
             )),
         };
-        let key = rule.key(&self.key_prefix, &facts);
-        let decision = self.decider.hit(rule, &key).await;
-        let outcome = match &decision {
-            Decision::Unlimited => None,
-            Decision::Allowed(_) => Some(Outcome::Allowed),
-            Decision::Denied { cached: false, .. } => Some(Outcome::Denied),
-            Decision::Denied { cached: true, .. } => Some(Outcome::DeniedCached),
-            Decision::ShadowDenied => Some(Outcome::ShadowDenied),
-            Decision::Failed(failure) if rule.on_failure.closes(*failure) => {
-                Some(Outcome::FailClosed)
+        let applying: SmallVec<[Applied; 2]> = found
+            .into_iter()
+            .map(|rule| Applied {
+                key: rule.key(&self.key_prefix, &facts),
+                rule: rule.clone(),
+            })
+            .collect();
+        let stacked = self.decider.decide(&applying).await;
+        for (applied, outcome) in applying.iter().zip(&stacked.outcomes) {
+            let rule = &applied.rule;
+            let outcome = match outcome {
+                RuleOutcome::Unlimited | RuleOutcome::NotAsked | RuleOutcome::Uncounted(_) => None,
+                RuleOutcome::Allowed(_) => Some(Outcome::Allowed),
+                RuleOutcome::Denied { cached: false, .. } => Some(Outcome::Denied),
+                RuleOutcome::Denied { cached: true, .. } => Some(Outcome::DeniedCached),
+                RuleOutcome::ShadowDenied => Some(Outcome::ShadowDenied),
+                RuleOutcome::Failed(failure) if rule.on_failure.closes(*failure) => {
+                    Some(Outcome::FailClosed)
+                }
+                RuleOutcome::Failed(failure) => {
+                    self.metrics().fail_open(*failure);
+                    Some(Outcome::FailOpen)
+                }
+            };
+            if let Some(outcome) = outcome {
+                self.metrics().decision(&rule.name, outcome);
             }
-            Decision::Failed(failure) => {
-                self.metrics().fail_open(*failure);
-                Some(Outcome::FailOpen)
-            }
-        };
-        if let Some(outcome) = outcome {
-            self.metrics().decision(&rule.name, outcome);
         }
-        Ok(Judgement {
-            rule: Some(rule.clone()),
-            key,
-            decision,
-        })
+        Ok(Judgement { applying, stacked })
     }
 
     async fn proxy(&self, peer: IpAddr, mut request: Request<Incoming>) -> Response<Body> {
@@ -189,30 +261,22 @@ impl Gateway {
             Ok(judgement) => judgement,
             Err(refusal) => return refusal,
         };
-        let Judgement {
-            rule,
-            key,
-            decision,
-        } = judgement;
         let mut fail_open_mark = None;
-        let mut charged = None;
-        match (&rule, &decision) {
-            (Some(rule), Decision::Denied { verdict, .. }) => {
+        match judgement.stacked.end {
+            End::Denied { binding, .. } => {
                 return too_many(
-                    rule,
-                    verdict,
+                    &judgement,
+                    binding,
                     rules.legacy_headers,
                     StatusCode::TOO_MANY_REQUESTS,
                 );
             }
-            (Some(rule), Decision::Failed(failure)) if rule.on_failure.closes(*failure) => {
-                return unavailable()
+            End::Closed { .. } => return unavailable(),
+            End::Allowed | End::Unlimited => {
+                if let Some(failure) = judgement.failed_open() {
+                    fail_open_mark = Some(HeaderValue::from_static(failure.label()));
+                }
             }
-            (Some(_), Decision::Failed(failure)) => {
-                fail_open_mark = Some(HeaderValue::from_static(failure.label()));
-            }
-            (Some(rule), Decision::Allowed(verdict)) => charged = Some((rule, verdict)),
-            _ => {}
         }
         let Some(upstream) = &self.upstream else {
             return unavailable();
@@ -232,21 +296,31 @@ impl Gateway {
                 local(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout\n")
             }
         };
-        if let Some((rule, verdict)) = charged {
-            let mut shown = None;
-            if !rule.counts(response.status().as_u16()) {
+        let status = response.status().as_u16();
+        let Judgement { applying, stacked } = judgement;
+        let mut verdicts: SmallVec<[Option<Verdict>; 2]> = SmallVec::new();
+        for (applied, outcome) in applying.iter().zip(stacked.outcomes) {
+            let RuleOutcome::Allowed(verdict) = outcome else {
+                verdicts.push(None);
+                continue;
+            };
+            let mut shown = verdict;
+            if !applied.rule.counts(status) {
                 // Refunded before answering, so that the client's next request sees it.
-                shown = self.decider.refund(rule, &key).await;
+                if let Some(after) = self.decider.refund(&applied.rule, &applied.key).await {
+                    shown = after;
+                }
             }
-            let shown = shown.as_ref().unwrap_or(verdict);
-            add_headers(
-                response.headers_mut(),
-                rule,
-                shown,
-                rules.legacy_headers,
-                false,
-            );
+            verdicts.push(Some(shown));
         }
+        let (shown, binding) = shown_allowed(&applying, &verdicts);
+        headers::add_all(
+            response.headers_mut(),
+            &shown,
+            binding,
+            rules.legacy_headers,
+            false,
+        );
         response
     }
 
@@ -300,55 +374,46 @@ impl Gateway {
             Err(refusal) => return refused(refusal.status(), refusal.message()),
         };
         let method = method.as_str();
-        let Judgement { rule, decision, .. } =
-            match self.judge(&rules, peer, method, &path, headers).await {
-                Ok(judgement) => judgement,
-                Err(refusal) => return refusal,
-            };
-        let Some(rule) = rule else {
-            return local(StatusCode::OK, "");
+        let judgement = match self.judge(&rules, peer, method, &path, headers).await {
+            Ok(judgement) => judgement,
+            Err(refusal) => return refusal,
         };
-        match &decision {
-            Decision::Denied { verdict, .. } => {
+        match judgement.stacked.end {
+            End::Denied { binding, .. } => {
                 let status = StatusCode::from_u16(self.server.check_deny_status)
                     .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-                too_many(&rule, verdict, rules.legacy_headers, status)
+                too_many(&judgement, binding, rules.legacy_headers, status)
             }
-            Decision::Failed(failure) if rule.on_failure.closes(*failure) => unavailable(),
-            Decision::Failed(failure) => {
+            End::Closed { .. } => unavailable(),
+            End::Unlimited => local(StatusCode::OK, ""),
+            End::Allowed => {
                 let mut response = local(StatusCode::OK, "");
-                response.headers_mut().insert(
-                    rules.fail_open_header.clone(),
-                    HeaderValue::from_static(failure.label()),
-                );
-                response
-            }
-            Decision::Allowed(verdict) => {
-                let mut response = local(StatusCode::OK, "");
-                add_headers(
+                if let Some(failure) = judgement.failed_open() {
+                    response.headers_mut().insert(
+                        rules.fail_open_header.clone(),
+                        HeaderValue::from_static(failure.label()),
+                    );
+                }
+                let verdicts: SmallVec<[Option<Verdict>; 2]> = judgement
+                    .stacked
+                    .outcomes
+                    .iter()
+                    .map(|o| match o {
+                        RuleOutcome::Allowed(v) => Some(v.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                let (shown, binding) = shown_allowed(&judgement.applying, &verdicts);
+                headers::add_all(
                     response.headers_mut(),
-                    &rule,
-                    verdict,
+                    &shown,
+                    binding,
                     rules.legacy_headers,
                     false,
                 );
                 response
             }
-            Decision::ShadowDenied | Decision::Unlimited => local(StatusCode::OK, ""),
         }
-    }
-}
-
-/// The headers of an enforced rule; a shadow rule shows the client nothing.
-fn add_headers(
-    headers: &mut HeaderMap,
-    rule: &Rule,
-    verdict: &Verdict,
-    legacy: bool,
-    denied: bool,
-) {
-    if !rule.shadow {
-        headers::add(headers, rule, verdict, legacy, denied);
     }
 }
 
@@ -434,9 +499,16 @@ fn local(status: StatusCode, body: &'static str) -> Response<Body> {
     response
 }
 
-fn too_many(rule: &Rule, verdict: &Verdict, legacy: bool, status: StatusCode) -> Response<Body> {
+/// The denial: every enforced rule asked, the binding one first, and its Retry-After.
+fn too_many(
+    judgement: &Judgement,
+    binding: usize,
+    legacy: bool,
+    status: StatusCode,
+) -> Response<Body> {
     let mut response = local(status, "Too Many Requests\n");
-    headers::add(response.headers_mut(), rule, verdict, legacy, true);
+    let (shown, at) = judgement.shown_denied(binding);
+    headers::add_all(response.headers_mut(), &shown, at, legacy, true);
     response
 }
 

@@ -104,6 +104,69 @@ impl Verdict {
     }
 }
 
+/// What `RL.MHIT` (or `RL.MREFUND`) answered: RESP2 `[allowed, binding, [key reply ...]]`,
+/// RESP3 a map `allowed`, `binding`, `keys`, each key's reply read as [`Verdict`] reads
+/// RL.HIT's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiVerdict {
+    pub allowed: bool,
+    /// The index of the binding key, in key order.
+    pub binding: usize,
+    pub keys: Vec<Verdict>,
+}
+
+impl MultiVerdict {
+    /// Reads a reply for `count` keys; `None` when it is not one (the wrong number of keys,
+    /// a binding index outside them).
+    pub fn from_reply(value: &Value, count: usize) -> Option<MultiVerdict> {
+        let (allowed, binding, keys) = match value {
+            Value::Array(items) => match items.as_slice() {
+                [allowed, binding, Value::Array(keys)] => (allowed, binding, keys),
+                _ => return None,
+            },
+            Value::Map(fields) => {
+                let mut parts = [None, None, None];
+                for (name, value) in fields {
+                    let slot = match field_name(name)? {
+                        "allowed" => 0,
+                        "binding" => 1,
+                        "keys" => 2,
+                        _ => continue,
+                    };
+                    parts[slot] = Some(value);
+                }
+                match parts {
+                    [Some(allowed), Some(binding), Some(Value::Array(keys))] => {
+                        (allowed, binding, keys)
+                    }
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        };
+        let keys = keys
+            .iter()
+            .map(Verdict::from_reply)
+            .collect::<Option<Vec<_>>>()?;
+        let binding = usize::try_from(non_negative(binding)?).ok()?;
+        let allowed = non_negative(allowed)? != 0;
+        // Allowed exactly when every key allows; denied, the binding key is one that
+        // denies. Anything else is not a decision to act on.
+        if keys.len() != count
+            || binding >= count
+            || allowed != keys.iter().all(Verdict::allowed)
+            || (!allowed && keys[binding].allowed())
+        {
+            return None;
+        }
+        Some(MultiVerdict {
+            allowed,
+            binding,
+            keys,
+        })
+    }
+}
+
 fn non_negative(value: &Value) -> Option<u64> {
     match value {
         Value::Int(n) => u64::try_from(*n).ok(),
@@ -223,6 +286,53 @@ mod tests {
         assert_eq!(verdict.tiers().len(), 2);
         assert_eq!(verdict.tiers()[1].remaining, 290);
         assert_eq!(verdict.binding_tier().limit, 10);
+    }
+
+    #[test]
+    fn several_keys_in_both_shapes() {
+        let key = |v: [i64; 5]| Value::Array(v.map(Value::Int).to_vec());
+        let resp2 = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(1),
+            Value::Array(vec![key([1, 5, 4, 10, 0]), key([0, 2, 0, 900, 900])]),
+        ]);
+        let multi = MultiVerdict::from_reply(&resp2, 2).unwrap();
+        assert!(!multi.allowed);
+        assert_eq!(multi.binding, 1);
+        assert_eq!(multi.keys[1].binding().retry_after_ms, 900);
+        assert!(
+            MultiVerdict::from_reply(&resp2, 3).is_none(),
+            "three keys asked"
+        );
+        let resp3 = map(&[
+            ("allowed", Value::Int(1)),
+            ("binding", Value::Int(0)),
+            (
+                "keys",
+                Value::Array(vec![
+                    map(&fields([1, 5, 3, 10, 0])),
+                    map(&fields([1, 9, 8, 10, 0])),
+                ]),
+            ),
+        ]);
+        let multi = MultiVerdict::from_reply(&resp3, 2).unwrap();
+        assert!(multi.allowed);
+        assert_eq!(multi.keys[0].binding().remaining, 3);
+        let outside = map(&[
+            ("allowed", Value::Int(1)),
+            ("binding", Value::Int(2)),
+            ("keys", Value::Array(vec![map(&fields([1, 5, 3, 10, 0]))])),
+        ]);
+        assert!(MultiVerdict::from_reply(&outside, 1).is_none());
+        let inconsistent = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(0),
+            Value::Array(vec![key([1, 5, 4, 10, 0]), key([0, 2, 0, 900, 900])]),
+        ]);
+        assert!(
+            MultiVerdict::from_reply(&inconsistent, 2).is_none(),
+            "the binding key of a denial allows"
+        );
     }
 
     #[test]

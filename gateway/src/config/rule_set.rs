@@ -28,10 +28,22 @@ pub(super) fn rule_set(
         }
         rules.push(Arc::new(rule));
     }
-    let default = default
+    // Every stacking rule and the one that ends the list may apply to one request, and all
+    // of their keys can go into one RL.MHIT.
+    let stacking = rules.iter().filter(|r| r.stack).count();
+    if stacking >= crate::rules::MAX_APPLYING {
+        return Err(format!(
+            "{stacking} rules say stack = true; at most {} may, so that no request meets \
+             more than {} rules",
+            crate::rules::MAX_APPLYING - 1,
+            crate::rules::MAX_APPLYING
+        ));
+    }
+    let mut default = default
         .map(|section| rule(section, RulePlace::Default, paths).map(Arc::new))
         .transpose()
         .map_err(|e| format!("[default]: {e}"))?;
+    mark_stacks_across_subjects(&mut rules, default.as_mut());
     if mode == Mode::Check && rules.iter().chain(&default).any(|r| r.counts_by_status()) {
         return Err(
             "count = [statuses] needs mode = \"proxy\": in check mode the gateway never sees \
@@ -54,6 +66,35 @@ pub(super) fn rule_set(
     })
 }
 
+/// Sets [`Rule::stacks_across_subjects`] on every rule that may apply to a request together
+/// with a rule keyed by another subject: a stacking rule and any later rule (the default
+/// too), whether or not their patterns can both match (the safe side).
+fn mark_stacks_across_subjects(rules: &mut [Arc<Rule>], default: Option<&mut Arc<Rule>>) {
+    let all: Vec<Arc<Rule>> = rules
+        .iter()
+        .cloned()
+        .chain(default.as_deref().cloned())
+        .collect();
+    let mut marked = vec![false; all.len()];
+    for (i, first) in all.iter().enumerate() {
+        if !first.stack {
+            continue;
+        }
+        for (j, later) in all.iter().enumerate().skip(i + 1) {
+            if first.key_source() != later.key_source() {
+                marked[i] = true;
+                marked[j] = true;
+            }
+        }
+    }
+    let mut targets: Vec<&mut Arc<Rule>> = rules.iter_mut().chain(default).collect();
+    for (rule, marked) in targets.iter_mut().zip(marked) {
+        if marked {
+            Arc::make_mut(rule).stacks_across_subjects = true;
+        }
+    }
+}
+
 enum RulePlace {
     List,
     Default,
@@ -65,6 +106,12 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
             if section.name.is_some() || section.methods.is_some() || section.path.is_some() {
                 return Err(
                     "takes no name, methods or path (it applies to everything else)".into(),
+                );
+            }
+            if section.stack {
+                return Err(
+                    "stack = true makes no sense on the default rule: no rule comes after it"
+                        .into(),
                 );
             }
             "default".to_owned()
@@ -144,6 +191,13 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
         redis_closed: open_or_closed("on_redis_failure", &section.on_redis_failure)?,
         error_closed: open_or_closed("on_module_error", &section.on_module_error)?,
     };
+    if section.stack && limit == crate::rules::Limit::Unlimited {
+        return Err(format!(
+            "rule '{name}': stack = true with limits = [] does nothing (it counts nothing and \
+             lets the next rules decide): remove the rule or give it limits"
+        ));
+    }
+    let stack = section.stack;
     Ok(Rule::new(
         name,
         methods,
@@ -154,7 +208,8 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
         count,
         shadow,
         on_failure,
-    ))
+    )
+    .stacking(stack))
 }
 
 /// `"open"` (false) or `"closed"` (true), the value of the setting `name`.
@@ -165,6 +220,9 @@ fn open_or_closed(name: &str, value: &str) -> Result<bool, String> {
 fn key_source(key: &str) -> Result<KeySource, String> {
     if key == "ip" {
         return Ok(KeySource::ClientIp);
+    }
+    if key == "global" {
+        return Ok(KeySource::Global);
     }
     if let Some(header) = key.strip_prefix("header:") {
         return hyper::header::HeaderName::from_bytes(header.as_bytes())
@@ -178,7 +236,7 @@ fn key_source(key: &str) -> Result<KeySource, String> {
         };
     }
     Err(format!(
-        "key '{key}' must be \"ip\", \"header:<name>\" or \"segment:<n>\""
+        "key '{key}' must be \"ip\", \"header:<name>\", \"segment:<n>\" or \"global\""
     ))
 }
 
@@ -201,6 +259,61 @@ mod tests {
             ("[[rule]]\nname = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\npath = \"/a\"\nlimits = [\"5/1m\"]\n", "longer than 48"),
             ("[[rule]]\nname = \"a\"\nmethods = [\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"]\nlimits = [\"5/1m\"]\n", "at most 32"),
         ]);
+    }
+
+    #[test]
+    fn stacking_mistakes_are_named() {
+        let stacking = (0..16)
+            .map(|i| {
+                format!(
+                    "[[rule]]\nname = \"r{i}\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nstack = true\n"
+                )
+            })
+            .collect::<String>();
+        assert_refused(&[
+            (
+                "[default]\nlimits = [\"5/1m\"]\nstack = true\n",
+                "no rule comes after it",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = []\nstack = true\n",
+                "does nothing",
+            ),
+            (&stacking, "16 rules say stack = true; at most 15"),
+            (
+                "[[rule]]\nname = \"a\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nstack = \"yes\"\n",
+                "stack",
+            ),
+        ]);
+        let fifteen = (0..15)
+            .map(|i| {
+                format!(
+                    "[[rule]]\nname = \"r{i}\"\npath = \"/a\"\nlimits = [\"5/1m\"]\nstack = true\n"
+                )
+            })
+            .collect::<String>();
+        assert!(parse_after_server(&fifteen).is_ok());
+    }
+
+    #[test]
+    fn rules_stacked_with_another_subject_are_marked() {
+        let set = parse_after_server(
+            "[[rule]]\nname = \"ip\"\npath = \"/a/**\"\nlimits = [\"5/1m\"]\nstack = true\n\
+             [[rule]]\nname = \"ip2\"\npath = \"/a/b\"\nlimits = [\"5/1m\"]\n\
+             [[rule]]\nname = \"other\"\npath = \"/c\"\nkey = \"global\"\nlimits = [\"5/1m\"]\n\
+             [default]\nkey = \"global\"\nlimits = [\"5/1m\"]\n",
+        )
+        .unwrap()
+        .rules;
+        let marked: Vec<bool> = set
+            .rules
+            .iter()
+            .chain(&set.default)
+            .map(|r| r.stacks_across_subjects)
+            .collect();
+        // ip stacks before two global rules; ip2 shares its subject; nothing stacks after
+        // "other", but "ip" may precede it.
+        assert_eq!(marked, [true, false, true, true]);
     }
 
     #[test]

@@ -135,6 +135,9 @@ pub(super) struct RuleSection {
     pub(super) key: String,
     #[serde(default)]
     pub(super) per_endpoint: bool,
+    /// Matching goes on after this rule: later rules apply to the request too.
+    #[serde(default)]
+    pub(super) stack: bool,
     pub(super) limits: Option<Vec<String>>,
     pub(super) algorithm: Option<String>,
     pub(super) burst: Option<u64>,
