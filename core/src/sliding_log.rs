@@ -59,6 +59,7 @@ use super::algorithm::checked::to_i64;
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
 use super::codec::{Bytes, Reader};
 use super::decision::{Decision, NEVER};
+use smallvec::SmallVec;
 
 /// The largest `limit` the argument parser accepts for the sliding log: the number of
 /// entries a key may need, and so its memory, grow with the limit.
@@ -259,7 +260,7 @@ impl Algorithm for Log {
 
     /// Takes units off the newest entries in the window first. An entry left with no
     /// units is dropped, except the newest, which stays as a marker of the latest time a
-    /// hit was logged at. Reads and rewrites every entry.
+    /// hit was logged at. Reads only the entries it takes units from, from the end.
     fn refund<'a>(
         state: Option<&Self::State<'a>>,
         now_ms: i64,
@@ -274,24 +275,47 @@ impl Algorithm for Log {
         if seen.used == 0 {
             return None;
         }
-        let live = seen.live.as_ref()?;
-        let newest = live.newest();
+        let live_count = seen.live.as_ref()?.count();
         // Nothing is dropped by time here: a refund logs no time, so entries that left the
         // window only at `now` may count again if the clock goes back; the next check,
         // which logs its time, drops them.
-        let mut entries = state.read_entries().ok()?;
-        let first_live = entries.len().saturating_sub(live.count());
+        let mut kept = Some(state.clone());
+        // The newest entries, newest first, until they hold `amount` units or every entry
+        // in the window is taken.
+        let mut taken: SmallVec<[Entry; 4]> = SmallVec::new();
+        let mut held = 0i128;
+        while held < i128::from(amount) && taken.len() < live_count {
+            let Some(rest) = kept.as_mut() else { break };
+            let entry = if rest.count() > 1 {
+                rest.pop_newest().ok()?
+            } else {
+                let only = rest.newest();
+                kept = None;
+                only
+            };
+            held += i128::from(entry.units.max(0));
+            taken.push(entry);
+        }
+        let newest_ms = taken.first()?.at_ms;
         let mut left = amount;
-        for entry in entries[first_live..].iter_mut().rev() {
+        for entry in &mut taken {
             let take = entry.units.clamp(0, left);
             entry.units -= take;
             left -= take;
-            if left == 0 {
-                break;
-            }
         }
-        entries.retain(|e| e.units > 0 || e.at_ms == newest.at_ms);
-        LogState::from_entries(&entries)
+        let mut back = taken
+            .iter()
+            .rev()
+            .filter(|e| e.units > 0 || e.at_ms == newest_ms);
+        let mut refunded = match kept {
+            Some(rest) => rest,
+            None => LogState::single(*back.next()?),
+        };
+        for entry in back {
+            refunded.push(*entry)?;
+        }
+        refunded.legacy = false;
+        Some(refunded)
     }
 
     fn used(state: &LogState, now_ms: i64, quota: &Quota) -> i64 {

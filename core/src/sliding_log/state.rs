@@ -84,6 +84,12 @@ impl<'a> Pairs<'a> {
         Some(pair)
     }
 
+    /// The last pair, read from the end: its gap, its units and its length.
+    fn last(&self) -> Option<(i64, i64, usize)> {
+        let [stored, tail] = self.parts();
+        super::layout::last_pair(if tail.is_empty() { stored } else { tail })
+    }
+
     /// Removes the last `len` bytes: the last pair.
     fn cut_last(&mut self, len: usize) {
         if self.tail.is_empty() {
@@ -193,6 +199,7 @@ impl<'a> LogState<'a> {
         }
     }
 
+    #[cfg(test)]
     /// A state of the given entries, oldest first; `None` for none, or for times that do
     /// not strictly increase.
     pub(super) fn from_entries(entries: &[Entry]) -> Option<Self> {
@@ -266,6 +273,7 @@ impl<'a> LogState<'a> {
         }
     }
 
+    #[cfg(test)]
     /// Every entry, oldest first, read and checked against the count, the units and the
     /// newest entry. Costs one step per entry.
     pub(super) fn read_entries(&self) -> Result<Vec<Entry>, Corrupt> {
@@ -414,6 +422,40 @@ impl<'a> LogState<'a> {
         self.count += 1;
         self.total += i128::from(entry.units.max(0));
         Some(())
+    }
+
+    /// Removes the newest entry and returns it (with two entries or more): the one before
+    /// becomes the newest, read from the end of the pairs, and checked against the rest.
+    /// One step, whatever the number of entries.
+    pub(super) fn pop_newest(&mut self) -> Result<Entry, Corrupt> {
+        if self.count < 2 {
+            return Err(Corrupt);
+        }
+        let popped = self.newest;
+        let before_ms = popped.at_ms.checked_sub(self.last_gap).ok_or(Corrupt)?;
+        self.pairs.cut_last(self.last_pair_len);
+        self.count -= 1;
+        self.total -= i128::from(popped.units.max(0));
+        if self.count == 1 {
+            if before_ms != self.oldest.at_ms || !self.pairs.parts().iter().all(|p| p.is_empty()) {
+                return Err(Corrupt);
+            }
+            self.newest = self.oldest;
+            self.last_gap = 0;
+            self.last_pair_len = 0;
+        } else {
+            let (gap, units, len) = self.pairs.last().ok_or(Corrupt)?;
+            if gap < 1 || units < 1 || before_ms <= self.oldest.at_ms {
+                return Err(Corrupt);
+            }
+            self.newest = Entry {
+                at_ms: before_ms,
+                units,
+            };
+            self.last_gap = gap;
+            self.last_pair_len = len;
+        }
+        Ok(popped)
     }
 
     /// Replaces the newest entry (a marker, without units) by `entry`, later than it.
