@@ -222,6 +222,11 @@ pub struct CountedKeys {
 }
 
 impl CountedKeys {
+    /// The arity that makes the count present: at least `count_at + 1` arguments.
+    fn arity(self) -> c_int {
+        self.count_at.saturating_add(1).saturating_neg()
+    }
+
     /// The key spec, and the zeroed one that ends the server's array.
     fn specs(self) -> [raw::RedisModuleCommandKeySpec; 2] {
         let flags = if self.writes {
@@ -271,7 +276,15 @@ impl CountedKeys {
 
 /// Sets the summary, complexity and tips `COMMAND DOCS` shows for the registered command
 /// `name`, and its key spec when `keys` gives one (a command registered with key positions
-/// keeps them: pass `None`). No arity: the module checks its arguments itself.
+/// keeps them: pass `None`).
+///
+/// No arity, the module checks its arguments itself, except with a key spec: the command
+/// then needs at least the arguments up to the count. The servers' key search (for ACL key
+/// patterns, Cluster routing and `COMMAND GETKEYS`, all before the module runs) reads the
+/// count without checking that it is there (Redis 7.0 and Valkey 8.1 check the count's
+/// offset, not its position, against the number of arguments), so `RL.MHIT` alone from a
+/// user with key patterns would crash the server; with the arity the server refuses it
+/// first, with its own "wrong number of arguments".
 pub fn set_docs(
     ctx: &Context,
     name: &CStr,
@@ -293,7 +306,7 @@ pub fn set_docs(
         since: std::ptr::null_mut(),
         history: std::ptr::null_mut(),
         tips: tips.map_or(std::ptr::null(), CStr::as_ptr),
-        arity: 0,
+        arity: keys.map_or(0, CountedKeys::arity),
         key_specs: specs
             .as_mut()
             .map_or(std::ptr::null_mut(), |specs| specs.as_mut_ptr()),
