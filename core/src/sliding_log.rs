@@ -255,7 +255,8 @@ impl Algorithm for Log {
 
     /// Takes units off the newest entries in the window first. An entry left with no
     /// units is dropped, except the newest, which stays as a marker of the latest time a
-    /// hit was logged at. Reads and rewrites every entry.
+    /// hit was logged at. Reads only the entries it takes units from (and the one before
+    /// the last of them).
     fn refund(
         state: Option<&LogState>,
         now_ms: i64,
@@ -275,19 +276,42 @@ impl Algorithm for Log {
         // Nothing is dropped by time here: a refund logs no time, so entries that left the
         // window only at `now` may count again if the clock goes back; the next check,
         // which logs its time, drops them.
-        let mut entries = state.read_entries().ok()?;
-        let first_live = entries.len().saturating_sub(live.count());
-        let mut left = amount;
-        for entry in entries[first_live..].iter_mut().rev() {
-            let take = entry.units.clamp(0, left);
-            entry.units -= take;
-            left -= take;
-            if left == 0 {
-                break;
+        //
+        // Units come back from the newest entry on. The newest is kept (its time is the
+        // latest logged), as a marker when emptied; an older entry emptied goes. Only the
+        // entries given back from are read: the cost follows the units, not the log.
+        let take = newest.units.min(amount);
+        let kept = Entry {
+            at_ms: newest.at_ms,
+            units: newest.units - take,
+        };
+        let mut left = amount - take;
+        // Entries before the newest that are still in the window.
+        let mut before = live.count().saturating_sub(1);
+        let mut back = state.clone();
+        back.legacy = false;
+        if left == 0 || before == 0 {
+            back.add_to_newest(-take)?;
+            return Some(back);
+        }
+        back.pop_newest().ok()?;
+        while left > 0 && before > 0 {
+            let entry = back.newest();
+            if entry.units > left {
+                back.add_to_newest(-left)?;
+                left = 0;
+            } else {
+                left -= entry.units;
+                before -= 1;
+                if back.count() == 1 {
+                    // The oldest entry emptied: only the newest is left.
+                    return Some(LogState::single(kept));
+                }
+                back.pop_newest().ok()?;
             }
         }
-        entries.retain(|e| e.units > 0 || e.at_ms == newest.at_ms);
-        LogState::from_entries(&entries)
+        back.push(kept)?;
+        Some(back)
     }
 
     fn used(state: &LogState, now_ms: i64, quota: &Quota) -> i64 {

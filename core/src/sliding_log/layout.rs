@@ -107,7 +107,7 @@ fn decode_header(reader: &mut Reader<'_>) -> Option<LogState> {
 }
 
 /// The last pair of `pairs`, read from the end: its gap, its units and its length.
-fn last_pair(pairs: &[u8]) -> Option<(i64, i64, usize)> {
+pub(super) fn last_pair(pairs: &[u8]) -> Option<(i64, i64, usize)> {
     let units_at = varint_start(pairs, pairs.len())?;
     let gap_at = varint_start(pairs, units_at)?;
     let mut reader = Reader::new(pairs.get(gap_at..)?);

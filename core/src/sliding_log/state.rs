@@ -11,7 +11,7 @@
 //! Pairs that are read are checked against the rest (times that increase, units where
 //! they must be, the count and the units in all entries): a mismatch is [`Corrupt`].
 
-use super::layout::MAX_PAIR_LEN;
+use super::layout::{last_pair, MAX_PAIR_LEN};
 use crate::codec::{put_varint, varint_len, Bytes, Reader};
 use std::sync::Arc;
 
@@ -102,6 +102,12 @@ impl Pairs {
         } else {
             self.tail.truncate(self.tail.len().saturating_sub(len));
         }
+    }
+
+    /// The last pair, read from the end: its gap, its units and its length.
+    fn last(&self) -> Option<(i64, i64, usize)> {
+        let [shared, tail] = self.parts();
+        last_pair(if tail.is_empty() { shared } else { tail })
     }
 
     fn push(&mut self, gap: i64, units: i64) -> usize {
@@ -389,6 +395,49 @@ impl LogState {
             } else {
                 between_ms >= wide
             }
+    }
+
+    /// Removes the newest entry (of two or more); the one before becomes the newest. Reads
+    /// its pair from the end and checks it against the rest, as dropping the oldest does.
+    pub(super) fn pop_newest(&mut self) -> Result<(), Corrupt> {
+        if self.count < 2 {
+            return Err(Corrupt);
+        }
+        let before_ms = self
+            .newest
+            .at_ms
+            .checked_sub(self.last_gap)
+            .ok_or(Corrupt)?;
+        self.pairs.cut_last(self.last_pair_len);
+        self.total -= i128::from(self.newest.units);
+        self.count -= 1;
+        if self.count == 1 {
+            let agrees = self.pairs.len() == 0
+                && before_ms == self.oldest.at_ms
+                && self.total == i128::from(self.oldest.units);
+            if !agrees {
+                return Err(Corrupt);
+            }
+            self.newest = self.oldest;
+            self.last_gap = 0;
+            self.last_pair_len = 0;
+            return Ok(());
+        }
+        let (gap, units, len) = self.pairs.last().ok_or(Corrupt)?;
+        if gap < 1 || units < 1 {
+            return Err(Corrupt);
+        }
+        self.newest = Entry {
+            at_ms: before_ms,
+            units,
+        };
+        self.last_gap = gap;
+        self.last_pair_len = len;
+        if self.header_agrees() {
+            Ok(())
+        } else {
+            Err(Corrupt)
+        }
     }
 
     /// Keeps at most `max` (>= 2) entries by merging the oldest into the next oldest.
