@@ -211,7 +211,9 @@ impl LogState {
     }
 
     /// A state of the given entries, oldest first; `None` for none, or for times that do
-    /// not strictly increase.
+    /// not strictly increase. (Tests build states with it; the log itself never decodes
+    /// a whole state.)
+    #[cfg(test)]
     pub(super) fn from_entries(entries: &[Entry]) -> Option<Self> {
         let (first, rest) = entries.split_first()?;
         let mut state = LogState::single(*first);
@@ -284,7 +286,9 @@ impl LogState {
     }
 
     /// Every entry, oldest first, read and checked against the count, the units and the
-    /// newest entry. Costs one step per entry.
+    /// newest entry. Costs one step per entry (tests only: the log reads only what it
+    /// changes).
+    #[cfg(test)]
     pub(super) fn read_entries(&self) -> Result<Vec<Entry>, Corrupt> {
         let mut entries = Vec::with_capacity(self.count.min(super::MAX_ENTRIES));
         entries.push(self.oldest);
