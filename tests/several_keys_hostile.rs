@@ -153,3 +153,90 @@ fn a_key_pattern_holds_for_every_spelling_of_numkeys() {
         assert_eq!(keys_of(&mut server.conn()), ["rl:a1"], "{flavor:?}");
     }
 }
+
+/// Every key's value and absolute expiry, key by key.
+fn dump(con: &mut Connection) -> Vec<(String, Option<Vec<u8>>, i64)> {
+    keys_of(con)
+        .into_iter()
+        .map(|k| {
+            let (value, expiry) = stored(con, k.as_bytes());
+            (k, value, expiry)
+        })
+        .collect()
+}
+
+/// Mixed traffic, plain, in MULTI/EXEC and from Lua: allowed and denied calls, refunds
+/// that empty a key (a DEL) or would push it below empty, peeks; the replica ends with the
+/// primary's exact bytes and expiries, and got only SET and DEL (in MULTI/EXEC).
+#[test]
+fn a_replica_holds_the_primarys_bytes_after_mixed_calls() {
+    for flavor in FLAVORS {
+        let (primary, replica) = primary_with_replica(flavor);
+        let mut con = primary.conn();
+        let keys = ["rl:{m}:fixed", "rl:{m}:log", "rl:{m}:gcra"];
+        let spec = |cost: &str| {
+            let mut args: Vec<String> = vec!["3".into()];
+            args.extend(keys.iter().map(|k| k.to_string()));
+            for rule in ["3 1h", "4 1h 6 2h ALGO log", "2 1h ALGO gcra"] {
+                args.push("SPEC".into());
+                args.extend(rule.split(' ').map(String::from));
+                args.extend(["COST".into(), cost.into()]);
+            }
+            args
+        };
+        let mut calls = 0;
+        for round in 0..4 {
+            for (command, cost) in [
+                ("RL.MHIT", "1"),
+                ("RL.MHIT", "1"),
+                ("RL.MPEEK", "2"),
+                ("RL.MHIT", "1"),
+                ("RL.MREFUND", "1"),
+                ("RL.MREFUND", "9223372036854775807"),
+                ("RL.MREFUND", "1"),
+                ("RL.MHIT", "2"),
+            ] {
+                let args = spec(cost);
+                match (round + calls) % 3 {
+                    0 => {
+                        redis::cmd(command)
+                            .arg(&args)
+                            .query::<Value>(&mut con)
+                            .expect(command);
+                    }
+                    1 => {
+                        let (_, _): (Value, Vec<Value>) = redis::pipe()
+                            .atomic()
+                            .cmd(command)
+                            .arg(&args)
+                            .cmd(command)
+                            .arg(&args)
+                            .query(&mut con)
+                            .expect("MULTI/EXEC");
+                    }
+                    _ => {
+                        let script = "local a = {} for i = 2, #ARGV do a[#a + 1] = ARGV[i] end \
+                                      return redis.call(ARGV[1], unpack(a))";
+                        redis::cmd("EVAL")
+                            .arg(script)
+                            .arg(3)
+                            .arg(&keys)
+                            .arg(command)
+                            .arg(&args)
+                            .query::<Value>(&mut con)
+                            .expect("EVAL");
+                    }
+                }
+                calls += 1;
+            }
+        }
+        wait_for_replicas(&mut con, 1);
+        let on_primary = dump(&mut con);
+        assert_eq!(dump(&mut replica.conn()), on_primary, "{flavor:?}");
+        for command in ["rl.mhit", "rl.mrefund", "eval"] {
+            assert_eq!(replica.command_calls(command), None, "{flavor:?} {command}");
+        }
+        assert!(replica.command_calls("set").unwrap_or(0) > 0, "{flavor:?}");
+        assert!(replica.command_calls("del").unwrap_or(0) > 0, "{flavor:?}");
+    }
+}
