@@ -240,3 +240,33 @@ fn a_replica_holds_the_primarys_bytes_after_mixed_calls() {
         assert!(replica.command_calls("del").unwrap_or(0) > 0, "{flavor:?}");
     }
 }
+
+/// A user who may only read `rl:*` keys (`%R~`) may run RL.MPEEK, not RL.MHIT or
+/// RL.MREFUND, however `numkeys` is spelt: the keys the module reports itself (for a
+/// count the server's key spec cannot read) carry the same read or write flags.
+#[test]
+fn a_read_only_key_pattern_lets_only_mpeek_through_for_every_spelling_of_numkeys() {
+    for flavor in FLAVORS {
+        let server = ServerConfig::new(flavor).start();
+        let mut reader = conn_as(&server, "reader", &["%R~rl:*", "+@all"]);
+        for numkeys in ["1", "01"] {
+            let call = |command| cmd(&[command, numkeys, "rl:r", "SPEC", "5", "1h"]);
+            let (allowed, _, _): (i64, i64, Vec<Vec<i64>>) = call("RL.MPEEK")
+                .query(&mut reader)
+                .unwrap_or_else(|e| panic!("{flavor:?} RL.MPEEK {numkeys}: {e}"));
+            assert_eq!(allowed, 1, "{flavor:?} {numkeys}");
+            for command in ["RL.MHIT", "RL.MREFUND"] {
+                let error = error_text(&mut reader, &call(command));
+                assert!(
+                    error.starts_with("NOPERM"),
+                    "{flavor:?} {command} {numkeys}: {error}"
+                );
+            }
+        }
+        assert_eq!(
+            keys_of(&mut server.conn()),
+            Vec::<String>::new(),
+            "{flavor:?}"
+        );
+    }
+}
