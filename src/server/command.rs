@@ -69,9 +69,12 @@ pub fn is_keys_position_request(ctx: &Context) -> bool {
     unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx.ctx) != 0 }
 }
 
-/// Reports the arguments at `positions` as keys, for a keys position request; positions
-/// outside `args` are skipped (the server would read past its argument vector).
-pub fn report_keys(ctx: &Context, args: Args<'_>, positions: std::ops::Range<usize>) {
+/// Reports the arguments at `positions` as keys, for a keys position request, with the
+/// flags of the command's key spec (ACL key patterns read them: a key reported without
+/// flags needs read and write permission); positions outside `args` are skipped (the
+/// server would read past its argument vector).
+pub fn report_keys(ctx: &Context, args: Args<'_>, positions: std::ops::Range<usize>, writes: bool) {
+    let flags = c_int::try_from(CountedKeys::flags(writes)).unwrap_or(0);
     for position in positions {
         let Ok(at) = c_int::try_from(position) else {
             return;
@@ -81,7 +84,7 @@ pub fn report_keys(ctx: &Context, args: Args<'_>, positions: std::ops::Range<usi
         }
         // SAFETY: ctx is the live context of a keys position request, and `at` indexes an
         // argument of its vector (checked above).
-        unsafe { api!(RedisModule_KeyAtPos)(ctx.ctx, at) };
+        unsafe { api!(RedisModule_KeyAtPosWithFlags)(ctx.ctx, at, flags) };
     }
 }
 
@@ -228,14 +231,19 @@ impl CountedKeys {
     }
 
     /// The key spec, and the zeroed one that ends the server's array.
-    fn specs(self) -> [raw::RedisModuleCommandKeySpec; 2] {
-        let flags = if self.writes {
+    /// The key flags: read, write and update for a command that writes, else read only.
+    fn flags(writes: bool) -> u32 {
+        if writes {
             raw::REDISMODULE_CMD_KEY_RW
                 | raw::REDISMODULE_CMD_KEY_ACCESS
                 | raw::REDISMODULE_CMD_KEY_UPDATE
         } else {
             raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS
-        };
+        }
+    }
+
+    fn specs(self) -> [raw::RedisModuleCommandKeySpec; 2] {
+        let flags = Self::flags(self.writes);
         let counted = raw::RedisModuleCommandKeySpec {
             notes: std::ptr::null(),
             flags: u64::from(flags),
