@@ -35,7 +35,7 @@ struct Rule<'a> {
 
 fn run(ctx: &Context, args: Args<'_>, action: MultiAction) -> CommandResult {
     if command::is_keys_position_request(ctx) {
-        report_keys(ctx, args);
+        report_keys(ctx, args, action != MultiAction::Peek);
         return Ok(());
     }
     if args.len() < 2 {
@@ -139,8 +139,9 @@ fn run(ctx: &Context, args: Args<'_>, action: MultiAction) -> CommandResult {
 }
 
 /// Tells the server where the keys are: the `numkeys` arguments after `numkeys`, when it
-/// is a valid count (else none: the call then fails on whichever node gets it).
-fn report_keys(ctx: &Context, args: Args<'_>) {
+/// is a valid count (else none: the call then fails on whichever node gets it), flagged
+/// as the key spec flags them (read only for RL.MPEEK).
+fn report_keys(ctx: &Context, args: Args<'_>, writes: bool) {
     let numkeys = args.bytes_from(1).next().and_then(|count| {
         if !count.iter().all(u8::is_ascii_digit) {
             return None;
@@ -149,7 +150,7 @@ fn report_keys(ctx: &Context, args: Args<'_>) {
         (1..=MAX_KEYS).contains(&count).then_some(count)
     });
     if let Some(numkeys) = numkeys {
-        command::report_keys(ctx, args, FIRST_KEY..FIRST_KEY + numkeys);
+        command::report_keys(ctx, args, FIRST_KEY..FIRST_KEY + numkeys, writes);
     }
 }
 

@@ -70,6 +70,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_SetCommandInfo,
         RedisModule_IsKeysPositionRequest,
         RedisModule_KeyAtPos,
+        RedisModule_KeyAtPosWithFlags,
     );
     missing
 }

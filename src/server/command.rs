@@ -69,9 +69,12 @@ pub fn is_keys_position_request(ctx: &Context) -> bool {
     unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx.ctx) != 0 }
 }
 
-/// Reports the arguments at `positions` as keys, for a keys position request; positions
-/// outside `args` are skipped (the server would read past its argument vector).
-pub fn report_keys(ctx: &Context, args: Args<'_>, positions: std::ops::Range<usize>) {
+/// Reports the arguments at `positions` as keys, for a keys position request, with the
+/// flags of the command's key spec (ACL key patterns read them: a key reported without
+/// flags needs read and write permission); positions outside `args` are skipped (the
+/// server would read past its argument vector).
+pub fn report_keys(ctx: &Context, args: Args<'_>, positions: std::ops::Range<usize>, writes: bool) {
+    let flags = c_int::try_from(CountedKeys::flags(writes)).unwrap_or(0);
     for position in positions {
         let Ok(at) = c_int::try_from(position) else {
             return;
@@ -81,7 +84,7 @@ pub fn report_keys(ctx: &Context, args: Args<'_>, positions: std::ops::Range<usi
         }
         // SAFETY: ctx is the live context of a keys position request, and `at` indexes an
         // argument of its vector (checked above).
-        unsafe { api!(RedisModule_KeyAtPos)(ctx.ctx, at) };
+        unsafe { api!(RedisModule_KeyAtPosWithFlags)(ctx.ctx, at, flags) };
     }
 }
 
@@ -222,15 +225,25 @@ pub struct CountedKeys {
 }
 
 impl CountedKeys {
+    /// The arity that makes the count present: at least `count_at + 1` arguments.
+    fn arity(self) -> c_int {
+        self.count_at.saturating_add(1).saturating_neg()
+    }
+
     /// The key spec, and the zeroed one that ends the server's array.
-    fn specs(self) -> [raw::RedisModuleCommandKeySpec; 2] {
-        let flags = if self.writes {
+    /// The key flags: read, write and update for a command that writes, else read only.
+    fn flags(writes: bool) -> u32 {
+        if writes {
             raw::REDISMODULE_CMD_KEY_RW
                 | raw::REDISMODULE_CMD_KEY_ACCESS
                 | raw::REDISMODULE_CMD_KEY_UPDATE
         } else {
             raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS
-        };
+        }
+    }
+
+    fn specs(self) -> [raw::RedisModuleCommandKeySpec; 2] {
+        let flags = Self::flags(self.writes);
         let counted = raw::RedisModuleCommandKeySpec {
             notes: std::ptr::null(),
             flags: u64::from(flags),
@@ -271,7 +284,15 @@ impl CountedKeys {
 
 /// Sets the summary, complexity and tips `COMMAND DOCS` shows for the registered command
 /// `name`, and its key spec when `keys` gives one (a command registered with key positions
-/// keeps them: pass `None`). No arity: the module checks its arguments itself.
+/// keeps them: pass `None`).
+///
+/// No arity, the module checks its arguments itself, except with a key spec: the command
+/// then needs at least the arguments up to the count. The servers' key search (for ACL key
+/// patterns, Cluster routing and `COMMAND GETKEYS`, all before the module runs) reads the
+/// count without checking that it is there (Redis 7.0 and Valkey 8.1 check the count's
+/// offset, not its position, against the number of arguments), so `RL.MHIT` alone from a
+/// user with key patterns would crash the server; with the arity the server refuses it
+/// first, with its own "wrong number of arguments".
 pub fn set_docs(
     ctx: &Context,
     name: &CStr,
@@ -293,7 +314,7 @@ pub fn set_docs(
         since: std::ptr::null_mut(),
         history: std::ptr::null_mut(),
         tips: tips.map_or(std::ptr::null(), CStr::as_ptr),
-        arity: 0,
+        arity: keys.map_or(0, CountedKeys::arity),
         key_specs: specs
             .as_mut()
             .map_or(std::ptr::null_mut(), |specs| specs.as_mut_ptr()),

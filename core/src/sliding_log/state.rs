@@ -454,6 +454,11 @@ impl<'a> LogState<'a> {
             };
             self.last_gap = gap;
             self.last_pair_len = len;
+            // The entry read must agree with the header's count, units and span, as after
+            // dropping the oldest: what a refund writes then decodes again.
+            if !self.header_agrees() {
+                return Err(Corrupt);
+            }
         }
         Ok(popped)
     }
