@@ -13,6 +13,7 @@
 //! that parse `RateLimit-Policy` and `RateLimit` as RFC 8941 Lists (sfv).
 #![allow(dead_code)]
 
+pub mod crowd;
 #[path = "../../../tests/support/mod.rs"]
 pub mod redis_support;
 mod spent;
