@@ -86,6 +86,14 @@ pub enum ArgError {
     FewerKeys(usize),
     /// Several keys: the keys are not followed by `SPEC`.
     MissingSpec,
+    /// Several keys: too few SPECs, and the word at key index `index` is `SPEC`: likely a
+    /// numkeys (`numkeys`) larger than the keys the call gives.
+    SpecAsKey {
+        /// The call's numkeys.
+        numkeys: usize,
+        /// Where `SPEC` stands among the keys.
+        index: usize,
+    },
     /// Several keys: not one `SPEC` per key (`keys` keys).
     SpecCount {
         /// How many keys the call names.
@@ -171,6 +179,11 @@ impl ArgError {
             ArgError::MissingSpec => {
                 "ERR each key needs a rule: numkeys key [key ...] SPEC rule [SPEC rule ...]".into()
             }
+            ArgError::SpecAsKey { numkeys, index } => format!(
+                "ERR numkeys is {numkeys} but SPEC comes after {index} keys: is numkeys too \
+                 large? (a key named SPEC needs a SPEC of its own)"
+            )
+            .into(),
             ArgError::SpecCount { keys } => {
                 format!("ERR give one SPEC per key, in key order ({keys} keys)").into()
             }

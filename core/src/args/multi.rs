@@ -89,6 +89,13 @@ pub fn parse_multi<'a>(
     for _ in 0..numkeys {
         keys.push(args.next().ok_or(ArgError::FewerKeys(numkeys))?);
     }
+    // A key spelt `SPEC` is a key like any other; but when the call then fails for want of
+    // SPECs, the likelier mistake is a numkeys too large, and the error says so.
+    let spec_among_keys = keys.iter().position(|k| is_spec(k));
+    let for_want_of_specs = |error: ArgError| match spec_among_keys {
+        Some(index) => ArgError::SpecAsKey { numkeys, index },
+        None => error,
+    };
     for (second, key) in keys.iter().enumerate() {
         if let Some(first) = keys[..second].iter().position(|k| k == key) {
             return Err(ArgError::DuplicateKey {
@@ -100,13 +107,13 @@ pub fn parse_multi<'a>(
     }
     match args.next() {
         Some(word) if is_spec(word) => {}
-        _ => return Err(ArgError::MissingSpec),
+        _ => return Err(for_want_of_specs(ArgError::MissingSpec)),
     }
     let mut rules = SmallVec::<[KeyRule; 4]>::new();
     loop {
         let index = rules.len();
         if index == numkeys {
-            return Err(ArgError::SpecCount { keys: numkeys });
+            return Err(for_want_of_specs(ArgError::SpecCount { keys: numkeys }));
         }
         let mut words = SmallVec::<[&[u8]; MAX_RULE_WORDS + 1]>::new();
         let mut ended = true;
@@ -132,7 +139,7 @@ pub fn parse_multi<'a>(
         }
     }
     if rules.len() != numkeys {
-        return Err(ArgError::SpecCount { keys: numkeys });
+        return Err(for_want_of_specs(ArgError::SpecCount { keys: numkeys }));
     }
     Ok(MultiArgs { keys, rules })
 }
@@ -226,6 +233,13 @@ mod tests {
     }
 
     #[test]
+    fn a_key_spelt_spec_is_a_key_when_it_has_its_own_spec() {
+        let call = parse("2 spec a SPEC 1 1s SPEC 2 1m").expect("two keys, two rules");
+        assert_eq!(call.keys.as_slice(), [b"spec".as_slice(), b"a"]);
+        assert_eq!(call.rules.len(), 2);
+    }
+
+    #[test]
     fn refuses_each_malformed_call_by_name() {
         #[rustfmt::skip]
         let cases: &[(&str, &str)] = &[
@@ -245,6 +259,8 @@ mod tests {
             ("1 a SPEC POLICY", "ERR SPEC 0 (key 'a'): POLICY needs a policy name"),
             ("1 a SPEC 1 1s ALGO leaky", "ERR SPEC 0 (key 'a'): ALGO must be one of fixed, sliding, log, token, gcra"),
             ("3 a b a SPEC 1 1s", "ERR key 'a' is given twice (indexes 0 and 2): name each key once, with the sum of its costs"),
+            ("2 a SPEC 1 1s", "ERR numkeys is 2 but SPEC comes after 1 keys: is numkeys too large? (a key named SPEC needs a SPEC of its own)"),
+            ("2 spec a SPEC 1 1s", "ERR numkeys is 2 but SPEC comes after 0 keys: is numkeys too large? (a key named SPEC needs a SPEC of its own)"),
         ];
         for (words, expected) in cases {
             assert_eq!(message(words), *expected, "{words}");
