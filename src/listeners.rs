@@ -17,14 +17,8 @@
 //!   change and of a replica coming or going.
 //!
 //! A write it does not propagate is still counted as a change for the save points, as a
-//! propagated one is (`server::context::count_change_unpropagated`).
-//!
-//! The one moment the server would not drop such a write: a replica's first `SYNC` creates
-//! the backlog, and with diskless sync the fork that starts its full sync comes some
-//! seconds later (`repl-diskless-sync-delay`). Until that fork, the server puts the
-//! counted command into the new backlog. Nothing ever reads that part: the replica starts
-//! at the fork's offset, the backlog's replication id is new (so no other replica can ask
-//! for an offset before it), and the AOF is off.
+//! propagated one is (`server::context::count_change_unpropagated`, which propagates
+//! nothing whatever listens: the `RL.*` command itself never reaches a replica or the AOF).
 
 use crate::server::context;
 use crate::server::events::ReplicationListener;

@@ -127,7 +127,7 @@ impl<'a> StoredKey<'a> {
                     self.propagate_set(string.as_str(), *expires_at_ms)?;
                     self.write_value(value, *expires_at_ms, fresh.then(|| string.as_str()));
                 } else {
-                    self.count_unpropagated();
+                    self.count_unpropagated()?;
                     let made = fresh.then(|| ServerString::new(value));
                     self.write_value(value, *expires_at_ms, made.as_ref().map(|s| s.as_str()));
                 }
@@ -136,7 +136,7 @@ impl<'a> StoredKey<'a> {
                 if propagate {
                     self.propagate_del()?;
                 } else {
-                    self.count_unpropagated();
+                    self.count_unpropagated()?;
                 }
                 self.key.delete();
             }
@@ -146,9 +146,13 @@ impl<'a> StoredKey<'a> {
     }
 
     /// Counts a write that nothing can receive (see `listeners`) as a change, unpropagated.
-    fn count_unpropagated(&self) {
-        context::count_change_unpropagated(self.ctx);
+    fn count_unpropagated(&self) -> Result<(), StoreError> {
+        replicated(
+            context::count_change_unpropagated(self.ctx),
+            Cow::Borrowed("SET"),
+        )?;
         metrics::record_unpropagated_write();
+        Ok(())
     }
 
     /// Stores `value` with its absolute expiry. A new key takes `new_key` (a string made

@@ -128,6 +128,8 @@ fn a_replica_attaching_after_unpropagated_writes_holds_the_same_bytes() {
             during_delay <= keys.len() as i64,
             "{flavor:?}: only writes before the fork may go unpropagated ({during_delay})"
         );
+        // Effects only: the replica (which loads the module) never ran an RL.* command.
+        assert_eq!(replica.command_calls("RL.HIT"), None, "{flavor:?}");
     }
 }
 

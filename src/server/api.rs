@@ -41,7 +41,6 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_SetAbsExpire,
         RedisModule_SignalModifiedKey,
         RedisModule_Replicate,
-        RedisModule_ReplicateVerbatim,
         RedisModule_Milliseconds,
         RedisModule_GetContextFlags,
         RedisModule_ReplyWithArray,
