@@ -41,10 +41,27 @@ def usec_per_call(connection) -> Dict[str, float]:
     # Module commands are listed as registered (cmdstat_RL.HIT), the server's in lower case.
     stats = {name.lower(): value for name, value in connection.info("commandstats").items()}
     per_call = {}
-    for name in ("rl.hit", "rl.peek", "evalsha"):
+    for name in ("rl.hit", "rl.peek", "rl.refund", "evalsha"):
         line = stats.get(f"cmdstat_{name}", "")
         fields = dict(part.split("=", 1) for part in line.split(",") if "=" in part)
         per_call[name] = float(fields.get("usec_per_call", "nan"))
+    return per_call
+
+
+def allowed_on_full_log(connection, log_key: str, size: int, calls: int) -> Dict[str, float]:
+    """Server µs per allowed RL.HIT on the full log of `size` entries: each round gives one
+    unit back (RL.REFUND keeps the newest entry as a marker, so the log keeps its length)
+    and then takes it again, allowed, which rewrites the whole value."""
+    args = [log_key, str(size), WINDOW, "ALGO", "log"]
+    connection.call("RL.REFUND", *args)
+    connection.call("CONFIG", "RESETSTAT")
+    for _ in range(calls):
+        reply = connection.call("RL.HIT", *args)
+        if not isinstance(reply, list) or reply[0] != 1:
+            raise RuntimeError(f"a hit after a refund was not allowed: {reply}")
+        connection.call("RL.REFUND", *args)
+    per_call = usec_per_call(connection)
+    connection.call("RL.HIT", *args)
     return per_call
 
 
@@ -60,7 +77,9 @@ def measure(connection, sha: str, size: int, calls: int) -> List[str]:
         connection.call("RL.PEEK", log_key, str(size), WINDOW, "ALGO", "log")
         connection.call("EVALSHA", sha, "1", zset_key, str(size), str(WINDOW_MS), "1")
     per_call = usec_per_call(connection)
+    allowed = allowed_on_full_log(connection, log_key, size, calls)
     return [f"| {size:,} ({entries:,} in the sorted set) | {per_call['rl.hit']:.2f} | "
+            f"{allowed['rl.hit']:.2f} | {allowed['rl.refund']:.2f} | "
             f"{per_call['rl.peek']:.2f} | {per_call['evalsha']:.2f} | {log_bytes:,} | "
             f"{log_memory:,} | {zset_memory:,} |"]
 
@@ -75,19 +94,22 @@ def section(connection, shas: Dict[str, str], quick: bool) -> List[str]:
         f"One key per size filled with one RL.HIT per distinct ms (limit = the size, per "
         f"{WINDOW}, ALGO log), and the Lua sorted-set log filled in the same loop, so with "
         f"the same entries. Then {calls:,} rounds of RL.HIT, RL.PEEK and the script on them, "
-        "all denied (the keys are full). µs: the server's own time per call (INFO "
+        "all denied (the keys are full). Then, on the same full log, "
+        f"{calls:,} rounds of RL.REFUND of one unit and an RL.HIT that takes it again, "
+        "allowed, so that each allowed hit rewrites a log of the full length. "
+        "µs: the server's own time per call (INFO "
         "commandstats usec_per_call, after CONFIG RESETSTAT), without the network. Memory: "
         "MEMORY USAGE of the key.",
         "",
-        "| log entries | RL.HIT µs | RL.PEEK µs | Lua sorted-set log µs | log value bytes | "
-        "log key memory | sorted-set key memory |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| log entries | RL.HIT denied µs | RL.HIT allowed µs | RL.REFUND µs | RL.PEEK µs | "
+        "Lua sorted-set log µs | log value bytes | log key memory | sorted-set key memory |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     if sha is None:
-        return lines + ["| n/a (bench/lua/sliding_log.lua not loaded) | | | | | | |"]
+        return lines + ["| n/a (bench/lua/sliding_log.lua not loaded) | | | | | | | | |"]
     for size in sizes:
         try:
             lines += measure(connection, sha, size, calls)
         except Exception as error:  # a failing command is reported, not fatal to the run
-            lines.append(f"| {size:,} | n/a ({error}) | | | | | |")
+            lines.append(f"| {size:,} | n/a ({error}) | | | | | | | |")
     return lines
