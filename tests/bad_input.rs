@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 const ARITY: &str = "ERR wrong number of arguments for 'RL.HIT' command";
 const LIMIT: &str = "ERR limit must be a positive integer";
 const WINDOW_MALFORMED: &str = "ERR window must be a positive integer of seconds or an integer \
-                                with a unit (ms, s, m, h, d), e.g. 250ms or 5m";
+                                with a unit (ms, s, m, h, d), e.g. 250ms or 5m, or a calendar \
+                                period: day, week, month or year";
 const WINDOW_UNIT: &str = "ERR window has an unknown unit: use ms, s, m, h or d";
 const WINDOW_ZERO: &str = "ERR window must be at least 1ms";
 const WINDOW_TOO_LONG: &str = "ERR window must be at most 366d (ratelimit.max-window-ms)";

@@ -4,6 +4,7 @@
 //! Every function is pure: the state a key holds, the server's clock reading and the
 //! request's parameters in; a decision and the next state out.
 
+use super::calendar::Calendar;
 use super::codec::{Bytes, Reader};
 use super::decision::Decision;
 
@@ -17,6 +18,10 @@ pub struct Quota {
     pub window_ms: i64,
     /// Units that may be taken at once (bucket capacity), >= 1.
     pub burst: i64,
+    /// For a calendar window (`day`, `week`, `month`, `year`), its period and zone; then
+    /// `window_ms` is the period's nominal length and windows end at the calendar's
+    /// boundaries instead of multiples of `window_ms` (fixed window only).
+    pub calendar: Option<Calendar>,
 }
 
 impl Quota {
@@ -26,6 +31,15 @@ impl Quota {
             limit,
             window_ms,
             burst: limit,
+            calendar: None,
+        }
+    }
+
+    /// `limit` per period of `calendar`.
+    pub fn calendar(limit: i64, calendar: Calendar) -> Self {
+        Quota {
+            calendar: Some(calendar),
+            ..Quota::new(limit, calendar.period.nominal_ms())
         }
     }
 }

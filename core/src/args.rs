@@ -1,9 +1,17 @@
 //! The argument grammar of the RL commands, parsed once into typed values.
 //!
 //! `RL.HIT | RL.PEEK | RL.REFUND key limit window [limit window ...] [ALGO name]
-//! [BURST b] [COST n]`: the parser sees the arguments after the key.
+//! [BURST b] [COST n] [TZ zone] [ANCHOR day]`: the parser sees the arguments after the key.
+//!
+//! A window is a duration (`250ms`, `5m`, `60`) or a calendar period (`day`, `week`,
+//! `month`, `year`, see [`crate::calendar`]). `TZ` names the IANA zone of every calendar
+//! window of the rule (UTC without it), `ANCHOR` the day its `month` windows reset on.
+//! Calendar windows count as a fixed window: a rule with one and no `ALGO` is a fixed
+//! window whatever the default algorithm, and `ALGO` naming another one is refused, as
+//! are `TZ` without a calendar window and `ANCHOR` without a `month` window.
 
 use super::algorithm::Quota;
+use super::calendar::{Calendar, Period, Zone};
 use super::duration::{parse_duration_ms, DurationError, DAY_MS, LARGEST_WINDOW_MS, MAX_WINDOW_MS};
 use super::encoding::MAX_TIERS;
 use super::limiter::{AlgorithmKind, Limits, Tiers};
@@ -72,6 +80,16 @@ pub enum ArgError {
     Mode,
     /// `POLICY` is not followed by a name.
     PolicyName,
+    /// `TZ` is not followed by a time zone name the tz database carries.
+    TimeZone,
+    /// `ANCHOR` is not followed by a day of the month, 1 to 31.
+    Anchor,
+    /// `TZ` in a rule without a calendar window.
+    TzWithoutCalendar,
+    /// `ANCHOR` in a rule without a `month` window.
+    AnchorWithoutMonth,
+    /// A calendar window with an `ALGO` other than fixed (which it carries).
+    CalendarAlgo(AlgorithmKind),
     /// An argument of a policy's definition that is no known option.
     UnknownPolicyOption(String),
     /// An argument after `POLICY name` other than `COST`.
@@ -127,7 +145,8 @@ impl ArgError {
             ArgError::Limit => "ERR limit must be a positive integer".into(),
             ArgError::Window(DurationError::Malformed) => {
                 "ERR window must be a positive integer of seconds or an integer with a unit \
-                 (ms, s, m, h, d), e.g. 250ms or 5m"
+                 (ms, s, m, h, d), e.g. 250ms or 5m, or a calendar period: day, week, month \
+                 or year"
                     .into()
             }
             ArgError::Window(DurationError::UnknownUnit) => {
@@ -160,6 +179,17 @@ impl ArgError {
             }
             ArgError::Mode => "ERR MODE must be enforce or shadow".into(),
             ArgError::PolicyName => "ERR POLICY needs a policy name".into(),
+            ArgError::TimeZone => "ERR TZ must be an IANA time zone name, e.g. Europe/Paris".into(),
+            ArgError::Anchor => "ERR ANCHOR must be a day of the month from 1 to 31".into(),
+            ArgError::TzWithoutCalendar => {
+                "ERR TZ applies to calendar windows: day, week, month or year".into()
+            }
+            ArgError::AnchorWithoutMonth => "ERR ANCHOR applies to a month window".into(),
+            ArgError::CalendarAlgo(kind) => format!(
+                "ERR calendar windows (day, week, month, year) count as ALGO fixed, not ALGO {}",
+                kind.name()
+            )
+            .into(),
             ArgError::UnknownPolicyCallOption(arg) => {
                 format!("ERR unknown option '{arg}' after POLICY name (expected COST)").into()
             }
@@ -211,7 +241,7 @@ fn algorithm_names() -> String {
     names.join(", ")
 }
 
-const OPTIONS: [&str; 4] = ["ALGO", "BURST", "COST", "MODE"];
+const OPTIONS: [&str; 6] = ["ALGO", "BURST", "COST", "MODE", "TZ", "ANCHOR"];
 
 fn is_option(arg: &[u8]) -> bool {
     OPTIONS
@@ -302,10 +332,14 @@ pub fn policy_arguments(policy: &PolicyArgs) -> Vec<String> {
     let mut args = Vec::new();
     for quota in &policy.limits.tiers {
         args.push(quota.limit.to_string());
-        args.push(format_duration(quota.window_ms));
+        args.push(match &quota.calendar {
+            None => format_duration(quota.window_ms),
+            Some(calendar) => calendar.period.name().into(),
+        });
     }
     args.push("ALGO".into());
     args.push(policy.limits.algorithm.name().into());
+    args.extend(calendar_arguments(&policy.limits.tiers));
     if let [only] = policy.limits.tiers.as_slice() {
         if policy.limits.algorithm.has_burst() && only.burst != only.limit {
             args.push("BURST".into());
@@ -314,6 +348,22 @@ pub fn policy_arguments(policy: &PolicyArgs) -> Vec<String> {
     }
     args.push("MODE".into());
     args.push(policy.mode.name().into());
+    args
+}
+
+/// `TZ zone` when the calendar windows of `tiers` are not in UTC, and `ANCHOR day` when
+/// their months have one: the options that, after the tiers, give the same calendars.
+pub fn calendar_arguments(tiers: &[Quota]) -> Vec<String> {
+    let mut args = Vec::new();
+    let calendars = || tiers.iter().filter_map(|q| q.calendar.as_ref());
+    if let Some(zone) = calendars().map(|c| c.zone).find(|&zone| zone != Zone::UTC) {
+        args.push("TZ".into());
+        args.push(zone.name().unwrap_or("?").into());
+    }
+    if let Some(anchor) = calendars().map(|c| c.anchor).find(|&anchor| anchor > 1) {
+        args.push("ANCHOR".into());
+        args.push(anchor.to_string());
+    }
     args
 }
 
@@ -357,22 +407,37 @@ fn parse_rule<'a>(
         let window = rest
             .next_if(|arg| !is_option(arg))
             .ok_or(ArgError::MissingWindow)?;
-        let window_ms = parse_duration_ms(window).map_err(|err| match err {
-            DurationError::TooLong => ArgError::WindowAboveMax(settings.max_window_ms),
-            other => ArgError::Window(other),
-        })?;
-        if window_ms > settings.max_window_ms {
+        let quota = match Period::from_name(window) {
+            // The zone and the anchor are set once the options are read.
+            Some(period) => Quota::calendar(
+                limit,
+                Calendar {
+                    period,
+                    anchor: 0,
+                    zone: Zone::UTC,
+                },
+            ),
+            None => Quota::new(
+                limit,
+                parse_duration_ms(window).map_err(|err| match err {
+                    DurationError::TooLong => ArgError::WindowAboveMax(settings.max_window_ms),
+                    other => ArgError::Window(other),
+                })?,
+            ),
+        };
+        if quota.window_ms > settings.max_window_ms {
             return Err(ArgError::WindowAboveMax(settings.max_window_ms));
         }
         if tiers.len() == MAX_TIERS {
             return Err(ArgError::TooManyTiers);
         }
-        tiers.push(Quota::new(limit, window_ms));
+        tiers.push(quota);
     }
     if tiers.is_empty() {
         return Err(ArgError::Limit);
     }
     let (mut algorithm, mut burst, mut cost, mut mode) = (None, None, None, None);
+    let (mut zone, mut anchor) = (None, None);
     while let Some(option) = rest.next() {
         if option.eq_ignore_ascii_case(b"ALGO") {
             let kind = rest.next().and_then(AlgorithmKind::from_name);
@@ -383,6 +448,15 @@ fn parse_rule<'a>(
         } else if option.eq_ignore_ascii_case(b"COST") && grammar == Grammar::Call {
             let value = rest.next().and_then(parse_positive);
             set_once(&mut cost, value.ok_or(ArgError::Cost)?, "COST")?;
+        } else if option.eq_ignore_ascii_case(b"TZ") {
+            let value = rest.next().and_then(Zone::from_name);
+            set_once(&mut zone, value.ok_or(ArgError::TimeZone)?, "TZ")?;
+        } else if option.eq_ignore_ascii_case(b"ANCHOR") {
+            let value = rest
+                .next()
+                .and_then(parse_positive)
+                .filter(|day| (1..=31).contains(day));
+            set_once(&mut anchor, value.ok_or(ArgError::Anchor)?, "ANCHOR")?;
         } else if option.eq_ignore_ascii_case(b"MODE") && grammar == Grammar::Policy {
             let value = rest.next().and_then(parse_mode);
             set_once(&mut mode, value.ok_or(ArgError::Mode)?, "MODE")?;
@@ -394,7 +468,8 @@ fn parse_rule<'a>(
             });
         }
     }
-    let algorithm = algorithm.unwrap_or(settings.default_algorithm);
+    let algorithm =
+        calendars(&mut tiers, algorithm, zone, anchor)?.unwrap_or(settings.default_algorithm);
     if let Some(burst) = burst {
         if !algorithm.has_burst() || tiers.len() != 1 {
             return Err(ArgError::BurstNotApplicable);
@@ -409,6 +484,44 @@ fn parse_rule<'a>(
         cost,
         mode,
     })
+}
+
+/// Gives the calendar windows of `tiers` their zone and anchor, and checks the options
+/// apply; returns the algorithm, which is fixed for a rule with a calendar window.
+fn calendars(
+    tiers: &mut Tiers,
+    algorithm: Option<AlgorithmKind>,
+    zone: Option<Zone>,
+    anchor: Option<i64>,
+) -> Result<Option<AlgorithmKind>, ArgError> {
+    let has = |period: Option<Period>| {
+        tiers.iter().any(|q| {
+            q.calendar
+                .is_some_and(|c| period.is_none_or(|p| c.period == p))
+        })
+    };
+    if !has(None) {
+        return match (zone, anchor) {
+            (Some(_), _) => Err(ArgError::TzWithoutCalendar),
+            (None, Some(_)) => Err(ArgError::AnchorWithoutMonth),
+            (None, None) => Ok(algorithm),
+        };
+    }
+    if anchor.is_some() && !has(Some(Period::Month)) {
+        return Err(ArgError::AnchorWithoutMonth);
+    }
+    if let Some(other) = algorithm.filter(|&kind| kind != AlgorithmKind::Fixed) {
+        return Err(ArgError::CalendarAlgo(other));
+    }
+    // ANCHOR 1 is the plain month: stored as one, so the two never renew each other.
+    let anchor = anchor.filter(|&day| day > 1).map_or(0, |day| day as u8);
+    for calendar in tiers.iter_mut().filter_map(|q| q.calendar.as_mut()) {
+        calendar.zone = zone.unwrap_or(Zone::UTC);
+        if calendar.period == Period::Month {
+            calendar.anchor = anchor;
+        }
+    }
+    Ok(Some(AlgorithmKind::Fixed))
 }
 
 fn parse_mode(name: &[u8]) -> Option<Mode> {
@@ -638,6 +751,152 @@ mod tests {
             assert_eq!(parse(args).as_ref(), Err(err), "{:?}", args);
             assert!(err.message().starts_with("ERR "), "{:?}", err);
         }
+    }
+
+    fn calendar(period: Period, anchor: u8, zone: &str) -> Quota {
+        let zone = Zone::from_name(zone.as_bytes()).expect("an IANA name");
+        Quota::calendar(
+            1_000,
+            Calendar {
+                period,
+                anchor,
+                zone,
+            },
+        )
+    }
+
+    #[test]
+    fn parses_calendar_windows_beside_durations() {
+        let args = parse(&["10", "1s", "1000", "month", "TZ", "Europe/Paris"]).expect("valid");
+        assert_eq!(args.limits.algorithm, AlgorithmKind::Fixed);
+        assert_eq!(
+            args.limits.tiers.as_slice(),
+            [
+                Quota::new(10, 1_000),
+                calendar(Period::Month, 0, "Europe/Paris")
+            ]
+        );
+        let utc = parse(&["1000", "DAY"]).expect("valid");
+        assert_eq!(utc.limits.tiers[0], calendar(Period::Day, 0, "UTC"));
+        let billing = parse(&["1000", "month", "anchor", "31", "tz", "asia/kathmandu"]);
+        assert_eq!(
+            billing.expect("valid").limits.tiers[0],
+            calendar(Period::Month, 31, "Asia/Kathmandu")
+        );
+        // The anchor is the month's: a day window beside it has none.
+        let both = parse(&["1000", "day", "1000", "month", "ANCHOR", "5"]).expect("valid");
+        assert_eq!(
+            both.limits.tiers.as_slice(),
+            [
+                calendar(Period::Day, 0, "UTC"),
+                calendar(Period::Month, 5, "UTC")
+            ]
+        );
+        // ANCHOR 1 is the plain month.
+        let first = parse(&["1000", "month", "ANCHOR", "1"]).expect("valid");
+        assert_eq!(first.limits.tiers[0], calendar(Period::Month, 0, "UTC"));
+        // Without ALGO, a calendar rule is fixed whatever the default.
+        let settings = Settings {
+            default_algorithm: AlgorithmKind::Gcra,
+            ..Settings::default()
+        };
+        let args: [&[u8]; 2] = [b"5", b"week"];
+        let parsed = parse_limits(args.into_iter(), &settings).expect("valid");
+        assert_eq!(parsed.limits.algorithm, AlgorithmKind::Fixed);
+        // A year is 366 days: within the default cap, not within a shorter one.
+        let short = Settings {
+            max_window_ms: 30 * DAY_MS,
+            ..Settings::default()
+        };
+        let args: [&[u8]; 2] = [b"5", b"month"];
+        let refused = parse_limits(args.into_iter(), &short);
+        assert_eq!(refused, Err(ArgError::WindowAboveMax(30 * DAY_MS)));
+        assert!(parse(&["5", "year"]).is_ok());
+    }
+
+    #[test]
+    fn refuses_calendar_options_that_do_not_apply() {
+        use ArgError::*;
+        #[rustfmt::skip]
+        let cases: &[(&[&str], ArgError)] = &[
+            (&["5", "month", "TZ", "Mars/Olympus"], TimeZone),
+            (&["5", "month", "TZ"], TimeZone),
+            (&["5", "month", "TZ", "+02:00"], TimeZone),
+            (&["5", "month", "TZ", "UTC", "TZ", "UTC"], RepeatedOption("TZ")),
+            (&["5", "1d", "TZ", "Europe/Paris"], TzWithoutCalendar),
+            (&["5", "month", "ANCHOR", "0"], Anchor),
+            (&["5", "month", "ANCHOR", "32"], Anchor),
+            (&["5", "month", "ANCHOR", "x"], Anchor),
+            (&["5", "month", "ANCHOR", "-3"], Anchor),
+            (&["5", "month", "ANCHOR"], Anchor),
+            (&["5", "month", "ANCHOR", "5", "ANCHOR", "5"], RepeatedOption("ANCHOR")),
+            (&["5", "day", "ANCHOR", "5"], AnchorWithoutMonth),
+            (&["5", "1m", "ANCHOR", "5"], AnchorWithoutMonth),
+            (&["5", "month", "ALGO", "gcra"], CalendarAlgo(AlgorithmKind::Gcra)),
+            (&["5", "1s", "5", "week", "ALGO", "sliding"], CalendarAlgo(AlgorithmKind::Sliding)),
+            (&["5", "month", "BURST", "3"], BurstNotApplicable),
+            (&["5", "months"], Window(DurationError::Malformed)),
+            (&["month", "5"], Limit),
+        ];
+        for (args, err) in cases {
+            assert_eq!(parse(args).as_ref(), Err(err), "{:?}", args);
+            assert!(err.message().starts_with("ERR "), "{:?}", err);
+        }
+        assert_eq!(
+            TimeZone.message(),
+            "ERR TZ must be an IANA time zone name, e.g. Europe/Paris"
+        );
+        assert!(parse(&["5", "month", "ALGO", "fixed", "TZ", "UTC"]).is_ok());
+    }
+
+    #[test]
+    fn a_calendar_policy_round_trips_through_its_arguments() {
+        let settings = Settings::default();
+        let parse_policy_str = |args: &[&str]| {
+            let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            parse_policy(bytes.iter().copied(), &settings)
+        };
+        for args in [
+            &["10", "1s", "1000", "month", "TZ", "Europe/Paris"][..],
+            &[
+                "5",
+                "day",
+                "50",
+                "week",
+                "500",
+                "month",
+                "ANCHOR",
+                "31",
+                "TZ",
+                "Pacific/Chatham",
+            ],
+            &["1", "year", "MODE", "shadow"],
+        ] {
+            let policy = parse_policy_str(args).expect("valid");
+            let again = policy_arguments(&policy);
+            let again: Vec<&str> = again.iter().map(String::as_str).collect();
+            assert_eq!(
+                parse_policy_str(&again),
+                Ok(policy),
+                "{args:?} -> {again:?}"
+            );
+        }
+        let paris = parse_policy_str(&["1000", "month", "ANCHOR", "5", "TZ", "europe/paris"]);
+        assert_eq!(
+            policy_arguments(&paris.expect("valid")),
+            [
+                "1000",
+                "month",
+                "ALGO",
+                "fixed",
+                "TZ",
+                "Europe/Paris",
+                "ANCHOR",
+                "5",
+                "MODE",
+                "enforce"
+            ]
+        );
     }
 
     #[test]

@@ -182,7 +182,7 @@ impl Rate {
 /// use ratelimit_core::algorithm::{Algorithm, Quota};
 /// use ratelimit_core::{gcra::Gcra, token_bucket::Token};
 ///
-/// let quota = Quota { limit: 10, window_ms: 1_000, burst: 3 };
+/// let quota = Quota { limit: 10, window_ms: 1_000, burst: 3, calendar: None };
 /// let t0 = 1_796_083_200_000;
 /// assert_eq!(Gcra::check(None, t0, &quota, 2), Token::check(None, t0, &quota, 2));
 /// assert_eq!((Token::ID, Gcra::ID), (4, 5));

@@ -120,6 +120,7 @@ pub fn parse_throttle(args: &[&[u8]]) -> Result<Throttle, ThrottleArgError> {
             limit,
             window_ms,
             burst,
+            calendar: None,
         },
         quantity,
     })
@@ -222,7 +223,8 @@ mod tests {
             Quota {
                 limit: 30,
                 window_ms: 60_000,
-                burst: 16
+                burst: 16,
+                calendar: None,
             }
         );
         assert_eq!(args.quantity, 1);
@@ -313,7 +315,8 @@ mod tests {
                 quota: Quota {
                     limit: i64::MAX,
                     window_ms: MAX_WINDOW_MS,
-                    burst: i64::MAX
+                    burst: i64::MAX,
+                    calendar: None,
                 },
                 quantity: i64::MAX,
             }
@@ -328,7 +331,8 @@ mod tests {
             Quota {
                 limit: 1,
                 window_ms: 1_000,
-                burst: 1
+                burst: 1,
+                calendar: None,
             }
         );
         assert_eq!(smallest.quantity, 0);
@@ -410,7 +414,7 @@ mod tests {
             for (step, quantity) in steps {
                 now += step;
                 let args = Throttle {
-                    quota: Quota { limit: count, window_ms: period * 1_000, burst: max_burst + 1 },
+                    quota: Quota { limit: count, window_ms: period * 1_000, burst: max_burst + 1, calendar: None },
                     quantity,
                 };
                 let hit = throttle(stored.as_ref(), now, &args).expect("in range");

@@ -16,6 +16,10 @@
 //!   `window_ms`, `burst`) and the algorithm's state. A plain count starts with a digit, so
 //!   the first byte tells the forms apart. Storing the parameters lets a key whose limit,
 //!   window or algorithm changed be carried over instead of misread.
+//!   Version 2 ([`FORMAT_V2`], written only when a tier is a calendar window) adds after
+//!   each tier's burst a varint calendar code: 0 for a window of fixed length, else the
+//!   period, the anchor and the zone's id ([`Calendar::code`]), so a changed zone or
+//!   anchor is a changed rule. A calendar window never takes the plain count.
 //!
 //! # Example
 //!
@@ -42,6 +46,7 @@
 //! ```
 
 use super::algorithm::{Algorithm, Quota};
+use super::calendar::Calendar;
 use super::codec::{put_varint, Bytes, Reader};
 use super::gcra::Gcra;
 use super::token_bucket::Token;
@@ -49,6 +54,10 @@ use smallvec::SmallVec;
 
 /// First byte of the tiers form, version 1. Never an ASCII digit.
 pub const FORMAT_V1: u8 = 0x01;
+/// First byte of the tiers form, version 2: each tier's parameters end with its calendar's
+/// code (0 for a window of fixed length). Written only when a tier is a calendar window,
+/// so that every other value keeps the bytes of version 1.
+pub const FORMAT_V2: u8 = 0x02;
 
 /// The short form's tag: `0xF8 | gcra << 2 | flags`, so 0xF8..=0xFF: bytes that never occur
 /// in UTF-8 text, so that no text a user stored is mistaken for a state.
@@ -83,15 +92,24 @@ pub enum StoredForm<'a> {
         /// Number of tiers, 1..=[`MAX_TIERS`].
         count: usize,
         /// The tiers' bytes.
-        body: Reader<'a>,
+        body: TiersBody<'a>,
     },
+}
+
+/// The bytes of the tiers form after its header, and the version they are in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TiersBody<'a> {
+    /// A reader at the first tier.
+    pub reader: Reader<'a>,
+    /// Version 2: each tier's parameters end with a calendar code.
+    pub calendars: bool,
 }
 
 /// Tells what form `bytes` are in; `None` for a value this module did not write.
 pub fn classify(bytes: &[u8]) -> Option<StoredForm<'_>> {
     match bytes.first()? {
         b'1'..=b'9' => decode_count(bytes).map(StoredForm::PlainCount),
-        &FORMAT_V1 => {
+        &version @ (FORMAT_V1 | FORMAT_V2) => {
             let mut body = Reader::new(&bytes[1..]);
             let algorithm = body.byte()?;
             let count = usize::from(body.byte()?);
@@ -100,7 +118,10 @@ pub fn classify(bytes: &[u8]) -> Option<StoredForm<'_>> {
                 .then_some(StoredForm::Tiers {
                     algorithm,
                     count,
-                    body,
+                    body: TiersBody {
+                        reader: body,
+                        calendars: version == FORMAT_V2,
+                    },
                 })
         }
         &tag @ SHORT_TAG..=0xFF => decode_short(tag, Reader::new(&bytes[1..])),
@@ -136,6 +157,7 @@ fn decode_short(tag: u8, mut body: Reader<'_>) -> Option<StoredForm<'_>> {
             limit,
             window_ms,
             burst,
+            calendar: None,
         },
         short,
     })
@@ -178,26 +200,46 @@ pub type StoredTiers<S> = SmallVec<[(Quota, S); 2]>;
 
 /// Reads `count` tiers of algorithm `A` from `body`, which must hold exactly that.
 pub fn decode_tiers<'a, A: Algorithm>(
-    mut body: Reader<'a>,
+    body: TiersBody<'a>,
     count: usize,
 ) -> Option<StoredTiers<A::State<'a>>> {
+    let TiersBody {
+        reader: mut body,
+        calendars,
+    } = body;
     let mut tiers = SmallVec::with_capacity(count);
+    let mut any_calendar = false;
     for _ in 0..count {
-        let quota = Quota {
+        let mut quota = Quota {
             limit: body.positive()?,
             window_ms: body.positive()?,
             burst: body.positive()?,
+            calendar: None,
         };
+        if calendars {
+            let code = body.varint()?;
+            if code != 0 {
+                let calendar = Calendar::from_code(code)?;
+                // What encode_tiers writes: the period's nominal length.
+                if quota.window_ms != calendar.period.nominal_ms() {
+                    return None;
+                }
+                quota.calendar = Some(calendar);
+                any_calendar = true;
+            }
+        }
         tiers.push((quota, A::decode(&mut body)?));
     }
-    body.is_empty().then_some(tiers)
+    // Version 2 is written only for calendars.
+    (body.is_empty() && any_calendar == calendars).then_some(tiers)
 }
 
 /// Writes tiers of algorithm `A` (parameters and states, pairwise) in the tiers form.
 pub fn encode_tiers<A: Algorithm>(tiers: &[Quota], states: &[A::State<'_>]) -> Bytes {
     let mut out = Bytes::new();
     let count = tiers.len().min(states.len()).min(MAX_TIERS);
-    out.push(FORMAT_V1);
+    let calendars = tiers[..count].iter().any(|q| q.calendar.is_some());
+    out.push(if calendars { FORMAT_V2 } else { FORMAT_V1 });
     out.push(A::ID);
     // At most MAX_TIERS (8), so the count fits a byte.
     out.push(count as u8);
@@ -205,6 +247,9 @@ pub fn encode_tiers<A: Algorithm>(tiers: &[Quota], states: &[A::State<'_>]) -> B
         put_varint(&mut out, quota.limit);
         put_varint(&mut out, quota.window_ms);
         put_varint(&mut out, quota.burst);
+        if calendars {
+            put_varint(&mut out, quota.calendar.as_ref().map_or(0, Calendar::code));
+        }
         A::encode(state, &mut out);
     }
     out
@@ -288,6 +333,7 @@ mod tests {
                     limit: 5,
                     window_ms: 1_500,
                     burst: 9,
+                    calendar: None,
                 },
                 7,
                 6,

@@ -6,10 +6,16 @@
 //! the window `now` falls in (the clock went back): that never grants a second burst.
 //! A state lasting more than one window from now is renewed by `limiter`, so no wait is
 //! ever longer than one window.
+//!
+//! A calendar window (`day`, `week`, `month`, `year` in a zone, see `calendar`) is a fixed
+//! window whose ends are the calendar's boundaries: the count and the end are stored the
+//! same way, and only where a new window ends differs.
 
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
+use super::calendar::period_end;
 use super::codec::{put_i64, put_varint, Bytes, Reader};
 use super::decision::{Decision, NEVER};
+use super::duration::DAY_MS;
 
 /// The fixed-window algorithm.
 ///
@@ -55,18 +61,27 @@ pub fn aligned_end(now_ms: i64, window_ms: i64) -> Result<i64, OutOfRange> {
     start.checked_add(window_ms).ok_or(OutOfRange)
 }
 
+/// The end of the window of `quota` that `now_ms` falls in: aligned to the epoch, or for
+/// a calendar window the next boundary of its calendar.
+fn window_end(now_ms: i64, quota: &Quota) -> Result<i64, OutOfRange> {
+    match &quota.calendar {
+        None => aligned_end(now_ms, quota.window_ms),
+        Some(calendar) => period_end(now_ms, calendar),
+    }
+}
+
 /// The window `now_ms` counts in: the stored one while it has not ended, else a new,
-/// empty window aligned to the epoch.
+/// empty window aligned to the epoch (or the calendar).
 fn current_window(
     stored: Option<&WindowState>,
     now_ms: i64,
-    window_ms: i64,
+    quota: &Quota,
 ) -> Result<WindowState, OutOfRange> {
     match stored {
         Some(state) if state.ends_at_ms > now_ms => Ok(*state),
         _ => Ok(WindowState {
             count: 0,
-            ends_at_ms: aligned_end(now_ms, window_ms)?,
+            ends_at_ms: window_end(now_ms, quota)?,
         }),
     }
 }
@@ -81,7 +96,7 @@ impl Algorithm for Fixed {
         quota: &Quota,
         cost: i64,
     ) -> Result<TierCheck<Self::State<'a>>, OutOfRange> {
-        let window = current_window(state, now_ms, quota.window_ms)?;
+        let window = current_window(state, now_ms, quota)?;
         let until_end = window.ends_at_ms - now_ms;
         let fits = window
             .count
@@ -118,7 +133,7 @@ impl Algorithm for Fixed {
     }
 
     fn view(state: Option<&WindowState>, now_ms: i64, quota: &Quota) -> Result<View, OutOfRange> {
-        let window = current_window(state, now_ms, quota.window_ms)?;
+        let window = current_window(state, now_ms, quota)?;
         Ok(View {
             remaining: quota.limit.saturating_sub(window.count).max(0),
             reset_after_ms: if window.count == 0 {
@@ -153,8 +168,17 @@ impl Algorithm for Fixed {
     fn seeded<'a>(used: i64, now_ms: i64, quota: &Quota) -> Result<Self::State<'a>, OutOfRange> {
         Ok(WindowState {
             count: used,
-            ends_at_ms: aligned_end(now_ms, quota.window_ms)?,
+            ends_at_ms: window_end(now_ms, quota)?,
         })
+    }
+
+    /// A calendar period may last a day longer than its nominal length when its zone's
+    /// offset changes (a 25-hour day, a zone that moved across the date line).
+    fn span_ms(quota: &Quota) -> i64 {
+        match quota.calendar {
+            None => quota.window_ms,
+            Some(_) => quota.window_ms.saturating_add(DAY_MS),
+        }
     }
 
     fn expires_at_ms(state: &WindowState, _quota: &Quota) -> i64 {
@@ -169,9 +193,10 @@ impl Algorithm for Fixed {
     }
 
     /// A window that ends on a multiple of this window length (a longer window's ends
-    /// generally do not).
+    /// generally do not). Never for a calendar window: a plain count does not record the
+    /// zone or the anchor.
     fn fits_unrecorded(state: &WindowState, quota: &Quota) -> bool {
-        state.ends_at_ms.rem_euclid(quota.window_ms) == 0
+        quota.calendar.is_none() && state.ends_at_ms.rem_euclid(quota.window_ms) == 0
     }
 
     fn to_plain_count(state: &WindowState) -> Option<i64> {

@@ -90,6 +90,7 @@ mod tests {
             limit,
             window_ms,
             burst,
+            calendar: None,
         }
     }
 
@@ -262,6 +263,7 @@ mod tests {
         assert_eq!(Gcra::span_ms(&Quota::new(7, 1_000)), 1_000);
         let one_at_a_time = Quota {
             burst: 1,
+            calendar: None,
             ..Quota::new(7, 1_000)
         };
         assert_eq!(Gcra::span_ms(&one_at_a_time), 143, "rounded up");

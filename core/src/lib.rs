@@ -8,7 +8,8 @@
 //! each of them.
 //!
 //! Nothing in here knows about Redis: this crate does not depend on `redis-module` (its
-//! only dependency is `smallvec`), has no clock and does no I/O, and `unsafe` code is
+//! dependencies are `smallvec`, and `chrono` with `chrono-tz` for the calendar windows'
+//! time zones), has no clock and does no I/O, and `unsafe` code is
 //! forbidden in it. Commands parse their arguments with [`args`], read the stored state,
 //! hand the core plain numbers together with the server's clock reading, and store what the
 //! core returns. That keeps every decision unit- and property-testable with a clock the
@@ -51,6 +52,7 @@
 pub mod algorithm;
 pub mod args;
 pub mod bucket;
+pub mod calendar;
 pub mod cell;
 pub mod codec;
 pub mod decision;

@@ -41,7 +41,7 @@ use super::bucket::Bucket;
 /// use ratelimit_core::algorithm::{Algorithm, Quota};
 /// use ratelimit_core::token_bucket::Token;
 ///
-/// let quota = Quota { limit: 2, window_ms: 1_000, burst: 4 };
+/// let quota = Quota { limit: 2, window_ms: 1_000, burst: 4, calendar: None };
 /// let t0 = 1_796_083_200_000;
 /// let three = Token::check(None, t0, &quota, 3)?;
 /// let d = three.decision;
@@ -85,6 +85,7 @@ mod tests {
             limit: 2,
             window_ms: 1_000,
             burst: 4,
+            calendar: None,
         };
         // (ms after T0, cost, allowed, tokens left, ms until full, retry)
         #[rustfmt::skip]
@@ -132,7 +133,7 @@ mod tests {
             burst in 1i64..100,
             ops in proptest::collection::vec((-2_000i64..2_000, 0i64..120, 0u8..3), 1..100),
         ) {
-            let quota = Quota { limit, window_ms, burst };
+            let quota = Quota { limit, window_ms, burst, calendar: None };
             let mut now = T0;
             let mut stored: Option<BucketState> = None;
             for (step, amount, op) in ops {

@@ -21,6 +21,8 @@
 //! tiered check, refund and renewal. [`run`] ties them together.
 
 mod algorithm_kind;
+#[cfg(test)]
+mod calendar_tests;
 mod memory_key;
 mod multi;
 mod stored_value;

@@ -3,8 +3,7 @@
 
 use super::{AlgorithmKind, LimiterError, PerTier};
 use crate::algorithm::{Algorithm, Quota};
-use crate::codec::Reader;
-use crate::encoding::{classify, decode_tiers, StoredForm};
+use crate::encoding::{classify, decode_tiers, StoredForm, TiersBody};
 use crate::fixed_window::{Fixed, WindowState};
 use crate::with_algorithm;
 
@@ -149,7 +148,7 @@ fn short_decodes<A: Algorithm>(short: i64, expires_at_ms: i64) -> bool {
     A::from_short(short, expires_at_ms).is_some()
 }
 
-fn decodes<A: Algorithm>(body: Reader<'_>, count: usize) -> bool {
+fn decodes<A: Algorithm>(body: TiersBody<'_>, count: usize) -> bool {
     decode_tiers::<A>(body, count).is_some()
 }
 
@@ -164,7 +163,7 @@ fn short_usage<B: Algorithm>(
 }
 
 /// The largest number of units any stored tier of algorithm `B` still counts.
-fn largest_usage<B: Algorithm>(body: Reader<'_>, count: usize, now_ms: i64) -> Option<i64> {
+fn largest_usage<B: Algorithm>(body: TiersBody<'_>, count: usize, now_ms: i64) -> Option<i64> {
     let tiers = decode_tiers::<B>(body, count)?;
     Some(
         tiers

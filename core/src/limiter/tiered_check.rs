@@ -228,13 +228,16 @@ fn store<A: Algorithm>(tiers: &[Quota], states: &[A::State<'_>], now_ms: i64) ->
         return Write::Delete;
     }
     let value = match (tiers, states) {
-        ([quota], [only]) => match (A::to_plain_count(only), A::to_short(only, expires_at_ms)) {
-            (Some(count), _) => Value::from_slice(encode_count(count, &mut [0u8; 20])),
-            (None, Some(short)) => {
-                encode_short::<A>(quota, short).unwrap_or_else(|| encode_tiers::<A>(tiers, states))
+        // A calendar window records its calendar in the tiers form: the plain count and the
+        // short form keep only the limit and the window's length.
+        ([quota], [only]) if quota.calendar.is_none() => {
+            match (A::to_plain_count(only), A::to_short(only, expires_at_ms)) {
+                (Some(count), _) => Value::from_slice(encode_count(count, &mut [0u8; 20])),
+                (None, Some(short)) => encode_short::<A>(quota, short)
+                    .unwrap_or_else(|| encode_tiers::<A>(tiers, states)),
+                (None, None) => encode_tiers::<A>(tiers, states),
             }
-            (None, None) => encode_tiers::<A>(tiers, states),
-        },
+        }
         _ => encode_tiers::<A>(tiers, states),
     };
     Write::Set {
