@@ -244,9 +244,11 @@ fn algorithm_names() -> String {
 const OPTIONS: [&str; 6] = ["ALGO", "BURST", "COST", "MODE", "TZ", "ANCHOR"];
 
 fn is_option(arg: &[u8]) -> bool {
-    OPTIONS
-        .iter()
-        .any(|o| arg.eq_ignore_ascii_case(o.as_bytes()))
+    // Every option starts with a letter; a limit or a duration with a digit.
+    arg.first().is_some_and(u8::is_ascii_alphabetic)
+        && OPTIONS
+            .iter()
+            .any(|o| arg.eq_ignore_ascii_case(o.as_bytes()))
 }
 
 /// Parses `limit window [limit window ...] [ALGO name] [BURST b] [COST n]`. Takes an
@@ -402,12 +404,19 @@ fn parse_rule<'a>(
     }
     let mut rest = args.peekable();
     let mut tiers = Tiers::new();
+    let mut any_calendar = false;
     while let Some(limit) = rest.next_if(|arg| !is_option(arg)) {
         let limit = parse_positive(limit).ok_or(ArgError::Limit)?;
         let window = rest
             .next_if(|arg| !is_option(arg))
             .ok_or(ArgError::MissingWindow)?;
-        let quota = match Period::from_name(window) {
+        // A duration starts with a digit, a calendar period with a letter.
+        let period = if window.first().is_some_and(u8::is_ascii_alphabetic) {
+            Period::from_name(window)
+        } else {
+            None
+        };
+        let quota = match period {
             // The zone and the anchor are set once the options are read.
             Some(period) => Quota::calendar(
                 limit,
@@ -431,6 +440,7 @@ fn parse_rule<'a>(
         if tiers.len() == MAX_TIERS {
             return Err(ArgError::TooManyTiers);
         }
+        any_calendar |= quota.calendar.is_some();
         tiers.push(quota);
     }
     if tiers.is_empty() {
@@ -468,8 +478,12 @@ fn parse_rule<'a>(
             });
         }
     }
-    let algorithm =
-        calendars(&mut tiers, algorithm, zone, anchor)?.unwrap_or(settings.default_algorithm);
+    let algorithm = if any_calendar || zone.is_some() || anchor.is_some() {
+        calendars(&mut tiers, algorithm, zone, anchor)?
+    } else {
+        algorithm
+    }
+    .unwrap_or(settings.default_algorithm);
     if let Some(burst) = burst {
         if !algorithm.has_burst() || tiers.len() != 1 {
             return Err(ArgError::BurstNotApplicable);
