@@ -109,8 +109,12 @@ fn push_items(policy: &mut String, state: &mut String, rule: &Rule, verdict: &Ve
         }
         tier_name(policy, rule, index, tiers.len());
         let _ = write!(policy, ";q={}", tier.limit);
-        // A policy stored in Redis has windows the gateway does not know; `w` is optional.
-        if let Some(window) = windows.get(index).filter(|_| windows.len() == tiers.len()) {
+        // A policy stored in Redis has windows the gateway does not know, and a calendar
+        // window has no one length; `w` is optional.
+        if let Some(window) = windows
+            .get(index)
+            .filter(|w| windows.len() == tiers.len() && w.period.is_none())
+        {
             let _ = write!(policy, ";w={}", seconds_up(window.window_ms));
         }
         tier_name(state, rule, index, tiers.len());

@@ -96,7 +96,10 @@ pub enum KeySource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tier {
     pub limit: u64,
+    /// For a calendar window, the period's nominal length.
     pub window_ms: u64,
+    /// A calendar window (`day`, `week`, `month`, `year`), in the rule's `tz`.
+    pub period: Option<ratelimit_core::calendar::Period>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +110,10 @@ pub enum Limit {
         tiers: Vec<Tier>,
         algorithm: Option<String>,
         burst: Option<u64>,
+        /// `TZ` of the calendar windows.
+        tz: Option<String>,
+        /// `ANCHOR` of the month windows.
+        anchor: Option<u64>,
         cost: u64,
     },
     /// A policy stored in Redis (`RL.POLICY SET`).
@@ -385,17 +392,28 @@ pub fn call_args(limit: &Limit) -> Vec<String> {
             tiers,
             algorithm,
             burst,
+            tz,
+            anchor,
             cost,
         } => {
             for tier in tiers {
                 args.push(tier.limit.to_string());
-                args.push(format!("{}ms", tier.window_ms));
+                args.push(match tier.period {
+                    Some(period) => period.name().into(),
+                    None => format!("{}ms", tier.window_ms),
+                });
             }
             if let Some(algorithm) = algorithm {
                 args.extend(["ALGO".into(), algorithm.clone()]);
             }
             if let Some(burst) = burst {
                 args.extend(["BURST".into(), burst.to_string()]);
+            }
+            if let Some(tz) = tz {
+                args.extend(["TZ".into(), tz.clone()]);
+            }
+            if let Some(anchor) = anchor {
+                args.extend(["ANCHOR".into(), anchor.to_string()]);
             }
             if *cost != 1 {
                 args.extend(["COST".into(), cost.to_string()]);

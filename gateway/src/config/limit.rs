@@ -18,9 +18,15 @@ pub(super) fn limit(section: &RuleSection) -> Result<Limit, String> {
         (Some(_), Some(_)) => Err("has both limits and policy: choose one".into()),
         (None, None) => Err("needs limits (e.g. [\"5/1m\"]) or a policy name".into()),
         (None, Some(policy)) => {
-            if section.algorithm.is_some() || section.burst.is_some() {
+            if section.algorithm.is_some()
+                || section.burst.is_some()
+                || section.tz.is_some()
+                || section.anchor.is_some()
+            {
                 return Err(
-                    "algorithm and burst belong to the policy, not to a rule naming one".into(),
+                    "algorithm, burst, tz and anchor belong to the policy, not to a rule naming \
+                     one"
+                    .into(),
                 );
             }
             if policy.is_empty()
@@ -50,6 +56,8 @@ pub(super) fn limit(section: &RuleSection) -> Result<Limit, String> {
                 tiers: tiers.clone(),
                 algorithm,
                 burst: section.burst,
+                tz: section.tz.clone(),
+                anchor: section.anchor,
                 cost: section.cost,
             };
             crate::module_grammar::check_call(&call_args(&limit))?;
@@ -57,11 +65,12 @@ pub(super) fn limit(section: &RuleSection) -> Result<Limit, String> {
             let capacity = |tier: &Tier| section.burst.unwrap_or(tier.limit);
             if let Some(tier) = tiers.iter().find(|t| section.cost > capacity(t)) {
                 return Err(format!(
-                    "cost {} is more than the {} a request can ever get under {}/{}ms",
+                    "cost {} is more than the {} a request can ever get under {}/{}",
                     section.cost,
                     capacity(tier),
                     tier.limit,
-                    tier.window_ms
+                    tier.period
+                        .map_or_else(|| format!("{}ms", tier.window_ms), |p| p.name().into())
                 ));
             }
             Ok(limit)
@@ -69,7 +78,7 @@ pub(super) fn limit(section: &RuleSection) -> Result<Limit, String> {
     }
 }
 
-/// `count/window`, e.g. `5/1m`.
+/// `count/window`, e.g. `5/1m`, or a calendar window, e.g. `1000/month`.
 fn tier(text: &str) -> Result<Tier, String> {
     let bad = || format!("limit '{text}' must be <count>/<window>, e.g. \"5/1m\"");
     let (count, window) = text.split_once('/').ok_or_else(bad)?;
@@ -83,6 +92,14 @@ fn tier(text: &str) -> Result<Tier, String> {
             "limit '{text}': the count must be at most {MAX_FIELD_INTEGER}"
         ));
     }
+    if let Some(period) = ratelimit_core::calendar::Period::from_name(window.trim().as_bytes()) {
+        let window_ms = u64::try_from(period.nominal_ms()).map_err(|_| bad())?;
+        return Ok(Tier {
+            limit,
+            window_ms,
+            period: Some(period),
+        });
+    }
     // The module's duration grammar; its cap on windows is checked with the whole call.
     let window_ms =
         ratelimit_core::duration::parse_duration_ms(window.trim().as_bytes()).map_err(|error| {
@@ -91,7 +108,11 @@ fn tier(text: &str) -> Result<Tier, String> {
             format!("limit '{text}': {reason}")
         })?;
     let window_ms = u64::try_from(window_ms).map_err(|_| bad())?;
-    Ok(Tier { limit, window_ms })
+    Ok(Tier {
+        limit,
+        window_ms,
+        period: None,
+    })
 }
 
 #[cfg(test)]
@@ -123,6 +144,59 @@ mod tests {
                 "at most",
             ),
         ]);
+    }
+
+    #[test]
+    fn calendar_limits_send_the_module_its_words() {
+        use crate::rules::{call_args, Limit};
+        let rule = |rest: &str| format!("[[rule]]\nname = \"a\"\npath = \"/a\"\n{rest}\n");
+        let section =
+            |rest: &str| with(&rule(rest)).map(|config| config.rules.rules[0].limit.clone());
+        let limit =
+            section("limits = [\"10/1s\", \"1000/month\"]\ntz = \"Europe/Paris\"\nanchor = 5")
+                .expect("valid");
+        assert!(matches!(limit, Limit::Tiers { .. }));
+        assert_eq!(
+            call_args(&limit),
+            [
+                "10",
+                "1000ms",
+                "1000",
+                "month",
+                "TZ",
+                "Europe/Paris",
+                "ANCHOR",
+                "5"
+            ]
+        );
+        let day = section("limits = [\"5/Day\"]").expect("valid");
+        assert_eq!(call_args(&day), ["5", "day"]);
+        for (rest, reason) in [
+            (
+                "limits = [\"5/month\"]\ntz = \"Mars/Olympus\"",
+                "TZ must be an IANA time zone name",
+            ),
+            (
+                "limits = [\"5/1d\"]\ntz = \"Europe/Paris\"",
+                "TZ applies to calendar windows",
+            ),
+            (
+                "limits = [\"5/day\"]\nanchor = 3",
+                "ANCHOR applies to a month window",
+            ),
+            (
+                "limits = [\"5/month\"]\nanchor = 32",
+                "ANCHOR must be a day of the month",
+            ),
+            (
+                "limits = [\"5/month\"]\nalgorithm = \"gcra\"",
+                "count as ALGO fixed",
+            ),
+            ("policy = \"p\"\ntz = \"UTC\"", "belong to the policy"),
+        ] {
+            let error = section(rest).expect_err(rest);
+            assert!(error.contains(reason), "{rest}: {error}");
+        }
     }
 
     /// What the module refuses is refused when the rules load, with the module's own

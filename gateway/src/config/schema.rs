@@ -141,6 +141,10 @@ pub(super) struct RuleSection {
     pub(super) limits: Option<Vec<String>>,
     pub(super) algorithm: Option<String>,
     pub(super) burst: Option<u64>,
+    /// The IANA zone of the calendar windows (`"1000/month"`), UTC without it.
+    pub(super) tz: Option<String>,
+    /// The day a `month` window resets on (1 to 31).
+    pub(super) anchor: Option<u64>,
     pub(super) policy: Option<String>,
     #[serde(default = "default_cost")]
     pub(super) cost: u64,
