@@ -110,6 +110,9 @@ def throughput_rows(far_future_ms: int) -> List[Row]:
             ["RL.HIT", KEY, str(LOG_LIMIT), LOG_WINDOW, "ALGO", "gcra"]),
         Row("RL.HIT fixed, two tiers (10000/1s + 1000000/1h)",
             ["RL.HIT", KEY, "10000", "1s", "1000000", "1h"]),
+        # A calendar window: the fixed window whose end is the next local boundary.
+        Row("RL.HIT month TZ Europe/Paris",
+            ["RL.HIT", KEY, str(LIMIT), "month", "TZ", "Europe/Paris"]),
         # On an empty database PEEK would only look up missing keys; every key is hit once
         # before the run so that it reads real state.
         Row("RL.PEEK fixed (keys hit once before)", ["RL.PEEK", KEY, str(LIMIT), WINDOW],
