@@ -5,6 +5,7 @@
 //! `scripts/fuzz.sh cmin state`. The committed corpus is what `corpus_replay` checks.
 
 use ratelimit_core::algorithm::Quota;
+use ratelimit_core::args::{parse_limits, Settings};
 use ratelimit_core::limiter::{run, Action, AlgorithmKind, Limits, Write};
 use std::path::Path;
 
@@ -19,13 +20,30 @@ fn main() {
         &[(100, 3_600_000)],
         &[(5, 1_000), (50, 3_600_000)],
     ];
-    let mut n = 0;
+    let mut all: Vec<(&str, Limits)> = Vec::new();
     for (algorithm, name) in AlgorithmKind::ALL {
         for tiers in shapes {
             let limits = Limits {
                 algorithm,
                 tiers: tiers.iter().map(|&(l, w)| Quota::new(l, w)).collect(),
             };
+            all.push((name, limits));
+        }
+    }
+    // Calendar windows: the tiers form, version 2.
+    for spec in [
+        "10 month TZ Europe/Paris",
+        "5 1s 50 day TZ Pacific/Chatham",
+        "9 month ANCHOR 31 TZ Asia/Kathmandu",
+        "3 week 30 year",
+    ] {
+        let words: Vec<&[u8]> = spec.split(' ').map(str::as_bytes).collect();
+        let parsed = parse_limits(words.into_iter(), &Settings::default()).expect("valid");
+        all.push(("calendar", parsed.limits));
+    }
+    let mut n = 0;
+    for (name, limits) in all {
+        {
             let mut stored: Option<(Vec<u8>, i64)> = None;
             for step in 0..3 {
                 let now = T0 + step * 7;

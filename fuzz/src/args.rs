@@ -51,6 +51,12 @@ fn assert_valid_limits(limits: &Limits, settings: &Settings) {
         if limits.algorithm == AlgorithmKind::Log {
             assert!(quota.limit <= settings.max_log_limit, "{limits:?}");
         }
+        // A calendar window counts as a fixed window, of its period's nominal length.
+        if let Some(calendar) = quota.calendar {
+            assert_eq!(limits.algorithm, AlgorithmKind::Fixed, "{limits:?}");
+            assert_eq!(quota.window_ms, calendar.period.nominal_ms(), "{limits:?}");
+            assert!(calendar.zone.name().is_some(), "{limits:?}");
+        }
     }
 }
 

@@ -12,13 +12,15 @@
 //! - on a stretch with one rule, no refund and a clock that never goes back, the allowed
 //!   units obey the algorithm's bound in every tier: the sliding log at most `limit` in any
 //!   window, the buckets at most `burst + t * limit / window` in any interval of length t,
-//!   the fixed window at most `2 * limit` in any window.
+//!   the fixed window at most `2 * limit` in any window (`3 * limit` for a calendar one,
+//!   whose periods may be shorter than its nominal length).
 //!
 //! Answers must be `Ok` whenever the clock and parameters are in the ranges a server sees
 //! (`in_range`); beyond them `OutOfRange` is allowed, a panic never.
 
 use arbitrary::{Result, Unstructured};
 use ratelimit_core::algorithm::Quota;
+use ratelimit_core::calendar::{Calendar, Period, Zone};
 use ratelimit_core::decision::{Decision, NEVER};
 use ratelimit_core::duration::MAX_WINDOW_MS;
 use ratelimit_core::limiter::{
@@ -104,12 +106,41 @@ fn limits(u: &mut Unstructured<'_>) -> Result<Limits> {
             2 => 1_000 * u.int_in_range(1..=3_600)?,
             _ => u.int_in_range(1..=MAX_WINDOW_MS)?,
         };
-        tiers.push(Quota::new(limit, window_ms));
+        tiers.push(if algorithm == AlgorithmKind::Fixed && u.ratio(1, 4)? {
+            Quota::calendar(limit, calendar(u)?)
+        } else {
+            Quota::new(limit, window_ms)
+        });
     }
     if algorithm.has_burst() && count == 1 && u.arbitrary()? {
         tiers[0].burst = amount(u)?;
     }
     Ok(Limits { algorithm, tiers })
+}
+
+/// A calendar window as `TZ` and `ANCHOR` give it: zones with half-hour and 45-minute
+/// offsets, DST on either hemisphere, a day skipped (Apia, 2011).
+fn calendar(u: &mut Unstructured<'_>) -> Result<Calendar> {
+    const ZONES: [&str; 6] = [
+        "UTC",
+        "Europe/Paris",
+        "America/New_York",
+        "Pacific/Chatham",
+        "Asia/Kathmandu",
+        "Pacific/Apia",
+    ];
+    let (period, _) = *u.choose(&Period::ALL)?;
+    let anchor = if period == Period::Month && u.arbitrary()? {
+        u.int_in_range(2..=31)?
+    } else {
+        0
+    };
+    let zone = Zone::from_name(u.choose(&ZONES)?.as_bytes()).unwrap_or(Zone::UTC);
+    Ok(Calendar {
+        period,
+        anchor,
+        zone,
+    })
 }
 
 /// Whether a server must answer: a clock of this century, amounts up to a billion, and
@@ -186,6 +217,11 @@ fn check_bound(kind: AlgorithmKind, quota: &Quota, hits: &[(i64, i64)]) {
         }
         let holds = match kind {
             AlgorithmKind::Log => elapsed >= window || units <= limit,
+            // A window-long interval meets two fixed windows, or three calendar periods
+            // when one is shorter (February in a 31-day interval, a 23-hour day).
+            AlgorithmKind::Fixed if quota.calendar.is_some() => {
+                elapsed >= window || units <= 3 * limit
+            }
             AlgorithmKind::Fixed => elapsed >= window || units <= 2 * limit,
             AlgorithmKind::Token | AlgorithmKind::Gcra => {
                 (units - burst) * window <= elapsed * limit

@@ -6,9 +6,10 @@
 
 use arbitrary::{Result, Unstructured};
 use ratelimit_core::algorithm::{Algorithm, Quota};
-use ratelimit_core::codec::Reader;
+
 use ratelimit_core::encoding::{
     classify, decode_count, decode_tiers, encode_count, encode_short, encode_tiers, StoredForm,
+    TiersBody,
 };
 use ratelimit_core::gcra::Gcra;
 use ratelimit_core::limiter::{is_state, run, Action, AlgorithmKind, LimiterError, Limits, Write};
@@ -21,7 +22,7 @@ fn kind_of_id(id: u8) -> Option<AlgorithmKind> {
 /// The tiers of algorithm `A` in `body` re-encoded, if they decode: checks the round trip
 /// and returns their parameters.
 fn tiers_round_trip<A: Algorithm>(
-    body: Reader<'_>,
+    body: TiersBody<'_>,
     count: usize,
     len: usize,
 ) -> Option<Vec<Quota>> {
