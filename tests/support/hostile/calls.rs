@@ -1,7 +1,8 @@
 //! Random calls of every command of the module, with well-formed arguments most of the
 //! time (so that states are written, renewed and refunded) and edge or malformed ones the
 //! rest: 0, -1, i64 bounds and beyond, floats, empty strings, NUL and 0xff bytes, 9 and 20
-//! tiers, dangling keywords, unknown units and algorithms, `ALGO log` with large limits.
+//! tiers, dangling keywords, unknown units and algorithms, `ALGO log` with large limits,
+//! calendar windows with known, unknown and ill-cased zones and anchors in and out of range.
 
 use super::keys::{key, policy_name};
 use super::rng::Rng;
@@ -42,7 +43,7 @@ const LIMITS: &[&[u8]] = &[b"1", b"2", b"3", b"5", b"10", b"100", b"1000", b"100
 /// Windows that make sense: bare seconds and every unit, any case.
 const WINDOWS: &[&[u8]] = &[
     b"1", b"2", b"250ms", b"1s", b"10s", b"5m", b"1h", b"1d", b"366d", b"60000ms", b"1H", b"10S",
-    b"1Ms",
+    b"1Ms", b"day", b"week", b"Month", b"YEAR",
 ];
 
 /// Windows a hostile client sends.
@@ -74,6 +75,9 @@ const EDGE_WINDOWS: &[&[u8]] = &[
     b" 1s",
     b"+1s",
     b"10 s",
+    b"months",
+    b"1month",
+    b"day\0",
 ];
 
 const ALGOS: &[&[u8]] = &[
@@ -81,7 +85,7 @@ const ALGOS: &[&[u8]] = &[
 ];
 const EDGE_ALGOS: &[&[u8]] = &[b"", b"unknown", b"fixed\0", b"\xff", b"gcra ", b"leaky"];
 const KEYWORDS: &[&[u8]] = &[
-    b"ALGO", b"BURST", b"COST", b"POLICY", b"MODE", b"algo", b"cost",
+    b"ALGO", b"BURST", b"COST", b"POLICY", b"MODE", b"algo", b"cost", b"TZ", b"ANCHOR",
 ];
 
 /// A random call of one of the commands, on the shared key space.
@@ -159,6 +163,23 @@ fn options(rng: &mut Rng, argv: &mut Argv, cost: bool) {
             rng.pick(&[&b"enforce"[..], b"shadow", b"SHADOW", b"off", b""])
                 .to_vec(),
         );
+    }
+    if rng.percent(10) {
+        argv.push(b"TZ".to_vec());
+        let zones: &[&[u8]] = &[
+            b"Europe/Paris",
+            b"Pacific/Chatham",
+            b"asia/kathmandu",
+            b"UTC",
+            b"Mars/Olympus",
+            b"",
+            b"\xff",
+        ];
+        argv.push(rng.pick(zones).to_vec());
+    }
+    if rng.percent(5) {
+        argv.push(b"ANCHOR".to_vec());
+        argv.push(number(rng, &[b"1", b"15", b"29", b"31", b"32", b"0"]));
     }
     if rng.percent(5) {
         // A keyword with nothing after it.
