@@ -207,6 +207,13 @@ fn tiers_mix_calendar_windows_with_durations() {
         if let Some(end) = settled(before, after, "week", 0, "Asia/Kathmandu") {
             assert_eq!(pexpiretime(&mut con, &name), end, "{flavor:?}");
         }
+        // RL.RESET knows a calendar key for a state of its own.
+        let reset: i64 = redis::cmd("RL.RESET")
+            .arg(&name)
+            .query(&mut con)
+            .expect("RL.RESET");
+        assert_eq!(reset, 1, "{flavor:?}");
+        assert!(!exists(&mut con, &name), "{flavor:?}");
     }
 }
 
