@@ -1,9 +1,10 @@
 //! ratelimit-core: the pure rate-limiting core of redis-ratelimit.
 //!
 //! The algorithms ([`fixed_window`], [`sliding_window`], [`sliding_log`],
-//! [`token_bucket`], [`gcra`]), window [`duration`]s, the rule grammar and its validation
-//! ([`args`], [`cell`] for `CL.THROTTLE`), how a state is stored ([`encoding`]) and what a
-//! check answers ([`decision`]), tied together by [`limiter::run`]. The Redis module, the
+//! [`token_bucket`], [`gcra`]), window [`duration`]s and [`calendar`] windows, the rule
+//! grammar and its validation ([`args`], [`cell`] for `CL.THROTTLE`), how a state is stored
+//! ([`encoding`]) and what a check answers ([`decision`]), tied together by
+//! [`limiter::run`]. The Redis module, the
 //! HTTP gateway and the fuzz targets all link this one crate, so a rule means the same in
 //! each of them.
 //!
