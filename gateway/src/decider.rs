@@ -21,6 +21,29 @@ use std::time::{Duration, Instant};
 pub struct Applied {
     pub rule: Arc<Rule>,
     pub key: String,
+    /// The units this request counts, when the front end says (Envoy's `hits_addend`):
+    /// sent as `COST n` after the rule's words, which then carry no `COST` of their own.
+    /// `None`: the rule's own cost.
+    pub cost: Option<u64>,
+}
+
+impl Applied {
+    /// The words after the key of `RL.HIT`, `RL.PEEK` or `RL.REFUND` for this request.
+    fn push_args(&self, cmd: &mut redis::Cmd) {
+        cmd.arg(&self.rule.call_args);
+        if let Some(cost) = self.cost.filter(|&c| c != 1) {
+            cmd.arg("COST").arg(cost);
+        }
+    }
+}
+
+/// A call that decides nothing about admission: what a hit would do, or a refund.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Look {
+    /// `RL.PEEK` / `RL.MPEEK`: counts nothing.
+    Peek,
+    /// `RL.REFUND` / `RL.MREFUND`: gives back up to the cost, never above the limit.
+    Refund,
 }
 
 /// What became of one applying rule.
@@ -202,7 +225,9 @@ impl Decider {
                     // they were outstanding one that may not last: not cached.
                     let given_back = rule.counts_by_status()
                         || (rule.stacks_across_subjects && self.backend.is_cluster());
-                    if !given_back {
+                    // A denial of more than one unit says nothing of a request of one.
+                    let one_unit = applying[i].cost.is_none_or(|c| c == 1);
+                    if !given_back && one_unit {
                         self.deny_cache
                             .remember(&applying[i].key, &verdict, Instant::now());
                     }
@@ -273,8 +298,7 @@ impl Decider {
         deadline: tokio::time::Instant,
     ) -> Result<Charged, Failure> {
         if let [i] = group {
-            let a = &applying[*i];
-            let verdict = self.call("RL.HIT", &a.rule, &a.key, deadline).await?;
+            let verdict = self.call("RL.HIT", &applying[*i], deadline).await?;
             return Ok(Charged {
                 allowed: verdict.allowed(),
                 keys: SmallVec::from_elem((verdict, true), 1),
@@ -311,8 +335,7 @@ impl Decider {
         let deadline = tokio::time::Instant::now() + self.deadline;
         for group in self.groups(applying, charged.into_iter()) {
             let after: Option<SmallVec<[Verdict; 2]>> = if let [i] = group[..] {
-                let a = &applying[i];
-                self.call("RL.REFUND", &a.rule, &a.key, deadline)
+                self.call("RL.REFUND", &applying[i], deadline)
                     .await
                     .ok()
                     .map(|v| SmallVec::from_elem(v, 1))
@@ -341,11 +364,99 @@ impl Decider {
     /// Gives back what [`Decider::decide`] charged to `key` for `rule`, when the response's
     /// status does not count; the budget after the refund. A failure leaves the hit charged
     /// (the strict side).
-    pub async fn refund(&self, rule: &Rule, key: &str) -> Option<Verdict> {
+    pub async fn refund(&self, rule: &Arc<Rule>, key: &str) -> Option<Verdict> {
         let deadline = tokio::time::Instant::now() + self.deadline;
-        let verdict = self.call("RL.REFUND", rule, key, deadline).await.ok()?;
+        let applied = Applied {
+            rule: rule.clone(),
+            key: key.to_owned(),
+            cost: None,
+        };
+        let verdict = self.call("RL.REFUND", &applied, deadline).await.ok()?;
         self.metrics.refund(&rule.name);
         Some(verdict)
+    }
+
+    /// Looks at (`RL.PEEK`) or gives back to (`RL.REFUND`) every key of `applying`, each
+    /// with its own cost, under one deadline, through the breaker: keys in one slot (on
+    /// one server: all of them) in one `RL.MPEEK` / `RL.MREFUND`. Each rule's answer, in
+    /// order; a rule without limits answers `Ok(None)`. The deny cache is not asked: a
+    /// look must say what Redis holds, and a refund changes it (so the denials it
+    /// remembers for these keys are forgotten).
+    pub async fn look(
+        &self,
+        applying: &[Applied],
+        look: Look,
+    ) -> SmallVec<[Result<Option<Verdict>, Failure>; 2]> {
+        let mut answers: SmallVec<[Result<Option<Verdict>, Failure>; 2]> =
+            applying.iter().map(|_| Ok(None)).collect();
+        let (one, many) = match look {
+            Look::Peek => ("RL.PEEK", "RL.MPEEK"),
+            Look::Refund => ("RL.REFUND", "RL.MREFUND"),
+        };
+        let cluster = self.backend.is_cluster();
+        let mut groups = Groups::new();
+        for (i, a) in applying.iter().enumerate() {
+            if a.rule.limit == Limit::Unlimited {
+                continue;
+            }
+            if look == Look::Refund {
+                self.deny_cache.forget(&a.key);
+            }
+            let joins = groups
+                .iter_mut()
+                .find(|g| !cluster || same_slot(&applying[g[0]].key, &a.key));
+            match joins {
+                Some(group) => group.push(i),
+                None => groups.push(smallvec::smallvec![i]),
+            }
+        }
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        for group in groups {
+            let result: Result<SmallVec<[Verdict; 2]>, Failure> = if let [i] = group[..] {
+                self.call(one, &applying[i], deadline)
+                    .await
+                    .map(|v| SmallVec::from_elem(v, 1))
+            } else {
+                match self.call_multi(many, applying, &group, deadline).await {
+                    Ok(multi) => Ok(multi.keys.into_iter().collect()),
+                    Err(Failure::Error) => {
+                        // Each on its own names the rule at fault.
+                        let mut each = SmallVec::new();
+                        let mut failed = None;
+                        for &i in &group {
+                            match self.call(one, &applying[i], deadline).await {
+                                Ok(v) => each.push(v),
+                                Err(f) => {
+                                    failed = Some(f);
+                                    break;
+                                }
+                            }
+                        }
+                        match failed {
+                            Some(f) => Err(f),
+                            None => Ok(each),
+                        }
+                    }
+                    Err(failure) => Err(failure),
+                }
+            };
+            match result {
+                Ok(verdicts) => {
+                    for (&i, verdict) in group.iter().zip(verdicts) {
+                        if look == Look::Refund && verdict.allowed() {
+                            self.metrics.refund(&applying[i].rule.name);
+                        }
+                        answers[i] = Ok(Some(verdict));
+                    }
+                }
+                Err(failure) => {
+                    for &i in &group {
+                        answers[i] = Err(failure);
+                    }
+                }
+            }
+        }
+        answers
     }
 
     /// Counts an error reply of `rule`'s call and logs it, rate-limited per rule.
@@ -374,12 +485,13 @@ impl Decider {
     async fn call(
         &self,
         command: &str,
-        rule: &Rule,
-        key: &str,
+        applied: &Applied,
         deadline: tokio::time::Instant,
     ) -> Result<Verdict, Failure> {
+        let rule = &applied.rule;
         let mut cmd = redis::cmd(command);
-        cmd.arg(key).arg(&rule.call_args);
+        cmd.arg(&applied.key);
+        applied.push_args(&mut cmd);
         match self.send(&cmd, None, deadline).await {
             Ok(value) => Verdict::from_reply(&value).ok_or_else(|| {
                 self.module_error(command, rule, "a reply that is not a decision");
@@ -410,7 +522,8 @@ impl Decider {
             cmd.arg(&applying[i].key);
         }
         for &i in group {
-            cmd.arg("SPEC").arg(&applying[i].rule.call_args);
+            cmd.arg("SPEC");
+            applying[i].push_args(&mut cmd);
         }
         let first = &applying[group[0]].key;
         let value = self

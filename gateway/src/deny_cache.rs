@@ -48,6 +48,13 @@ impl DenyCache {
             .put(key.to_owned(), entry);
     }
 
+    /// Forgets the denial of `key`: units were given back to it.
+    pub fn forget(&self, key: &str) {
+        if let Some(entries) = &self.entries {
+            entries.lock().unwrap_or_else(|e| e.into_inner()).pop(key);
+        }
+    }
+
     /// Forgets every denial: they were made under rules that may have just changed.
     pub fn clear(&self) {
         if let Some(entries) = &self.entries {

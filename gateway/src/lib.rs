@@ -12,7 +12,9 @@ pub mod connection_limits;
 pub mod connection_watch;
 pub mod decider;
 pub mod deny_cache;
+pub mod descriptors;
 pub mod failure;
+pub mod front;
 pub mod headers;
 pub mod logging;
 pub mod methods;
@@ -24,6 +26,8 @@ pub mod reload;
 pub mod request_policy;
 pub mod rules;
 pub mod server;
-pub mod service;
 pub mod upstream;
 pub mod verdict;
+
+/// The HTTP front end under its former name.
+pub use front::http as service;

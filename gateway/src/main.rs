@@ -30,10 +30,23 @@ fn main() -> ExitCode {
         .as_slice()
     {
         ["--config", path] => run(PathBuf::from(path)),
-        ["--check-config", path] => match config::load(path.as_ref()) {
-            Ok(config) => {
+        ["--check-config", path] => match config::load(path.as_ref()).and_then(|config| {
+            let domains = match &config.envoy {
+                Some(envoy) => Some(rl_gateway::descriptors::load(&envoy.descriptors)?),
+                None => None,
+            };
+            Ok((config, domains))
+        }) {
+            Ok((config, domains)) => {
                 let count = config.rules.count();
-                println!("{path}: valid, {count} rules");
+                match domains {
+                    Some(d) => println!(
+                        "{path}: valid, {count} rules, {} Envoy domains with {} limits",
+                        d.len(),
+                        d.limit_count()
+                    ),
+                    None => println!("{path}: valid, {count} rules"),
+                }
                 ExitCode::SUCCESS
             }
             Err(error) => {
@@ -85,6 +98,11 @@ fn run(path: PathBuf) -> ExitCode {
 }
 
 async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
+    // The descriptors first: a file that does not load stops the start, as a bad TOML does.
+    let domains = match &config.envoy {
+        Some(envoy) => Some(rl_gateway::descriptors::load(&envoy.descriptors)?),
+        None => None,
+    };
     let backend = backend::Backend::connect(&config.redis.target)?;
     if !backend.wait_ready(STARTUP_WAIT).await {
         log!("Redis does not answer yet; decisions fail open until it does");
@@ -117,6 +135,32 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
         gateway.clone(),
         server::main_handler,
     ));
+    if let (Some(envoy), Some(domains)) = (&config.envoy, domains) {
+        let listener = bind(envoy.listen).await?;
+        log!(
+            "Envoy rate limit service (gRPC) on {}: {} domains from {}",
+            envoy.listen,
+            domains.len(),
+            envoy.descriptors.display()
+        );
+        let service = rl_gateway::front::envoy::EnvoyService::new(
+            gateway.clone(),
+            domains,
+            config.redis.key_prefix.clone(),
+            envoy.response_headers,
+        );
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        tokio::spawn(async move {
+            let served = tonic::transport::Server::builder()
+                .add_service(service.into_server())
+                .serve_with_incoming(incoming)
+                .await;
+            if let Err(error) = served {
+                log!("the Envoy gRPC listener stopped: {error}");
+            }
+        });
+    }
     reload::spawn(reload::RuleSource::new(path, config), backend, gateway);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot listen for SIGTERM: {e}"))?;

@@ -74,6 +74,46 @@ pub struct Metrics {
     connections_refused: AtomicU64,
     /// Per rule, the error replies of the module (misconfigurations, not outages).
     module_errors: Mutex<BTreeMap<String, u64>>,
+    /// `ShouldRateLimit` calls, by [`EnvoyResult`].
+    envoy: [AtomicU64; EnvoyResult::ALL.len()],
+}
+
+/// What became of one `ShouldRateLimit` call, or of one of its descriptors that no
+/// rule limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvoyResult {
+    Ok,
+    OverLimit,
+    /// Answered gRPC UNAVAILABLE: Redis could not decide and the descriptor says so.
+    Unavailable,
+    /// Refused with INVALID_ARGUMENT.
+    Invalid,
+    /// A domain no file defines: OK, not limited.
+    UnknownDomain,
+    /// A descriptor no node matches (or one without a limit): OK, not limited.
+    NoMatch,
+}
+
+impl EnvoyResult {
+    const ALL: [EnvoyResult; 6] = [
+        EnvoyResult::Ok,
+        EnvoyResult::OverLimit,
+        EnvoyResult::Unavailable,
+        EnvoyResult::Invalid,
+        EnvoyResult::UnknownDomain,
+        EnvoyResult::NoMatch,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            EnvoyResult::Ok => "ok",
+            EnvoyResult::OverLimit => "over_limit",
+            EnvoyResult::Unavailable => "unavailable",
+            EnvoyResult::Invalid => "invalid_argument",
+            EnvoyResult::UnknownDomain => "unknown_domain",
+            EnvoyResult::NoMatch => "no_match",
+        }
+    }
 }
 
 impl Metrics {
@@ -116,6 +156,10 @@ impl Metrics {
         bump(&self.module_errors, rule, |count| *count += 1);
     }
 
+    pub fn envoy(&self, result: EnvoyResult) {
+        self.envoy[result as usize].fetch_add(1, Relaxed);
+    }
+
     pub fn connection_refused(&self) {
         self.connections_refused.fetch_add(1, Relaxed);
     }
@@ -147,6 +191,20 @@ impl Metrics {
                     outcome.label()
                 );
             }
+        }
+        describe(
+            &mut out,
+            "rl_gateway_envoy_total",
+            "counter",
+            "ShouldRateLimit calls by answer, and descriptors no rule limits (unknown_domain, no_match).",
+        );
+        for result in EnvoyResult::ALL {
+            let count = self.envoy[result as usize].load(Relaxed);
+            let _ = writeln!(
+                out,
+                "rl_gateway_envoy_total{{result=\"{}\"}} {count}",
+                result.label()
+            );
         }
         describe(
             &mut out,

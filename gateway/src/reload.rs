@@ -6,9 +6,9 @@
 
 use crate::backend::Backend;
 use crate::config::{self, Config};
+use crate::front::http::Gateway;
 use crate::logging::log;
 use crate::rules::RuleSet;
-use crate::service::Gateway;
 use redis::Value;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

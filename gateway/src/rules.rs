@@ -354,7 +354,7 @@ const _: () = assert!(HASHED_PART <= MAX_KEY_METHOD && HASHED_PART <= MAX_KEY_PA
 /// Appends `bytes` escaped, or `#` and the hex of the first 16 bytes of their SHA-256 when
 /// that would be longer than `limit`. The hash is the same on every gateway, so they all
 /// charge the same budget.
-fn push_bounded(out: &mut String, bytes: &[u8], limit: usize) {
+pub(crate) fn push_bounded(out: &mut String, bytes: &[u8], limit: usize) {
     let start = out.len();
     push_escaped(out, bytes, limit);
     if out.len() - start > limit {

@@ -5,8 +5,8 @@
 
 use crate::client_connections::ClientConnections;
 use crate::connection_watch::{Tracked, Watch, WatchedIo};
+use crate::front::http::{Body, Gateway};
 use crate::logging::log;
-use crate::service::{Body, Gateway};
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;

@@ -79,7 +79,7 @@ pub(super) fn limit(section: &RuleSection) -> Result<Limit, String> {
 }
 
 /// `count/window`, e.g. `5/1m`, or a calendar window, e.g. `1000/month`.
-fn tier(text: &str) -> Result<Tier, String> {
+pub(crate) fn tier(text: &str) -> Result<Tier, String> {
     let bad = || format!("limit '{text}' must be <count>/<window>, e.g. \"5/1m\"");
     let (count, window) = text.split_once('/').ok_or_else(bad)?;
     let limit: u64 = count.trim().parse().map_err(|_| bad())?;

@@ -11,6 +11,7 @@ mod rule_set;
 mod schema;
 mod settings;
 
+pub(crate) use limit::tier as parse_tier;
 pub(crate) use one_of::one_of;
 pub use settings::{CheckHeaders, Mode, RedisSettings, RedisTarget, ServerSettings};
 
@@ -28,13 +29,34 @@ pub struct Config {
     pub redis: RedisSettings,
     pub deny_cache_capacity: usize,
     pub rules: RuleSet,
+    /// `[envoy]`, when the gRPC service is on.
+    pub envoy: Option<EnvoySettings>,
+}
+
+/// `[envoy]`, checked; the descriptors are loaded from `descriptors` at start.
+#[derive(Debug, Clone)]
+pub struct EnvoySettings {
+    pub listen: std::net::SocketAddr,
+    /// As written; [`load`] makes a relative path relative to the TOML file's directory.
+    pub descriptors: std::path::PathBuf,
+    /// Add the RateLimit fields (and Retry-After on OVER_LIMIT) to
+    /// `response_headers_to_add`.
+    pub response_headers: bool,
 }
 
 /// Reads and checks the file at `path`.
 pub fn load(path: &Path) -> Result<Config, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    parse(&text)
+    let mut config = parse(&text)?;
+    if let Some(envoy) = &mut config.envoy {
+        if envoy.descriptors.is_relative() {
+            if let Some(dir) = path.parent() {
+                envoy.descriptors = dir.join(&envoy.descriptors);
+            }
+        }
+    }
+    Ok(config)
 }
 
 /// Checks a configuration given as TOML text.
@@ -52,11 +74,25 @@ pub fn parse(text: &str) -> Result<Config, String> {
         server.mode,
         &server.requests.paths,
     )?;
+    let envoy = match file.envoy {
+        None => None,
+        Some(section) => Some(EnvoySettings {
+            listen: section.listen.parse().map_err(|_| {
+                format!(
+                    "[envoy] listen '{}' is not an address like 127.0.0.1:8081",
+                    section.listen
+                )
+            })?,
+            descriptors: section.descriptors.into(),
+            response_headers: section.response_headers,
+        }),
+    };
     Ok(Config {
         server,
         redis,
         deny_cache_capacity: file.deny_cache.capacity,
         rules,
+        envoy,
     })
 }
 

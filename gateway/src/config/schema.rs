@@ -24,6 +24,22 @@ pub(super) struct FileConfig {
     pub(super) client_ip: crate::client_ip::PrefixSection,
     #[serde(default)]
     pub(super) requests: crate::request_policy::RequestsSection,
+    pub(super) envoy: Option<EnvoySection>,
+}
+
+/// `[envoy]`: Envoy's rate limit service over gRPC, beside the HTTP listener.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct EnvoySection {
+    pub(super) listen: String,
+    /// envoyproxy/ratelimit's YAML: a file or a directory of them, relative to this file.
+    pub(super) descriptors: String,
+    #[serde(default = "default_true")]
+    pub(super) response_headers: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 #[derive(Deserialize)]

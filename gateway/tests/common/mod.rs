@@ -14,6 +14,7 @@
 #![allow(dead_code)]
 
 pub mod crowd;
+pub mod envoy;
 #[path = "../../../tests/support/mod.rs"]
 pub mod redis_support;
 mod spent;

@@ -1,6 +1,6 @@
-//! The gateway's request path. Both modes make the same decision (rule, key, RL.HIT) and
-//! differ only in what they do with it: proxy mode forwards or answers 429, check mode
-//! answers 200 or 429 to the proxy that asked.
+//! The HTTP front end. Both modes make the same decision (rule, key, RL.HIT, through
+//! [`crate::decider`]) and differ only in what they do with it: proxy mode forwards or
+//! answers 429, check mode answers 200 or 429 to the proxy that asked.
 
 use crate::canonical::{canonicalize, PathRefusal};
 use crate::client_ip::client_ip;
@@ -119,6 +119,11 @@ impl Gateway {
         }
     }
 
+    /// The one decision path, which the other front ends (Envoy's gRPC service) share.
+    pub fn decider(&self) -> &Decider {
+        &self.decider
+    }
+
     /// The counters, kept by the decider, which counts its own work too.
     pub fn metrics(&self) -> &Metrics {
         self.decider.metrics()
@@ -199,6 +204,7 @@ impl Gateway {
             .map(|rule| Applied {
                 key: rule.key(&self.key_prefix, &facts),
                 rule: rule.clone(),
+                cost: None,
             })
             .collect();
         let stacked = self.decider.decide(&applying).await;

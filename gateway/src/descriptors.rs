@@ -1,0 +1,872 @@
+//! envoyproxy/ratelimit's YAML configuration, read as it is: one `domain` per file, its
+//! nested `descriptors` of `key` and optional `value`, each with an optional `rate_limit`
+//! {`unit`, `requests_per_unit`} or {`unlimited: true`}, `name` and `replaces`, and
+//! `shadow_mode`, `detailed_metric`. A directory loads every `*.yaml` / `*.yml` in it.
+//!
+//! Matching is theirs: a request descriptor of n entries matches a node n levels deep, each
+//! entry trying, at its level, the node with its key and exactly its value, then a node
+//! whose value ends in `*` and prefixes it, then the node with its key and no value (any
+//! value, one counter per value). No match, or a node without a `rate_limit`, is not
+//! limited.
+//!
+//! Our extensions are fields of their own names, which envoyproxy/ratelimit would refuse:
+//! in `rate_limit`, `algorithm`, `burst`, `tiers` (more `n/window` tiers) and `policy` (a
+//! named policy stored in Redis); on a descriptor (or for the whole file, at the top),
+//! `quota_mode`, `subject` (which entry's key and value are the hash tag, see [`key`])
+//! and `on_failure` (`ok`, `over_limit` or `unavailable`).
+
+use crate::failure::Failure;
+use crate::rules::{call_args, KeySource, Limit, OnFailure, Rule, Tier, MAX_RULE_NAME_BYTES};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The time units of Envoy's `RateLimitResponse.RateLimit.Unit` that a window can be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+}
+
+impl Unit {
+    /// From the YAML (`second`, `SECOND`, ...) or Envoy's enum number; `None` for UNKNOWN
+    /// and for months and years (calendar windows, not fixed ones).
+    pub fn parse(text: &str) -> Option<Unit> {
+        Some(match text.to_ascii_lowercase().as_str() {
+            "second" => Unit::Second,
+            "minute" => Unit::Minute,
+            "hour" => Unit::Hour,
+            "day" => Unit::Day,
+            "week" => Unit::Week,
+            _ => return None,
+        })
+    }
+
+    pub fn from_proto(value: i32) -> Option<Unit> {
+        Some(match value {
+            1 => Unit::Second,
+            2 => Unit::Minute,
+            3 => Unit::Hour,
+            4 => Unit::Day,
+            7 => Unit::Week,
+            _ => return None,
+        })
+    }
+
+    /// Envoy's enum number.
+    pub fn proto(self) -> i32 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 2,
+            Unit::Hour => 3,
+            Unit::Day => 4,
+            Unit::Week => 7,
+        }
+    }
+
+    pub fn window_ms(self) -> u64 {
+        match self {
+            Unit::Second => 1_000,
+            Unit::Minute => 60_000,
+            Unit::Hour => 3_600_000,
+            Unit::Day => 86_400_000,
+            Unit::Week => 7 * 86_400_000,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+        }
+    }
+}
+
+/// What a descriptor answers when Redis cannot decide within the deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailMode {
+    /// Not limited (fail-open): code OK.
+    Ok,
+    /// Code OVER_LIMIT (fail-closed, the request is refused with 429).
+    OverLimit,
+    /// The call fails with gRPC UNAVAILABLE: Envoy's `failure_mode_deny` decides.
+    Unavailable,
+}
+
+impl FailMode {
+    fn parse(text: &str) -> Option<FailMode> {
+        Some(match text {
+            "ok" => FailMode::Ok,
+            "over_limit" => FailMode::OverLimit,
+            "unavailable" => FailMode::Unavailable,
+            _ => return None,
+        })
+    }
+
+    pub fn on_failure(self) -> OnFailure {
+        let closed = self != FailMode::Ok;
+        OnFailure {
+            redis_closed: closed,
+            error_closed: closed,
+        }
+    }
+
+    /// Whether `failure` leaves the descriptor to this mode (every failure does).
+    pub fn closes(self, _failure: Failure) -> bool {
+        self != FailMode::Ok
+    }
+}
+
+/// The limit of one configured descriptor node.
+#[derive(Debug)]
+pub struct DescriptorLimit {
+    /// The rule the decider charges: the node's tiers, algorithm, burst or policy.
+    pub rule: Arc<Rule>,
+    /// `rate_limit.name`, which `replaces` of another limit names.
+    pub name: Option<String>,
+    pub replaces: Vec<String>,
+    /// The configured limit as Envoy's `current_limit` shows it (`None` for a policy
+    /// without `unit` and `requests_per_unit`).
+    pub shown: Option<(u32, Unit)>,
+    /// `unlimited: true`: OK without asking Redis.
+    pub unlimited: bool,
+    /// `requests_per_unit: 0`: every request is over the limit, without asking Redis.
+    pub blocked: bool,
+    /// Reports OK whatever the count says (and counts nothing it would deny).
+    pub shadow: bool,
+    /// Reports its own code, OVER_LIMIT included, without making the whole answer
+    /// OVER_LIMIT.
+    pub quota: bool,
+    /// The metric names the matched value of a value-less node.
+    pub detailed_metric: bool,
+    /// This node has no value of its own (any value matches).
+    pub value_less: bool,
+    pub on_failure: FailMode,
+    /// The entry key whose `key=value` is the hash tag; `None`: the first entry.
+    pub subject: Option<String>,
+    algorithm: Option<String>,
+    burst: Option<u64>,
+}
+
+impl DescriptorLimit {
+    /// The rule for a request whose descriptor brings its own `limit` (Envoy's
+    /// `RateLimitOverride`): this node's algorithm and failure mode, the override's tier.
+    pub fn overridden(&self, requests_per_unit: u32, unit: Unit) -> Arc<Rule> {
+        let limit = Limit::Tiers {
+            tiers: vec![Tier {
+                limit: u64::from(requests_per_unit),
+                window_ms: unit.window_ms(),
+                period: None,
+            }],
+            algorithm: self.algorithm.clone(),
+            burst: self.burst,
+            tz: None,
+            anchor: None,
+            cost: 1,
+        };
+        Arc::new(rule(
+            self.rule.name.clone(),
+            limit,
+            self.rule.shadow,
+            self.on_failure,
+        ))
+    }
+}
+
+#[derive(Debug, Default)]
+struct Level {
+    /// By entry key.
+    keys: HashMap<String, KeyNodes>,
+}
+
+#[derive(Debug, Default)]
+struct KeyNodes {
+    exact: HashMap<String, Node>,
+    /// `value*`: the prefix, in file order.
+    prefixed: Vec<(String, Node)>,
+    any: Option<Node>,
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    limit: Option<Arc<DescriptorLimit>>,
+    children: Level,
+}
+
+/// One domain's descriptors.
+#[derive(Debug)]
+pub struct Domain {
+    pub name: String,
+    root: Level,
+}
+
+impl Domain {
+    /// The limit of the most specific node that `entries` (key, value pairs, in order)
+    /// match, if it has one.
+    pub fn find<'e>(
+        &self,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    ) -> Option<&Arc<DescriptorLimit>> {
+        let mut level = &self.root;
+        let mut node = None;
+        for (key, value) in entries {
+            if let Some(previous) = node {
+                let previous: &Node = previous;
+                level = &previous.children;
+            }
+            let nodes = level.keys.get(key)?;
+            node = Some(
+                nodes
+                    .exact
+                    .get(value)
+                    .or_else(|| {
+                        nodes
+                            .prefixed
+                            .iter()
+                            .find(|(prefix, _)| value.starts_with(prefix.as_str()))
+                            .map(|(_, n)| n)
+                    })
+                    .or(nodes.any.as_ref())?,
+            );
+        }
+        node?.limit.as_ref()
+    }
+}
+
+/// Every domain loaded.
+#[derive(Debug, Default)]
+pub struct Domains {
+    domains: HashMap<String, Domain>,
+}
+
+impl Domains {
+    pub fn get(&self, domain: &str) -> Option<&Domain> {
+        self.domains.get(domain)
+    }
+
+    pub fn len(&self) -> usize {
+        self.domains.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.domains.is_empty()
+    }
+
+    /// How many descriptor nodes have a `rate_limit`, over every domain.
+    pub fn limit_count(&self) -> usize {
+        fn count(level: &Level) -> usize {
+            level
+                .keys
+                .values()
+                .map(|k| {
+                    k.exact
+                        .values()
+                        .chain(k.prefixed.iter().map(|(_, n)| n))
+                        .chain(k.any.iter())
+                        .map(|n| usize::from(n.limit.is_some()) + count(&n.children))
+                        .sum::<usize>()
+                })
+                .sum()
+        }
+        self.domains.values().map(|d| count(&d.root)).sum()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The files
+// ---------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDoc {
+    domain: Option<String>,
+    #[serde(default)]
+    descriptors: Vec<DescriptorDoc>,
+    // Ours, inherited by every descriptor of the file.
+    on_failure: Option<String>,
+    subject: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DescriptorDoc {
+    key: Option<String>,
+    value: Option<String>,
+    rate_limit: Option<RateLimitDoc>,
+    #[serde(default)]
+    shadow_mode: bool,
+    #[serde(default)]
+    detailed_metric: bool,
+    #[serde(default)]
+    descriptors: Vec<DescriptorDoc>,
+    // Ours.
+    #[serde(default)]
+    quota_mode: bool,
+    on_failure: Option<String>,
+    subject: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateLimitDoc {
+    name: Option<String>,
+    #[serde(default)]
+    replaces: Vec<ReplacesDoc>,
+    unit: Option<String>,
+    requests_per_unit: Option<u64>,
+    #[serde(default)]
+    unlimited: bool,
+    // Ours.
+    algorithm: Option<String>,
+    burst: Option<u64>,
+    #[serde(default)]
+    tiers: Vec<String>,
+    policy: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplacesDoc {
+    name: Option<String>,
+}
+
+/// Loads `path`: one YAML file, or every `*.yaml` and `*.yml` directly in a directory (in
+/// name order; dotfiles skipped). A domain in two files is refused, as
+/// envoyproxy/ratelimit refuses it unless told to merge. Errors name the file and the
+/// place in it.
+pub fn load(path: &Path) -> Result<Domains, String> {
+    let files: Vec<PathBuf> = if path.is_dir() {
+        let entries =
+            std::fs::read_dir(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                !name.starts_with('.')
+                    && (name.ends_with(".yaml") || name.ends_with(".yml"))
+                    && p.is_file()
+            })
+            .collect();
+        files.sort();
+        files
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut domains = Domains::default();
+    let mut origin: HashMap<String, PathBuf> = HashMap::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let domain = parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        if let Some(first) = origin.get(&domain.name) {
+            return Err(format!(
+                "{}: domain '{}' is already loaded from {}",
+                file.display(),
+                domain.name,
+                first.display()
+            ));
+        }
+        origin.insert(domain.name.clone(), file.clone());
+        domains.domains.insert(domain.name.clone(), domain);
+    }
+    Ok(domains)
+}
+
+/// Builds [`Domains`] from YAML texts given in memory (for tests and fuzzing); the same
+/// checks as [`load`], each text named by its index.
+pub fn from_texts(texts: &[&str]) -> Result<Domains, String> {
+    let mut domains = Domains::default();
+    for (i, text) in texts.iter().enumerate() {
+        let domain = parse(text).map_err(|e| format!("text {i}: {e}"))?;
+        if domains.domains.contains_key(&domain.name) {
+            return Err(format!(
+                "text {i}: domain '{}' is loaded twice",
+                domain.name
+            ));
+        }
+        domains.domains.insert(domain.name.clone(), domain);
+    }
+    Ok(domains)
+}
+
+/// The settings a descriptor inherits from those above it.
+#[derive(Clone)]
+struct Inherited<'a> {
+    on_failure: FailMode,
+    subject: Option<&'a str>,
+    /// `domain.key_value.key...`, the metric name of a node (envoyproxy/ratelimit's).
+    stat: String,
+    /// Where in the file, for errors: `descriptors[0].descriptors[2]`.
+    at: String,
+}
+
+/// One file's text, checked.
+pub fn parse(text: &str) -> Result<Domain, String> {
+    let doc: FileDoc = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+    let name = doc.domain.unwrap_or_default();
+    if name.is_empty() {
+        return Err("domain: missing or empty".into());
+    }
+    let on_failure = match &doc.on_failure {
+        Some(text) => fail_mode("on_failure", text)?,
+        None => FailMode::Ok,
+    };
+    let top = Inherited {
+        on_failure,
+        subject: doc.subject.as_deref(),
+        stat: name.clone(),
+        at: String::new(),
+    };
+    let root = level(&doc.descriptors, &top)?;
+    Ok(Domain { name, root })
+}
+
+fn fail_mode(at: &str, text: &str) -> Result<FailMode, String> {
+    FailMode::parse(text)
+        .ok_or_else(|| format!("{at}: '{text}' is not one of ok, over_limit, unavailable"))
+}
+
+fn level(docs: &[DescriptorDoc], above: &Inherited<'_>) -> Result<Level, String> {
+    let mut this = Level::default();
+    for (i, doc) in docs.iter().enumerate() {
+        let at = if above.at.is_empty() {
+            format!("descriptors[{i}]")
+        } else {
+            format!("{}.descriptors[{i}]", above.at)
+        };
+        let key = doc
+            .key
+            .as_deref()
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| format!("{at}.key: missing or empty"))?;
+        let mut stat = format!("{}.{key}", above.stat);
+        if let Some(value) = &doc.value {
+            let _ = write!(stat, "_{value}");
+        }
+        let on_failure = match &doc.on_failure {
+            Some(text) => fail_mode(&format!("{at}.on_failure"), text)?,
+            None => above.on_failure,
+        };
+        let here = Inherited {
+            on_failure,
+            subject: doc.subject.as_deref().or(above.subject),
+            stat,
+            at,
+        };
+        let limit = match &doc.rate_limit {
+            Some(rate_limit) => Some(Arc::new(descriptor_limit(doc, rate_limit, &here)?)),
+            // shadow_mode without a limit means nothing, as in envoyproxy/ratelimit.
+            None => None,
+        };
+        let node = Node {
+            limit,
+            children: level(&doc.descriptors, &here)?,
+        };
+        let nodes = this.keys.entry(key.to_owned()).or_default();
+        let duplicate = match doc.value.as_deref() {
+            None | Some("") => nodes.any.replace(node).is_some(),
+            Some(value) => match value.strip_suffix('*') {
+                Some(prefix) => {
+                    let seen = nodes.prefixed.iter().any(|(p, _)| p == prefix);
+                    nodes.prefixed.push((prefix.to_owned(), node));
+                    seen
+                }
+                None => nodes.exact.insert(value.to_owned(), node).is_some(),
+            },
+        };
+        if duplicate {
+            return Err(format!(
+                "{}: a descriptor with key '{key}' and this value is already defined at this level",
+                here.at
+            ));
+        }
+    }
+    Ok(this)
+}
+
+fn descriptor_limit(
+    doc: &DescriptorDoc,
+    rate_limit: &RateLimitDoc,
+    here: &Inherited<'_>,
+) -> Result<DescriptorLimit, String> {
+    let at = format!("{}.rate_limit", here.at);
+    let unit = match &rate_limit.unit {
+        Some(text) => Some(Unit::parse(text).ok_or_else(|| {
+            format!("{at}.unit: '{text}' is not second, minute, hour, day or week")
+        })?),
+        None => None,
+    };
+    let requests_per_unit = match rate_limit.requests_per_unit {
+        Some(n) => Some(
+            u32::try_from(n)
+                .map_err(|_| format!("{at}.requests_per_unit: {n} is more than {}", u32::MAX))?,
+        ),
+        None => None,
+    };
+    let extensions = rate_limit.algorithm.is_some()
+        || rate_limit.burst.is_some()
+        || !rate_limit.tiers.is_empty()
+        || rate_limit.policy.is_some();
+    if rate_limit.unlimited {
+        if unit.is_some() || requests_per_unit.is_some() || extensions {
+            return Err(format!(
+                "{at}: unlimited: true takes no unit, requests_per_unit or other limit"
+            ));
+        }
+    } else if rate_limit.policy.is_some() {
+        if rate_limit.algorithm.is_some()
+            || rate_limit.burst.is_some()
+            || !rate_limit.tiers.is_empty()
+        {
+            return Err(format!(
+                "{at}: algorithm, burst and tiers belong to the policy, not to a limit naming one"
+            ));
+        }
+        if unit.is_some() != requests_per_unit.is_some() {
+            return Err(format!(
+                "{at}: with a policy, unit and requests_per_unit only say what current_limit shows: give both or neither"
+            ));
+        }
+    } else {
+        if unit.is_none() {
+            return Err(format!("{at}.unit: missing"));
+        }
+        if requests_per_unit.is_none() {
+            return Err(format!("{at}.requests_per_unit: missing"));
+        }
+    }
+    let replaces = rate_limit
+        .replaces
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.name
+                .clone()
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| format!("{at}.replaces[{i}].name: missing or empty"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let blocked = requests_per_unit == Some(0) && rate_limit.policy.is_none();
+    let limit = if rate_limit.unlimited || blocked {
+        Limit::Unlimited
+    } else if let Some(policy) = &rate_limit.policy {
+        if policy.is_empty() || policy.bytes().any(|b| !b.is_ascii_graphic()) {
+            return Err(format!("{at}.policy: '{policy}' is empty or has spaces"));
+        }
+        Limit::Policy {
+            name: policy.clone(),
+            cost: 1,
+        }
+    } else {
+        let (Some(unit), Some(requests_per_unit)) = (unit, requests_per_unit) else {
+            return Err(format!("{at}: needs unit and requests_per_unit"));
+        };
+        let mut tiers = vec![Tier {
+            limit: u64::from(requests_per_unit),
+            window_ms: unit.window_ms(),
+            period: None,
+        }];
+        for (i, text) in rate_limit.tiers.iter().enumerate() {
+            tiers.push(
+                crate::config::parse_tier(text).map_err(|e| format!("{at}.tiers[{i}]: {e}"))?,
+            );
+        }
+        Limit::Tiers {
+            tiers,
+            algorithm: rate_limit.algorithm.clone(),
+            burst: rate_limit.burst,
+            tz: None,
+            anchor: None,
+            cost: 1,
+        }
+    };
+    if !matches!(limit, Limit::Unlimited) {
+        crate::module_grammar::check_call(&call_args(&limit)).map_err(|e| format!("{at}: {e}"))?;
+    }
+    let name = rule_name(rate_limit.name.as_deref().unwrap_or(&here.stat));
+    let shadow = doc.shadow_mode || doc.quota_mode;
+    Ok(DescriptorLimit {
+        rule: Arc::new(rule(name, limit, shadow, here.on_failure)),
+        name: rate_limit.name.clone(),
+        replaces,
+        shown: requests_per_unit.zip(unit),
+        unlimited: rate_limit.unlimited,
+        blocked,
+        shadow: doc.shadow_mode,
+        quota: doc.quota_mode && !doc.shadow_mode,
+        detailed_metric: doc.detailed_metric,
+        value_less: doc.value.as_deref().is_none_or(str::is_empty),
+        on_failure: here.on_failure,
+        subject: here.subject.map(str::to_owned),
+        algorithm: rate_limit.algorithm.clone(),
+        burst: rate_limit.burst,
+    })
+}
+
+fn rule(name: String, limit: Limit, shadow: bool, on_failure: FailMode) -> Rule {
+    let mut rule = Rule::new(
+        name,
+        Vec::new(),
+        None,
+        KeySource::Global,
+        false,
+        limit,
+        crate::rules::Counting::All,
+        shadow,
+        on_failure.on_failure(),
+    );
+    // Descriptors of one request may be keyed by different subjects: in a cluster, charged
+    // one after the other and given back after the fact.
+    rule.stacks_across_subjects = true;
+    rule
+}
+
+/// A name for metrics and the RateLimit fields: letters, digits, `_`, `.` and `-` (other
+/// bytes become `_`), at most [`MAX_RULE_NAME_BYTES`] (a longer one keeps its start and a
+/// hash of the whole).
+pub fn rule_name(text: &str) -> String {
+    let clean: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if clean.len() <= MAX_RULE_NAME_BYTES {
+        return clean;
+    }
+    let mut name: String = clean.chars().take(MAX_RULE_NAME_BYTES - 9).collect();
+    name.push('~');
+    for b in &Sha256::digest(text.as_bytes())[..4] {
+        let _ = write!(name, "{b:02x}");
+    }
+    name
+}
+
+/// The metric name of a match: the node's rule name, and with `detailed_metric` on a
+/// value-less node, the request's value of its last entry too.
+pub fn metric_name(limit: &DescriptorLimit, last_value: &str) -> String {
+    if limit.detailed_metric && limit.value_less && limit.name.is_none() {
+        rule_name(&format!("{}_{last_value}", limit.rule.name))
+    } else {
+        limit.rule.name.clone()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Keys
+// ---------------------------------------------------------------------------------------
+
+/// The longest hash tag written out: `key=value` escaped; longer, its hash.
+const MAX_TAG: usize = 64;
+/// The longest rest of a key written out (domain, entries, override); longer, its hash.
+const MAX_REST: usize = 150;
+const _: () = assert!(
+    crate::rules::MAX_KEY_PREFIX_BYTES + 1 + MAX_TAG + 2 + MAX_REST <= crate::rules::MAX_KEY_BYTES
+);
+
+/// Appends `bytes` with every byte but letters, digits and `._-/@+*` percent-encoded, so
+/// that `:`, `=`, `{` and `}` in a value cannot pass for the key's own punctuation.
+fn escape(out: &mut String, bytes: &[u8]) {
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b'@' | b'+' | b'*')
+        {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+}
+
+/// `text` into `out` when at most `limit` bytes, else `#` and the hex of the first 16
+/// bytes of its SHA-256 (the same on every gateway).
+fn push_or_hash(out: &mut String, text: &str, limit: usize) {
+    if text.len() <= limit {
+        out.push_str(text);
+    } else {
+        out.push('#');
+        for b in &Sha256::digest(text.as_bytes())[..16] {
+            let _ = write!(out, "{b:02x}");
+        }
+    }
+}
+
+/// The Redis key of one request descriptor: `<prefix>{<tag>}:<domain>:<k1>=<v1>:...`,
+/// and `:limit=<n>/<unit>` when the descriptor overrides the limit (its own budget). Keys,
+/// values and the domain are escaped; the tag is the `key=value` of the entry the matched
+/// node's `subject` names (the first entry when it names none or the request lacks it),
+/// so that descriptors sharing that entry share a Cluster slot and are decided by one
+/// `RL.MHIT`. A tag over 64 bytes or a rest over 150 is written as its hash: no key is
+/// over 256 bytes ([`crate::rules::MAX_KEY_BYTES`]).
+pub fn key<'e>(
+    prefix: &str,
+    domain: &str,
+    subject: Option<&str>,
+    entries: impl Iterator<Item = (&'e str, &'e str)> + Clone,
+    limit_override: Option<(u32, Unit)>,
+) -> String {
+    let mut key = String::with_capacity(prefix.len() + 96);
+    key.push_str(prefix);
+    key.push('{');
+    let tagged = subject
+        .and_then(|s| entries.clone().find(|(k, _)| *k == s))
+        .or_else(|| entries.clone().next());
+    let mut scratch = String::with_capacity(64);
+    if let Some((k, v)) = tagged {
+        escape(&mut scratch, k.as_bytes());
+        scratch.push('=');
+        escape(&mut scratch, v.as_bytes());
+    }
+    push_or_hash(&mut key, &scratch, MAX_TAG);
+    key.push_str("}:");
+    scratch.clear();
+    escape(&mut scratch, domain.as_bytes());
+    for (k, v) in entries {
+        scratch.push(':');
+        escape(&mut scratch, k.as_bytes());
+        scratch.push('=');
+        escape(&mut scratch, v.as_bytes());
+    }
+    if let Some((n, unit)) = limit_override {
+        let _ = write!(scratch, ":limit={n}/{}", unit.name());
+    }
+    push_or_hash(&mut key, &scratch, MAX_REST);
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MESSAGING: &str = r#"
+domain: messaging
+descriptors:
+  # Only allow 5 marketing messages a day
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+
+  # Only allow 100 messages a day to any unique phone number
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+"#;
+
+    #[test]
+    fn nested_and_value_less_descriptors_match_as_envoyproxy_ratelimit_does() {
+        let domain = parse(MESSAGING).unwrap();
+        let limit = domain
+            .find([("message_type", "marketing"), ("to_number", "2061111111")])
+            .unwrap();
+        assert_eq!(limit.shown, Some((5, Unit::Day)));
+        let limit = domain.find([("to_number", "2061111111")]).unwrap();
+        assert_eq!(limit.shown, Some((100, Unit::Day)));
+        assert!(domain.find([("message_type", "marketing")]).is_none());
+        assert!(domain
+            .find([("message_type", "other"), ("to_number", "1")])
+            .is_none());
+        assert!(domain.find([("to_number", "1"), ("extra", "x")]).is_none());
+    }
+
+    #[test]
+    fn the_exact_value_wins_over_a_prefix_and_any_value() {
+        let domain = parse(
+            "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 10}\n  - key: ip\n    value: 50.0.0.5\n    rate_limit: {unit: second, requests_per_unit: 0}\n  - key: ip\n    value: '10.*'\n    rate_limit: {unit: minute, requests_per_unit: 7}\n",
+        )
+        .unwrap();
+        assert!(domain.find([("ip", "50.0.0.5")]).unwrap().blocked);
+        assert_eq!(
+            domain.find([("ip", "10.1.1.1")]).unwrap().shown,
+            Some((7, Unit::Minute))
+        );
+        assert_eq!(
+            domain.find([("ip", "1.1.1.1")]).unwrap().shown,
+            Some((10, Unit::Second))
+        );
+    }
+
+    #[test]
+    fn errors_name_the_place() {
+        for (text, expected) in [
+            ("descriptors: []\n", "domain"),
+            ("domain: d\ndescriptors:\n  - value: x\n", "descriptors[0].key"),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+                "descriptors[0].descriptors[0].rate_limit.unit",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n",
+                "requests_per_unit",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: magic}\n",
+                "descriptors[0].rate_limit",
+            ),
+            ("domain: d\ndescriptors:\n  - key: a\n    colour: red\n", "colour"),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n  - key: a\n",
+                "already defined",
+            ),
+            ("domain: d\non_failure: maybe\n", "on_failure"),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn keys_are_bounded_escaped_and_tagged_by_the_subject() {
+        let entries = [("user", "alice"), ("path", "/a:b={c}")];
+        let key = key("rl:", "api", None, entries.iter().copied(), None);
+        assert_eq!(key, "rl:{user=alice}:api:user=alice:path=/a%3Ab%3D%7Bc%7D");
+        let tagged = super::key("rl:", "api", Some("path"), entries.iter().copied(), None);
+        assert!(
+            tagged.starts_with("rl:{path=/a%3Ab%3D%7Bc%7D}:"),
+            "{tagged}"
+        );
+        let huge = "v".repeat(100_000);
+        let many: Vec<(&str, &str)> = (0..16).map(|_| ("k", huge.as_str())).collect();
+        let prefix = "p".repeat(crate::rules::MAX_KEY_PREFIX_BYTES);
+        let key = super::key(
+            &prefix,
+            &huge,
+            None,
+            many.iter().copied(),
+            Some((5, Unit::Day)),
+        );
+        assert!(key.len() <= crate::rules::MAX_KEY_BYTES, "{}", key.len());
+        let other = super::key(
+            "rl:",
+            "api",
+            None,
+            [("user", "alice")].into_iter(),
+            Some((5, Unit::Day)),
+        );
+        assert!(other.ends_with(":limit=5/day"), "{other}");
+    }
+
+    #[test]
+    fn long_names_stay_bounded() {
+        let name = rule_name(&"x".repeat(500));
+        assert!(name.len() <= MAX_RULE_NAME_BYTES);
+        assert_eq!(rule_name("a b\"c"), "a_b_c");
+    }
+}

@@ -1,0 +1,542 @@
+//! Envoy's rate limit service: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`
+//! over gRPC (tonic, with the messages envoy-types ships). A request's descriptors are
+//! matched against the YAML descriptors ([`crate::descriptors`]), each match becomes an
+//! [`Applied`] (its rule, its key, the request's `hits_addend`), and the decider decides
+//! them as it decides stacked HTTP rules: atomically in one `RL.MHIT` for keys of one slot,
+//! charged in order and given back across slots. This module only translates.
+//!
+//! - `hits_addend` 0 on a descriptor: `RL.PEEK` / `RL.MPEEK` (what one more hit would do;
+//!   nothing counted). The request-level `hits_addend` is a plain `uint32` whose 0 means
+//!   "not set": 1.
+//! - `is_negative_hits`: `RL.REFUND` / `RL.MREFUND` of that many units into the current
+//!   window, never above the limit; the status says what is left after it.
+//! - Looks and refunds go first; when a look says an enforced descriptor is over, nothing
+//!   is charged (all or nothing), else the charged descriptors are decided together.
+//! - A descriptor's `limit` (Envoy's override) is a tier of its own, with a key of its own.
+//! - Shadow descriptors answer OK whatever the count says; quota-mode descriptors answer
+//!   their own code, OVER_LIMIT included, without making `overall_code` OVER_LIMIT.
+//! - When Redis cannot decide within the deadline, each descriptor answers as its
+//!   `on_failure` says: OK (fail-open, the default), OVER_LIMIT, or the whole call gRPC
+//!   UNAVAILABLE (which Envoy's `failure_mode_deny` then turns into a denial or not).
+
+use crate::decider::{Applied, End, Look, RuleOutcome};
+use crate::descriptors::{self, DescriptorLimit, Domains, FailMode, Unit};
+use crate::failure::Failure;
+use crate::front::http::Gateway;
+use crate::headers;
+use crate::metrics::{EnvoyResult, Outcome};
+use crate::rules::Rule;
+use crate::verdict::Verdict;
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use hyper::header::HeaderMap;
+use smallvec::SmallVec;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// The largest request message taken (tonic refuses a larger one before decoding it).
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// The most descriptors in one request: the most keys one `RL.MHIT` takes.
+pub const MAX_DESCRIPTORS: usize = crate::rules::MAX_APPLYING;
+/// The most entries in one descriptor.
+pub const MAX_ENTRIES: usize = 16;
+/// The longest domain, entry key and entry value, in bytes.
+pub const MAX_DOMAIN_BYTES: usize = 255;
+pub const MAX_ENTRY_KEY_BYTES: usize = 255;
+pub const MAX_ENTRY_VALUE_BYTES: usize = 1024;
+
+/// The service, sharing the HTTP front end's decider.
+pub struct EnvoyService {
+    gateway: Arc<Gateway>,
+    domains: Arc<Domains>,
+    key_prefix: String,
+    response_headers: bool,
+}
+
+/// What one request descriptor asks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    Charge,
+    Peek,
+    Refund,
+}
+
+/// One request descriptor that a limit applies to.
+struct Matched<'a> {
+    /// Its index in the request.
+    index: usize,
+    limit: &'a Arc<DescriptorLimit>,
+    rule: Arc<Rule>,
+    shown: Option<(u32, Unit)>,
+    ask: Ask,
+    metric: String,
+}
+
+/// What became of one descriptor.
+enum Said {
+    /// No limit applies (no match, replaced, a node without a limit).
+    Free,
+    Unlimited,
+    /// `requests_per_unit: 0`, or an override of 0.
+    Blocked,
+    Verdict(Verdict),
+    /// Denied without a verdict to show (a shadow or quota descriptor over its limit).
+    Over,
+    /// Not decided: another descriptor was over first.
+    NotAsked,
+    Failed(Failure),
+}
+
+impl EnvoyService {
+    pub fn new(gateway: Arc<Gateway>, domains: Domains, key_prefix: String, headers: bool) -> Self {
+        EnvoyService {
+            gateway,
+            domains: Arc::new(domains),
+            key_prefix,
+            response_headers: headers,
+        }
+    }
+
+    /// The tonic service, bounded to [`MAX_MESSAGE_BYTES`] per request.
+    pub fn into_server(self) -> RateLimitServiceServer<EnvoyService> {
+        RateLimitServiceServer::new(self).max_decoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// Decides one request: the answer, or the gRPC status to fail it with.
+    pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        let metrics = self.gateway.metrics();
+        if let Err(problem) = check(request) {
+            metrics.envoy(EnvoyResult::Invalid);
+            return Err(Status::invalid_argument(problem));
+        }
+        let count = request.descriptors.len();
+        let Some(domain) = self.domains.get(&request.domain) else {
+            metrics.envoy(EnvoyResult::UnknownDomain);
+            metrics.envoy(EnvoyResult::Ok);
+            return Ok(ok_response(count));
+        };
+        fn entries(d: &RateLimitDescriptor) -> impl Iterator<Item = (&str, &str)> + Clone + '_ {
+            d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))
+        }
+        let mut said: SmallVec<[Said; 4]> = (0..count).map(|_| Said::Free).collect();
+        let mut found: SmallVec<[(usize, &Arc<DescriptorLimit>); 4]> = SmallVec::new();
+        for (i, d) in request.descriptors.iter().enumerate() {
+            match domain.find(entries(d)) {
+                Some(limit) => found.push((i, limit)),
+                None => metrics.envoy(EnvoyResult::NoMatch),
+            }
+        }
+        // `replaces`: a matched limit that another matched limit replaces is not applied.
+        let replaced = |limit: &DescriptorLimit| {
+            limit.name.as_ref().is_some_and(|name| {
+                found
+                    .iter()
+                    .any(|(_, other)| other.replaces.iter().any(|r| r == name))
+            })
+        };
+        let mut matched: SmallVec<[Matched<'_>; 4]> = SmallVec::new();
+        for &(i, limit) in &found {
+            if replaced(limit) {
+                continue;
+            }
+            let d = &request.descriptors[i];
+            let last_value = d.entries.last().map_or("", |e| e.value.as_str());
+            let metric = descriptors::metric_name(limit, last_value);
+            if limit.unlimited {
+                said[i] = Said::Unlimited;
+                continue;
+            }
+            let overridden = d
+                .limit
+                .and_then(|o| Unit::from_proto(o.unit).map(|u| (o.requests_per_unit, u)));
+            let blocked = match overridden {
+                Some((n, _)) => n == 0,
+                None => limit.blocked,
+            };
+            if blocked {
+                said[i] = Said::Blocked;
+                metrics.decision(&metric, Outcome::Denied);
+                continue;
+            }
+            let (rule, shown) = match overridden {
+                Some((n, unit)) => (limit.overridden(n, unit), Some((n, unit))),
+                None => (limit.rule.clone(), limit.shown),
+            };
+            let hits = match &d.hits_addend {
+                Some(h) => h.value,
+                None if request.hits_addend == 0 => 1,
+                None => u64::from(request.hits_addend),
+            };
+            let ask = if hits == 0 {
+                Ask::Peek
+            } else if d.is_negative_hits {
+                Ask::Refund
+            } else {
+                Ask::Charge
+            };
+            matched.push(Matched {
+                index: i,
+                limit,
+                rule,
+                shown,
+                ask,
+                metric,
+            });
+        }
+        let applied = |m: &Matched<'_>| Applied {
+            rule: m.rule.clone(),
+            key: descriptors::key(
+                &self.key_prefix,
+                &request.domain,
+                m.limit.subject.as_deref(),
+                entries(&request.descriptors[m.index]),
+                request.descriptors[m.index]
+                    .limit
+                    .and_then(|o| Unit::from_proto(o.unit).map(|u| (o.requests_per_unit, u))),
+            ),
+            cost: Some(match m.ask {
+                Ask::Peek => 1,
+                _ => hits_of(request, m.index),
+            }),
+        };
+        let decider = self.gateway.decider();
+        // Looks and refunds first.
+        let mut over_by_look = false;
+        for look in [Look::Peek, Look::Refund] {
+            let ask = if look == Look::Peek {
+                Ask::Peek
+            } else {
+                Ask::Refund
+            };
+            let these: SmallVec<[&Matched<'_>; 4]> =
+                matched.iter().filter(|m| m.ask == ask).collect();
+            if these.is_empty() {
+                continue;
+            }
+            let applying: SmallVec<[Applied; 4]> = these.iter().map(|m| applied(m)).collect();
+            let answers = decider.look(&applying, look).await;
+            for (m, answer) in these.iter().zip(answers) {
+                said[m.index] = match answer {
+                    Ok(Some(verdict)) => {
+                        if look == Look::Peek && !verdict.allowed() && enforced(m.limit) {
+                            over_by_look = true;
+                        }
+                        Said::Verdict(verdict)
+                    }
+                    Ok(None) => Said::Unlimited,
+                    Err(failure) => Said::Failed(failure),
+                };
+            }
+        }
+        // Then the charges, all of them in one decision.
+        let charging: SmallVec<[&Matched<'_>; 4]> =
+            matched.iter().filter(|m| m.ask == Ask::Charge).collect();
+        let mut closed = None;
+        if !charging.is_empty() {
+            if over_by_look {
+                for m in &charging {
+                    said[m.index] = Said::NotAsked;
+                }
+            } else {
+                let applying: SmallVec<[Applied; 4]> =
+                    charging.iter().map(|m| applied(m)).collect();
+                let stacked = decider.decide(&applying).await;
+                if let End::Closed { rule, .. } = stacked.end {
+                    closed = Some(charging[rule].index);
+                }
+                for (m, outcome) in charging.iter().zip(stacked.outcomes) {
+                    said[m.index] = match outcome {
+                        RuleOutcome::Unlimited => Said::Unlimited,
+                        RuleOutcome::NotAsked => Said::NotAsked,
+                        RuleOutcome::Allowed(v) | RuleOutcome::Uncounted(v) => Said::Verdict(v),
+                        RuleOutcome::Denied { verdict, cached } => {
+                            let outcome = if cached {
+                                Outcome::DeniedCached
+                            } else {
+                                Outcome::Denied
+                            };
+                            metrics.decision(&m.metric, outcome);
+                            Said::Verdict(verdict)
+                        }
+                        RuleOutcome::ShadowDenied => Said::Over,
+                        RuleOutcome::Failed(f) => Said::Failed(f),
+                    };
+                }
+            }
+        }
+        // The answer, descriptor by descriptor.
+        let mut overall_over = false;
+        let mut unavailable = false;
+        let mut statuses = Vec::with_capacity(count);
+        let mut shown: SmallVec<[(&Rule, &Verdict); 4]> = SmallVec::new();
+        let mut binding = None;
+        for (i, s) in said.iter().enumerate() {
+            let m = matched.iter().find(|m| m.index == i);
+            let limit = found.iter().find(|(j, _)| *j == i).map(|(_, l)| *l);
+            let mut status = DescriptorStatus {
+                code: Code::Ok as i32,
+                ..Default::default()
+            };
+            let over = |status: &mut DescriptorStatus, limit: &DescriptorLimit| {
+                if !limit.shadow {
+                    status.code = Code::OverLimit as i32;
+                }
+                !limit.shadow && !limit.quota
+            };
+            match (s, m) {
+                (Said::Free, _) => {}
+                (Said::Unlimited, _) => {
+                    status.limit_remaining = u32::MAX;
+                    if let Some(limit) = limit {
+                        self.gateway
+                            .metrics()
+                            .decision(&limit.rule.name, Outcome::Allowed);
+                    }
+                }
+                (Said::Blocked, _) => {
+                    if let Some(limit) = limit {
+                        let (n, unit) = request.descriptors[i]
+                            .limit
+                            .and_then(|o| {
+                                Unit::from_proto(o.unit).map(|u| (o.requests_per_unit, u))
+                            })
+                            .or(limit.shown)
+                            .unwrap_or((0, Unit::Second));
+                        status.current_limit = Some(current(&limit.rule.name, n, Some(unit)));
+                        status.duration_until_reset = Some(duration(unit.window_ms()));
+                        overall_over |= over(&mut status, limit);
+                    }
+                }
+                (Said::Verdict(verdict), Some(m)) => {
+                    let tier = verdict.binding_tier();
+                    status.current_limit = Some(match m.shown {
+                        Some((n, unit)) => current(&m.rule.name, n, Some(unit)),
+                        None => current(&m.rule.name, clamp(tier.limit), None),
+                    });
+                    // A look answers what one more hit would leave: what is left now is
+                    // one more, when that hit would be allowed.
+                    let looked = u64::from(m.ask == Ask::Peek && verdict.allowed());
+                    status.limit_remaining = clamp(tier.remaining.saturating_add(looked));
+                    status.duration_until_reset = Some(duration(tier.reset_after_ms));
+                    let denied = m.ask != Ask::Refund && !verdict.allowed();
+                    if denied {
+                        overall_over |= over(&mut status, m.limit);
+                    }
+                    if m.ask == Ask::Charge && verdict.allowed() {
+                        metrics.decision(&m.metric, Outcome::Allowed);
+                    }
+                    if enforced(m.limit) {
+                        if denied && binding.is_none() {
+                            binding = Some(shown.len());
+                        }
+                        shown.push((&m.rule, verdict));
+                    }
+                }
+                (Said::Over, Some(m)) => {
+                    status.current_limit = m.shown.map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                    over(&mut status, m.limit);
+                    metrics.decision(&m.metric, Outcome::ShadowDenied);
+                }
+                (Said::NotAsked, Some(m)) => {
+                    status.current_limit = m.shown.map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                }
+                (Said::Failed(failure), Some(m)) => {
+                    status.current_limit = m.shown.map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                    let mode = m.limit.on_failure;
+                    let failed_closed = mode != FailMode::Ok || closed == Some(i);
+                    if failed_closed {
+                        metrics.decision(&m.metric, Outcome::FailClosed);
+                    } else {
+                        metrics.fail_open(*failure);
+                        metrics.decision(&m.metric, Outcome::FailOpen);
+                    }
+                    match mode {
+                        FailMode::Ok => {}
+                        FailMode::OverLimit => {
+                            status.code = Code::OverLimit as i32;
+                            overall_over = true;
+                        }
+                        FailMode::Unavailable => unavailable = true,
+                    }
+                }
+                (_, None) => {}
+            }
+            statuses.push(status);
+        }
+        if unavailable {
+            metrics.envoy(EnvoyResult::Unavailable);
+            return Err(Status::unavailable(
+                "Redis could not decide within the deadline",
+            ));
+        }
+        metrics.envoy(if overall_over {
+            EnvoyResult::OverLimit
+        } else {
+            EnvoyResult::Ok
+        });
+        let mut response = RateLimitResponse {
+            overall_code: if overall_over {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            } as i32,
+            statuses,
+            ..Default::default()
+        };
+        if self.response_headers && !shown.is_empty() {
+            let at = binding.unwrap_or_else(|| least_remaining(&shown));
+            let mut fields = HeaderMap::new();
+            headers::add_all(
+                &mut fields,
+                &shown,
+                at,
+                false,
+                overall_over && binding.is_some(),
+            );
+            response.response_headers_to_add = fields
+                .iter()
+                .filter_map(|(name, value)| {
+                    Some(HeaderValue {
+                        key: name.as_str().to_owned(),
+                        value: value.to_str().ok()?.to_owned(),
+                        ..Default::default()
+                    })
+                })
+                .collect();
+        }
+        Ok(response)
+    }
+}
+
+/// A limit that can make the whole answer OVER_LIMIT.
+fn enforced(limit: &DescriptorLimit) -> bool {
+    !limit.shadow && !limit.quota
+}
+
+fn hits_of(request: &RateLimitRequest, index: usize) -> u64 {
+    match &request.descriptors[index].hits_addend {
+        Some(h) => h.value,
+        None if request.hits_addend == 0 => 1,
+        None => u64::from(request.hits_addend),
+    }
+}
+
+/// The position in `shown` of the one with the least remaining in its binding tier.
+fn least_remaining(shown: &[(&Rule, &Verdict)]) -> usize {
+    shown
+        .iter()
+        .enumerate()
+        .min_by_key(|(i, (_, v))| (v.binding_tier().remaining, *i))
+        .map_or(0, |(i, _)| i)
+}
+
+fn clamp(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn duration(ms: u64) -> ProtoDuration {
+    ProtoDuration {
+        seconds: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
+        nanos: i32::try_from((ms % 1000) * 1_000_000).unwrap_or(0),
+    }
+}
+
+fn current(name: &str, requests_per_unit: u32, unit: Option<Unit>) -> RateLimit {
+    RateLimit {
+        name: name.to_owned(),
+        requests_per_unit,
+        unit: unit.map_or(0, Unit::proto),
+    }
+}
+
+fn ok_response(count: usize) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: (0..count)
+            .map(|_| DescriptorStatus {
+                code: Code::Ok as i32,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The bounds of a request, each refusal naming what is wrong.
+pub fn check(request: &RateLimitRequest) -> Result<(), String> {
+    if request.domain.is_empty() {
+        return Err("the domain is empty".into());
+    }
+    if request.domain.len() > MAX_DOMAIN_BYTES {
+        return Err(format!(
+            "the domain is longer than {MAX_DOMAIN_BYTES} bytes"
+        ));
+    }
+    if request.descriptors.is_empty() {
+        return Err("no descriptors".into());
+    }
+    if request.descriptors.len() > MAX_DESCRIPTORS {
+        return Err(format!(
+            "{} descriptors: at most {MAX_DESCRIPTORS}",
+            request.descriptors.len()
+        ));
+    }
+    for (i, d) in request.descriptors.iter().enumerate() {
+        if d.entries.is_empty() {
+            return Err(format!("descriptor {i} has no entries"));
+        }
+        if d.entries.len() > MAX_ENTRIES {
+            return Err(format!(
+                "descriptor {i} has {} entries: at most {MAX_ENTRIES}",
+                d.entries.len()
+            ));
+        }
+        for (j, e) in d.entries.iter().enumerate() {
+            if e.key.is_empty() || e.key.len() > MAX_ENTRY_KEY_BYTES {
+                return Err(format!(
+                    "descriptor {i} entry {j}: the key must be 1 to {MAX_ENTRY_KEY_BYTES} bytes"
+                ));
+            }
+            if e.value.len() > MAX_ENTRY_VALUE_BYTES {
+                return Err(format!(
+                    "descriptor {i} entry {j}: the value is longer than {MAX_ENTRY_VALUE_BYTES} bytes"
+                ));
+            }
+        }
+        if let Some(h) = &d.hits_addend {
+            if h.value > u64::from(u32::MAX) {
+                return Err(format!(
+                    "descriptor {i}: hits_addend {} is more than {}",
+                    h.value,
+                    u32::MAX
+                ));
+            }
+        }
+        if let Some(o) = &d.limit {
+            if Unit::from_proto(o.unit).is_none() {
+                return Err(format!(
+                    "descriptor {i}: the limit's unit must be SECOND, MINUTE, HOUR, DAY or WEEK"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl RateLimitService for EnvoyService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        self.decide(request.get_ref()).await.map(Response::new)
+    }
+}
