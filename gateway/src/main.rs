@@ -143,17 +143,18 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
             domains.len(),
             envoy.descriptors.display()
         );
-        let service = rl_gateway::front::envoy::EnvoyService::new(
+        let service = Arc::new(rl_gateway::front::envoy::EnvoyService::new(
             gateway.clone(),
             domains,
             config.redis.key_prefix.clone(),
             envoy.response_headers,
-        );
+        ));
+        service.spawn_reloader(envoy.descriptors.clone(), config.server.reload_interval);
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
-                .add_service(service.into_server())
+                .add_service(service.server())
                 .serve_with_incoming(incoming)
                 .await;
             if let Err(error) = served {

@@ -7,6 +7,7 @@ mod common;
 use common::envoy::*;
 use common::*;
 use std::fs;
+use std::time::Duration;
 
 /// envoyproxy/ratelimit's README examples 2, 3, 5, 6 and 7, as written there, each in a
 /// file of its own in one directory.
@@ -125,6 +126,11 @@ descriptors:
       unit: day
       requests_per_unit: 5
       algorithm: sliding
+  - key: tenant
+    detailed_metric: true
+    rate_limit:
+      unit: day
+      requests_per_unit: 50
 "#;
 
 fn files() -> Vec<(&'static str, &'static str)> {
@@ -522,4 +528,47 @@ fn a_descriptor_file_that_does_not_load_stops_the_start_naming_file_and_place() 
     assert!(!out.status.success());
     assert!(text.contains("bad.yaml"), "{text}");
     assert!(text.contains("descriptors[0].rate_limit.unit"), "{text}");
+}
+
+#[test]
+fn descriptors_reload_when_a_file_changes_and_a_broken_one_is_refused() {
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let mut envoy = EnvoyGateway::on(&redis, &files());
+    // detailed_metric: the matched value is in the metric's rule label.
+    envoy.ask(request("api", vec![desc(&[("tenant", "acme")])]));
+    let metrics = envoy.gateway.metrics();
+    assert_eq!(
+        metrics.decisions("api.tenant_acme", "allowed"),
+        1.0,
+        "{}",
+        metrics.text
+    );
+    let limit_of = |envoy: &mut EnvoyGateway| {
+        let answer = envoy.ask(request("internal", vec![desc(&[("azure", "x")])]));
+        answer.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+    };
+    assert_eq!(limit_of(&mut envoy), Some(100));
+    envoy.write_descriptors("example5.yml", &EXAMPLE_5.replace("100", "7"));
+    wait_until(Duration::from_secs(30), "the new limit", || {
+        limit_of(&mut envoy) == Some(7)
+    });
+    envoy.write_descriptors(
+        "example5.yml",
+        "domain: internal\ndescriptors:\n  - nokey: 1\n",
+    );
+    wait_until(Duration::from_secs(30), "the refusal", || {
+        envoy
+            .gateway
+            .log()
+            .contains("Envoy descriptors not reloaded")
+    });
+    assert!(
+        envoy.gateway.log().contains("example5.yml"),
+        "{}",
+        envoy.gateway.log()
+    );
+    assert_eq!(limit_of(&mut envoy), Some(7), "the old descriptors stay");
 }

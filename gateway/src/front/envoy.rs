@@ -39,7 +39,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use hyper::header::HeaderMap;
 use smallvec::SmallVec;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
 use tonic::{Request, Response, Status};
 
 /// The largest request message taken (tonic refuses a larger one before decoding it).
@@ -56,7 +58,7 @@ pub const MAX_ENTRY_VALUE_BYTES: usize = 1024;
 /// The service, sharing the HTTP front end's decider.
 pub struct EnvoyService {
     gateway: Arc<Gateway>,
-    domains: Arc<Domains>,
+    domains: RwLock<Arc<Domains>>,
     key_prefix: String,
     response_headers: bool,
 }
@@ -99,15 +101,63 @@ impl EnvoyService {
     pub fn new(gateway: Arc<Gateway>, domains: Domains, key_prefix: String, headers: bool) -> Self {
         EnvoyService {
             gateway,
-            domains: Arc::new(domains),
+            domains: RwLock::new(Arc::new(domains)),
             key_prefix,
             response_headers: headers,
         }
     }
 
     /// The tonic service, bounded to [`MAX_MESSAGE_BYTES`] per request.
-    pub fn into_server(self) -> RateLimitServiceServer<EnvoyService> {
-        RateLimitServiceServer::new(self).max_decoding_message_size(MAX_MESSAGE_BYTES)
+    pub fn server(self: &Arc<Self>) -> RateLimitServiceServer<EnvoyService> {
+        RateLimitServiceServer::from_arc(self.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    fn domains(&self) -> Arc<Domains> {
+        self.domains
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Swaps in newly loaded descriptors; denials made under the old ones are forgotten.
+    pub fn replace_domains(&self, domains: Domains) {
+        *self.domains.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(domains);
+        self.gateway.decider().forget_denials();
+    }
+
+    /// Reloads the descriptors at `path` whenever a file's name, size or modification
+    /// time changes (looked at every `interval`). A set that does not load is refused,
+    /// logged and counted (`rl_gateway_reloads_total{result="refused"}`); the old one
+    /// stays.
+    pub fn spawn_reloader(self: &Arc<Self>, path: PathBuf, interval: Duration) {
+        let service = self.clone();
+        tokio::spawn(async move {
+            let mut seen = stamp(&path);
+            loop {
+                tokio::time::sleep(interval).await;
+                let now = stamp(&path);
+                if now == seen {
+                    continue;
+                }
+                seen = now;
+                let metrics = service.gateway.metrics();
+                match descriptors::load(&path) {
+                    Ok(domains) => {
+                        crate::logging::log!(
+                            "Envoy descriptors reloaded from {}: {} domains",
+                            path.display(),
+                            domains.len()
+                        );
+                        service.replace_domains(domains);
+                        metrics.reload(true);
+                    }
+                    Err(error) => {
+                        crate::logging::log!("Envoy descriptors not reloaded: {error}");
+                        metrics.reload(false);
+                    }
+                }
+            }
+        });
     }
 
     /// Decides one request: the answer, or the gRPC status to fail it with.
@@ -118,7 +168,8 @@ impl EnvoyService {
             return Err(Status::invalid_argument(problem));
         }
         let count = request.descriptors.len();
-        let Some(domain) = self.domains.get(&request.domain) else {
+        let domains = self.domains();
+        let Some(domain) = domains.get(&request.domain) else {
             metrics.envoy(EnvoyResult::UnknownDomain);
             metrics.envoy(EnvoyResult::Ok);
             return Ok(ok_response(count));
@@ -413,6 +464,27 @@ impl EnvoyService {
                 .collect();
         }
         Ok(response)
+    }
+}
+
+/// What tells a change of the descriptors: each file's name, size and modification time.
+fn stamp(path: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    let of = |p: PathBuf| {
+        let meta = std::fs::metadata(&p).ok();
+        let len = meta.as_ref().map_or(0, std::fs::Metadata::len);
+        let modified = meta.and_then(|m| m.modified().ok());
+        (p, len, modified)
+    };
+    match std::fs::read_dir(path) {
+        Ok(entries) => {
+            let mut all: Vec<_> = entries
+                .filter_map(Result::ok)
+                .map(|e| of(e.path()))
+                .collect();
+            all.sort();
+            all
+        }
+        Err(_) => vec![of(path.to_path_buf())],
     }
 }
 

@@ -62,6 +62,13 @@ impl EnvoyGateway {
         }
     }
 
+    /// Writes (or replaces, atomically) the descriptor file `name`.
+    pub fn write_descriptors(&self, name: &str, text: &str) {
+        let tmp = self._yaml.path().join(format!(".{name}.new"));
+        fs::write(&tmp, text).expect("write the YAML");
+        fs::rename(&tmp, self._yaml.path().join(name)).expect("rename the YAML");
+    }
+
     /// On one Redis server: `[redis]` pointing at it, deadline 1 s.
     pub fn on(redis: &Server, files: &[(&str, &str)]) -> EnvoyGateway {
         EnvoyGateway::start(&redis_section(redis.port(), ""), files)
