@@ -190,6 +190,21 @@ fn the_readme_examples_work_unchanged() {
     };
     let blocked = envoy.ask(ip("50.0.0.5"));
     assert_eq!(overall(&blocked), Code::OverLimit, "{blocked:?}");
+    // All or nothing: a blocked descriptor beside another leaves the other uncounted.
+    let pair = envoy.ask(request(
+        "edge_proxy_per_ip",
+        vec![
+            desc(&[("remote_address", "50.0.0.9")]),
+            desc(&[("remote_address", "50.0.0.5")]),
+        ],
+    ));
+    assert_eq!(overall(&pair), Code::OverLimit, "{pair:?}");
+    let fine = envoy.ask(ip("50.0.0.9"));
+    assert_eq!(
+        remaining(&fine, 0),
+        9,
+        "the first call counted nothing: {fine:?}"
+    );
     let fine = envoy.ask(ip("50.0.0.1"));
     assert_eq!(overall(&fine), Code::Ok);
     assert_eq!(

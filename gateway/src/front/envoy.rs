@@ -283,10 +283,20 @@ impl EnvoyService {
                         Said::Verdict(verdict)
                     }
                     Ok(None) => Said::Unlimited,
-                    Err(failure) => Said::Failed(failure),
+                    Err(failure) => {
+                        // A look that fails closed refuses the request: nothing charged.
+                        if m.limit.on_failure != FailMode::Ok {
+                            over_by_look = true;
+                        }
+                        Said::Failed(failure)
+                    }
                 };
             }
         }
+        // A blocked descriptor (requests_per_unit 0) refuses the request as a whole.
+        over_by_look |= found
+            .iter()
+            .any(|(i, limit)| matches!(said[*i], Said::Blocked) && enforced(limit));
         // Then the charges, all of them in one decision.
         let charging: SmallVec<[&Matched<'_>; 4]> =
             matched.iter().filter(|m| m.ask == Ask::Charge).collect();
