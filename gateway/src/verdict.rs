@@ -58,6 +58,24 @@ impl Verdict {
         &self.tiers
     }
 
+    /// What a look (`RL.PEEK` with `COST units`) that allowed says is left now: each
+    /// allowing tier's remaining plus the units the look did not take.
+    pub fn before_look(&self, units: u64) -> Verdict {
+        let back = |t: &TierState| TierState {
+            remaining: if t.allowed {
+                t.remaining.saturating_add(units).min(t.limit)
+            } else {
+                t.remaining
+            },
+            ..*t
+        };
+        Verdict {
+            binding: back(&self.binding),
+            tiers: self.tiers.iter().map(back).collect(),
+            shadow_denied: self.shadow_denied,
+        }
+    }
+
     /// The same verdict `ms` later: every wait shorter by that much.
     pub fn aged(&self, ms: u64) -> Verdict {
         let age = |t: &TierState| TierState {

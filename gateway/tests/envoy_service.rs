@@ -302,6 +302,8 @@ fn descriptors_are_all_or_nothing_and_hits_addend_zero_counts_nothing() {
         let look = envoy.ask(request("api", vec![desc_hits(&[("user", "u1")], 0, false)]));
         assert_eq!(overall(&look), Code::Ok);
         assert_eq!(remaining(&look, 0), 98, "two counted, the denied one not");
+        let shown = header(&look, "ratelimit").unwrap();
+        assert!(shown.contains(";r=98;"), "the field says the same: {shown}");
     }
     assert_eq!(redis.command_calls("RL.HIT").unwrap_or(0), hits_before);
     assert!(redis.command_calls("RL.PEEK").unwrap_or(0) >= 3);

@@ -280,7 +280,13 @@ impl EnvoyService {
                         if look == Look::Peek && !verdict.allowed() && enforced(m.limit) {
                             over_by_look = true;
                         }
-                        Said::Verdict(verdict)
+                        // A look answers what one more hit would leave; shown is what is
+                        // left now.
+                        if look == Look::Peek && verdict.allowed() {
+                            Said::Verdict(verdict.before_look(1))
+                        } else {
+                            Said::Verdict(verdict)
+                        }
                     }
                     Ok(None) => Said::Unlimited,
                     Err(failure) => {
@@ -382,10 +388,7 @@ impl EnvoyService {
                         Some((n, unit)) => current(&m.rule.name, n, Some(unit)),
                         None => current(&m.rule.name, clamp(tier.limit), None),
                     });
-                    // A look answers what one more hit would leave: what is left now is
-                    // one more, when that hit would be allowed.
-                    let looked = u64::from(m.ask == Ask::Peek && verdict.allowed());
-                    status.limit_remaining = clamp(tier.remaining.saturating_add(looked));
+                    status.limit_remaining = clamp(tier.remaining);
                     status.duration_until_reset = Some(duration(tier.reset_after_ms));
                     let denied = m.ask != Ask::Refund && !verdict.allowed();
                     if denied {
