@@ -9,6 +9,7 @@ pub mod args;
 pub mod client_ip;
 pub mod config;
 pub mod key;
+pub mod lease;
 pub mod limiter;
 pub mod path;
 pub mod state;
@@ -18,7 +19,7 @@ pub mod words;
 pub type Target = fn(&[u8]);
 
 /// Every target: its name (the binary and the corpus directory) and its body.
-pub const TARGETS: [(&str, Target); 7] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("args", args::fuzz),
     ("state", state::fuzz),
     ("limiter", limiter::fuzz),
@@ -26,4 +27,5 @@ pub const TARGETS: [(&str, Target); 7] = [
     ("client_ip", client_ip::fuzz),
     ("config", config::fuzz),
     ("key", key::fuzz),
+    ("lease", lease::fuzz),
 ];
