@@ -66,7 +66,8 @@ fn acquire(ctx: &Context, args: Args<'_>) -> CommandResult {
     let now_ms = clock::now_ms();
     let acquired = lease::acquire(key.value()?, now_ms, &request)?;
     key.apply(&acquired.write)?;
-    reply::lease_acquired(ctx, &acquired, Some(&request.id.display()));
+    let shown = acquired.acquired.then(|| request.id.display());
+    reply::lease_acquired(ctx, &acquired, shown.as_deref());
     Ok(())
 }
 

@@ -46,10 +46,10 @@
 pub mod args;
 pub mod layout;
 
-use self::layout::{decode, encode, Lease, TierState, Value};
+use self::layout::{scan, stored_id, Edit, Parsed, TierState};
+use crate::codec::Bytes;
 use crate::decision::NEVER;
 use crate::limiter::{self, Action, LimiterError, Limits, Outcome, Write};
-use std::fmt::Write as _;
 
 pub use self::layout::is_lease;
 
@@ -83,11 +83,10 @@ impl<'a> LeaseId<'a> {
     pub fn display(&self) -> Vec<u8> {
         match self {
             LeaseId::Raw(raw) => {
-                let mut text = String::with_capacity(2 * GENERATED_ID_LEN);
-                for byte in raw {
-                    let _ = write!(text, "{byte:02x}");
-                }
-                text.into_bytes()
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                raw.iter()
+                    .flat_map(|byte| [HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]])
+                    .collect()
             }
             LeaseId::Given(bytes) => bytes.to_vec(),
         }
@@ -178,22 +177,65 @@ pub struct Acquired {
     pub write: Write,
 }
 
+/// What one pass over a key's records found at `now_ms`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Found {
+    /// Leases held now.
+    held: usize,
+    /// The earliest and the latest end among them.
+    earliest: Option<i64>,
+    latest: Option<i64>,
+    /// The held lease with the id looked for: its offset and end.
+    lease: Option<(usize, i64)>,
+}
+
+/// Reads the key's value (`None`: no key) at `now_ms`, looking for the held lease `id`.
+fn look<'a>(
+    stored: Option<&'a [u8]>,
+    now_ms: i64,
+    id: Option<&[u8]>,
+) -> Result<(Option<Parsed<'a>>, Found), LeaseError> {
+    let mut found = Found::default();
+    let Some(bytes) = stored else {
+        return Ok((None, found));
+    };
+    let parsed = scan(bytes, |record| {
+        if record.expires_at_ms <= now_ms {
+            return;
+        }
+        found.held += 1;
+        found.earliest = Some(
+            found
+                .earliest
+                .map_or(record.expires_at_ms, |e| e.min(record.expires_at_ms)),
+        );
+        found.latest = found.latest.max(Some(record.expires_at_ms));
+        if found.lease.is_none() && Some(record.id) == id {
+            found.lease = Some((record.offset, record.expires_at_ms));
+        }
+    })
+    .ok_or(LeaseError::NotLeases)?;
+    Ok((Some(parsed), found))
+}
+
 /// Takes one of `request.max` slots at `now_ms`, on a key holding `stored`.
 pub fn acquire(
     stored: Option<&[u8]>,
     now_ms: i64,
     request: &Acquire<'_>,
 ) -> Result<Acquired, LeaseError> {
-    let mut value = decode_or_empty(stored)?;
-    value.leases.retain(|lease| lease.expires_at_ms > now_ms);
-    if value.leases.iter().any(|lease| lease.id == request.id) {
+    let id = stored_id(&request.id);
+    let (parsed, found) = look(stored, now_ms, Some(&id))?;
+    if found.lease.is_some() {
         return Err(LeaseError::DuplicateId);
     }
-    let held = i64::try_from(value.leases.len()).unwrap_or(i64::MAX);
+    let held = i64::try_from(found.held).unwrap_or(i64::MAX);
     let expires_at_ms = now_ms
         .checked_add(request.ttl_ms)
         .ok_or(LeaseError::OutOfRange)?;
-    let tier_now = value.tier.filter(|tier| tier.expires_at_ms > now_ms);
+    let tier_now = parsed
+        .and_then(|p| p.tier)
+        .filter(|tier| tier.expires_at_ms > now_ms);
     let denied = |retry_after_ms, tiers, write| Acquired {
         acquired: false,
         max: request.max,
@@ -204,8 +246,7 @@ pub fn acquire(
         write,
     };
     if held >= request.max {
-        let earliest = value.leases.iter().map(|lease| lease.expires_at_ms).min();
-        let mut retry = earliest.map_or(0, |end| end - now_ms);
+        let mut retry = found.earliest.map_or(0, |end| end - now_ms);
         let mut tiers: Option<Outcome> = None;
         if let Some((limits, cost)) = request.tiers {
             let look = run_tiers(limits, Action::Peek { cost }, tier_now, now_ms)?;
@@ -219,61 +260,52 @@ pub fn acquire(
         }
         return Ok(denied(retry, tiers, Write::Nothing));
     }
-    if let Some((limits, cost)) = request.tiers {
-        let hit = run_tiers(limits, Action::Hit { cost }, tier_now, now_ms)?;
-        let tier = match &hit.write {
-            Write::Nothing => tier_now,
-            Write::Delete => None,
-            Write::Set {
-                value,
-                expires_at_ms,
-            } => Some(TierState {
-                bytes: value,
-                expires_at_ms: *expires_at_ms,
-            }),
+    let rebuild = |tier: Option<TierState<'_>>, edit: Edit<'_>| {
+        let (value, last) = match parsed {
+            Some(parsed) => parsed.rebuild(tier, now_ms, found.held, edit),
+            None => Parsed::EMPTY.rebuild(tier, now_ms, 0, edit),
         };
-        if !hit.decision.allowed {
-            // A denied hit writes only what the tiers must keep (a renewal after a rule
-            // change, see `limiter`), with the leases as they are.
-            let write = if hit.write == Write::Nothing {
-                Write::Nothing
-            } else {
-                store(&Value {
-                    tier,
-                    leases: value.leases.clone(),
-                })
-            };
-            let retry = hit.decision.retry_after_ms;
-            return Ok(denied(retry, Some(hit.clone()), write));
-        }
-        let mut leases = value.leases;
-        leases.push(Lease {
-            id: request.id.clone(),
+        store(value, last, tier)
+    };
+    let Some((limits, cost)) = request.tiers else {
+        let write = rebuild(tier_now, Edit::Append(&id, expires_at_ms));
+        return Ok(taken(request, held, write, None));
+    };
+    let hit = run_tiers(limits, Action::Hit { cost }, tier_now, now_ms)?;
+    let tier = match &hit.write {
+        Write::Nothing => tier_now,
+        Write::Delete => None,
+        Write::Set {
+            value,
             expires_at_ms,
-        });
-        let write = store(&Value { tier, leases });
-        let taken = taken(request, held, write);
-        return Ok(Acquired {
-            tiers: Some(hit.clone()),
-            ..taken
-        });
+        } => Some(TierState {
+            bytes: value,
+            expires_at_ms: *expires_at_ms,
+        }),
+    };
+    if !hit.decision.allowed {
+        // A denied hit writes only what the tiers must keep (a renewal after a rule
+        // change, see `limiter`), with the leases as they are.
+        let write = if hit.write == Write::Nothing {
+            Write::Nothing
+        } else {
+            rebuild(tier, Edit::None)
+        };
+        let retry = hit.decision.retry_after_ms;
+        return Ok(denied(retry, Some(hit.clone()), write));
     }
-    value.tier = tier_now;
-    value.leases.push(Lease {
-        id: request.id.clone(),
-        expires_at_ms,
-    });
-    Ok(taken(request, held, store(&value)))
+    let write = rebuild(tier, Edit::Append(&id, expires_at_ms));
+    Ok(taken(request, held, write, Some(hit.clone())))
 }
 
-fn taken(request: &Acquire<'_>, held: i64, write: Write) -> Acquired {
+fn taken(request: &Acquire<'_>, held: i64, write: Write, tiers: Option<Outcome>) -> Acquired {
     Acquired {
         acquired: true,
         max: request.max,
         free: (request.max - held - 1).max(0),
         ttl_ms: request.ttl_ms,
         retry_after_ms: 0,
-        tiers: None,
+        tiers,
         write,
     }
 }
@@ -304,10 +336,7 @@ pub fn release(
     now_ms: i64,
     id: &LeaseId<'_>,
 ) -> Result<Changed, LeaseError> {
-    change(stored, now_ms, id, |leases, index| {
-        leases.remove(index);
-        Ok(())
-    })
+    change(stored, now_ms, id, |offset, _| Edit::Remove(offset))
 }
 
 /// Extends the held lease `id` to expire `ttl_ms` from now, or later if it already does
@@ -319,37 +348,30 @@ pub fn renew(
     ttl_ms: i64,
 ) -> Result<Changed, LeaseError> {
     let until = now_ms.checked_add(ttl_ms).ok_or(LeaseError::OutOfRange)?;
-    change(stored, now_ms, id, |leases, index| {
-        if let Some(lease) = leases.get_mut(index) {
-            lease.expires_at_ms = lease.expires_at_ms.max(until);
-        }
-        Ok(())
+    change(stored, now_ms, id, |offset, end| {
+        Edit::Renew(offset, end.max(until))
     })
 }
 
-fn change<'a>(
-    stored: Option<&'a [u8]>,
+fn change(
+    stored: Option<&[u8]>,
     now_ms: i64,
     id: &LeaseId<'_>,
-    edit: impl FnOnce(&mut Vec<Lease<'a>>, usize) -> Result<(), LeaseError>,
+    edit: impl FnOnce(usize, i64) -> Edit<'static>,
 ) -> Result<Changed, LeaseError> {
-    let mut value = decode_or_empty(stored)?;
-    let found = value
-        .leases
-        .iter()
-        .position(|lease| lease.expires_at_ms > now_ms && lease.id == *id);
-    let Some(index) = found else {
+    let id = stored_id(id);
+    let (parsed, found) = look(stored, now_ms, Some(&id))?;
+    let (Some(parsed), Some((offset, end))) = (parsed, found.lease) else {
         return Ok(Changed {
             held: false,
             write: Write::Nothing,
         });
     };
-    edit(&mut value.leases, index)?;
-    value.leases.retain(|lease| lease.expires_at_ms > now_ms);
-    value.tier = value.tier.filter(|tier| tier.expires_at_ms > now_ms);
+    let tier = parsed.tier.filter(|tier| tier.expires_at_ms > now_ms);
+    let (value, last) = parsed.rebuild(tier, now_ms, found.held, edit(offset, end));
     Ok(Changed {
         held: true,
-        write: store(&value),
+        write: store(value, last, tier),
     })
 }
 
@@ -371,46 +393,31 @@ pub struct Held {
 /// Reads the leases of a key holding `stored` at `now_ms` for `max` slots. On a replica
 /// a key past its expiry may still be there: its leases read as expired.
 pub fn peek(stored: Option<&[u8]>, now_ms: i64, max: i64) -> Result<Held, LeaseError> {
-    let value = decode_or_empty(stored)?;
-    let live = || {
-        value
-            .leases
-            .iter()
-            .map(|lease| lease.expires_at_ms)
-            .filter(|&end| end > now_ms)
-    };
-    let held = i64::try_from(live().count()).unwrap_or(i64::MAX);
+    let (_, found) = look(stored, now_ms, None)?;
+    let held = i64::try_from(found.held).unwrap_or(i64::MAX);
     let free = (max - held).max(0);
     let retry_after_ms = if free > 0 {
         0
     } else {
-        live().min().map_or(0, |end| end - now_ms)
+        found.earliest.map_or(0, |end| end - now_ms)
     };
     Ok(Held {
         max,
         held,
         free,
         retry_after_ms,
-        reset_after_ms: live().max().map_or(0, |end| end - now_ms),
+        reset_after_ms: found.latest.map_or(0, |end| end - now_ms),
     })
 }
 
-fn decode_or_empty(stored: Option<&[u8]>) -> Result<Value<'_>, LeaseError> {
-    match stored {
-        None => Ok(Value::default()),
-        Some(bytes) => decode(bytes).ok_or(LeaseError::NotLeases),
-    }
-}
-
-/// The write for `value`, whose leases are all held: the key expires with its last lease
-/// or its tier state, whichever ends later; with neither it goes.
-fn store(value: &Value<'_>) -> Write {
-    let last_lease = value.leases.iter().map(|lease| lease.expires_at_ms).max();
-    let tier_end = value.tier.map(|tier| tier.expires_at_ms);
-    match last_lease.max(tier_end) {
+/// The write for a rebuilt `value` whose held leases end at the latest at `last`: the
+/// key expires with its last lease or its tier state, whichever ends later; with neither
+/// it goes.
+fn store(value: Bytes, last: Option<i64>, tier: Option<TierState<'_>>) -> Write {
+    match last.max(tier.map(|t| t.expires_at_ms)) {
         None => Write::Delete,
         Some(expires_at_ms) => Write::Set {
-            value: encode(value),
+            value,
             expires_at_ms,
         },
     }

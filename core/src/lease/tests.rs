@@ -322,7 +322,14 @@ proptest! {
         for (step, jump) in steps {
             now += jump;
             let before = key.clone();
-            let id_bytes = |id: u8| [b'i', id];
+            // Ids of every length class: raw (32 hex digits), 1 to 12 bytes.
+            let id_bytes = |id: u8| -> Vec<u8> {
+                if id % 3 == 0 {
+                    format!("{:032x}", u128::from(id) * 0x0101_0101_0101_0101).into_bytes()
+                } else {
+                    vec![b'a' + id; usize::from(id)]
+                }
+            };
             match step {
                 Step::Acquire { id, ttl_ms } => {
                     let bytes = id_bytes(id);
@@ -386,6 +393,7 @@ proptest! {
         let mut with_tag = vec![layout::LEASE_V1];
         with_tag.extend_from_slice(&bytes);
         for value in [&bytes[..], &with_tag[..]] {
+            prop_assert_eq!(decode(value).is_some(), is_lease(value), "the two readers agree");
             if let Some(decoded) = decode(value) {
                 let again = encode(&decoded);
                 prop_assert_eq!(again.as_slice(), value);
