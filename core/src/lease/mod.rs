@@ -292,10 +292,10 @@ pub fn acquire(
             rebuild(tier, Edit::None)
         };
         let retry = hit.decision.retry_after_ms;
-        return Ok(denied(retry, Some(hit.clone()), write));
+        return Ok(denied(retry, Some(hit), write));
     }
     let write = rebuild(tier, Edit::Append(&id, expires_at_ms));
-    Ok(taken(request, held, write, Some(hit.clone())))
+    Ok(taken(request, held, write, Some(hit)))
 }
 
 fn taken(request: &Acquire<'_>, held: i64, write: Write, tiers: Option<Outcome>) -> Acquired {
@@ -367,8 +367,16 @@ fn change(
             write: Write::Nothing,
         });
     };
+    let edit = edit(offset, end);
+    if matches!(edit, Edit::Renew(_, until) if until == end) {
+        // Already ends then or later: nothing to write.
+        return Ok(Changed {
+            held: true,
+            write: Write::Nothing,
+        });
+    }
     let tier = parsed.tier.filter(|tier| tier.expires_at_ms > now_ms);
-    let (value, last) = parsed.rebuild(tier, now_ms, found.held, edit(offset, end));
+    let (value, last) = parsed.rebuild(tier, now_ms, found.held, edit);
     Ok(Changed {
         held: true,
         write: store(value, last, tier),

@@ -324,7 +324,7 @@ proptest! {
             let before = key.clone();
             // Ids of every length class: raw (32 hex digits), 1 to 12 bytes.
             let id_bytes = |id: u8| -> Vec<u8> {
-                if id % 3 == 0 {
+                if id.is_multiple_of(3) {
                     format!("{:032x}", u128::from(id) * 0x0101_0101_0101_0101).into_bytes()
                 } else {
                     vec![b'a' + id; usize::from(id)]
