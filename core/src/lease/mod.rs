@@ -210,12 +210,28 @@ fn look<'a>(
                 .map_or(record.expires_at_ms, |e| e.min(record.expires_at_ms)),
         );
         found.latest = found.latest.max(Some(record.expires_at_ms));
-        if found.lease.is_none() && Some(record.id) == id {
+        if found.lease.is_none() && id.is_some_and(|id| same_id(record.id, id)) {
             found.lease = Some((record.offset, record.expires_at_ms));
         }
     })
     .ok_or(LeaseError::NotLeases)?;
     Ok((Some(parsed), found))
+}
+
+/// Whether two stored ids are the same. Most differ in their first 8 bytes after the tag
+/// (random ones always do), which one integer comparison settles.
+#[inline]
+fn same_id(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let head = |id: &[u8]| id.get(1..9).and_then(|h| <[u8; 8]>::try_from(h).ok());
+    if let (Some(x), Some(y)) = (head(a), head(b)) {
+        if x != y {
+            return false;
+        }
+    }
+    a == b
 }
 
 /// Takes one of `request.max` slots at `now_ms`, on a key holding `stored`.
