@@ -17,7 +17,7 @@
 //! costs `9 + n`. Nothing may follow the last lease.
 
 use super::{LeaseId, GENERATED_ID_LEN, MAX_ID_LEN, MAX_LEASES};
-use crate::codec::{put_i64, put_varint, Bytes, Reader};
+use crate::codec::{put_i64, put_varint, varint_len, Bytes, Reader};
 use smallvec::SmallVec;
 
 /// The first byte of a lease value, version 1.
@@ -59,13 +59,21 @@ pub fn is_lease(bytes: &[u8]) -> bool {
     scan(bytes, |_| {}).is_some()
 }
 
+/// A varint in its shortest form: the one this module writes, so that every value read
+/// is the one encoding of its leases.
+fn minimal_varint(body: &mut Reader<'_>) -> Option<i64> {
+    let before = body.len();
+    let value = body.varint()?;
+    (before - body.len() == varint_len(value)).then_some(value)
+}
+
 /// Reads a lease value; `None` for anything this module did not write as leases.
 pub fn decode(bytes: &[u8]) -> Option<Value<'_>> {
     let (&LEASE_V1, rest) = bytes.split_first()? else {
         return None;
     };
     let mut body = Reader::new(rest);
-    let tier_len = usize::try_from(body.varint()?).ok()?;
+    let tier_len = usize::try_from(minimal_varint(&mut body)?).ok()?;
     let tier = if tier_len == 0 {
         None
     } else {
@@ -76,7 +84,7 @@ pub fn decode(bytes: &[u8]) -> Option<Value<'_>> {
             expires_at_ms,
         })
     };
-    let count = body.varint()?;
+    let count = minimal_varint(&mut body)?;
     if count > MAX_LEASES {
         return None;
     }
@@ -203,7 +211,7 @@ pub(super) fn scan<'a>(bytes: &'a [u8], mut visit: impl FnMut(Record<'a>)) -> Op
         return None;
     };
     let mut body = Reader::new(rest);
-    let tier_len = usize::try_from(body.varint()?).ok()?;
+    let tier_len = usize::try_from(minimal_varint(&mut body)?).ok()?;
     let tier = if tier_len == 0 {
         None
     } else {
@@ -214,7 +222,7 @@ pub(super) fn scan<'a>(bytes: &'a [u8], mut visit: impl FnMut(Record<'a>)) -> Op
             expires_at_ms,
         })
     };
-    let count = body.varint()?;
+    let count = minimal_varint(&mut body)?;
     if count > MAX_LEASES {
         return None;
     }

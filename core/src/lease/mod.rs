@@ -262,7 +262,7 @@ pub fn acquire(
         write,
     };
     if held >= request.max {
-        let mut retry = found.earliest.map_or(0, |end| end - now_ms);
+        let mut retry = found.earliest.map_or(0, |end| end.saturating_sub(now_ms));
         let mut tiers: Option<Outcome> = None;
         if let Some((limits, cost)) = request.tiers {
             let look = run_tiers(limits, Action::Peek { cost }, tier_now, now_ms)?;
@@ -423,14 +423,14 @@ pub fn peek(stored: Option<&[u8]>, now_ms: i64, max: i64) -> Result<Held, LeaseE
     let retry_after_ms = if free > 0 {
         0
     } else {
-        found.earliest.map_or(0, |end| end - now_ms)
+        found.earliest.map_or(0, |end| end.saturating_sub(now_ms))
     };
     Ok(Held {
         max,
         held,
         free,
         retry_after_ms,
-        reset_after_ms: found.latest.map_or(0, |end| end - now_ms),
+        reset_after_ms: found.latest.map_or(0, |end| end.saturating_sub(now_ms)),
     })
 }
 
