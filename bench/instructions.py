@@ -173,8 +173,9 @@ def rows(far_future_ms: int, requests: int) -> List[Row]:
         # 12 leases of `job` per key: 2 calls per key on average, 12 only one in a million.
         Row("RL.RELEASE k job (leases; 12 held, one released)", ["RL.RELEASE", KEY, "job"],
             expect=None, warmup=["RL.LEASES", KEY, "100"], lease_fill=LeaseFill(12, True)),
-        Row("RL.RENEW k job 2h (leases; 12 held, one renewed)",
-            ["RL.RENEW", KEY, "job", "2h"], expect=None, warmup=["RL.LEASES", KEY, "100"],
+        # 2 days: past the fill's day, so every renewal moves the lease's end and writes.
+        Row("RL.RENEW k job 2d (leases; 12 held, one renewed)",
+            ["RL.RENEW", KEY, "job", "2d"], expect=None, warmup=["RL.LEASES", KEY, "100"],
             lease_fill=LeaseFill(12, True)),
         Row("RL.RELEASE k none (leases; 12 held, wrong id)", ["RL.RELEASE", KEY, "none"],
             expect=None, lease_fill=LeaseFill(12, True)),
