@@ -70,6 +70,31 @@ class Prefill:
         return log_args("RL.HIT", key, self.limit)
 
 
+@dataclass(frozen=True)
+class LeaseFill:
+    """Every key of a row's key space holds, before the count, `leases` leases ending a day
+    from the run's start, written in the module's layout (core/src/lease/layout.rs): with
+    generated (distinct, random) ids, or all with the id `job` when `same_id`, so that every
+    RL.RELEASE / RL.RENEW of `job` finds one held (redis-benchmark cannot send a key's own
+    id; a value of equal ids costs what one of distinct ids of the same length does)."""
+    leases: int
+    same_id: bool = False
+
+    def value(self, ends_at_ms: int) -> bytes:
+        count, varint = self.leases, b""
+        while True:
+            byte, count = count & 0x7F, count >> 7
+            if count == 0:
+                varint += bytes([byte])
+                break
+            varint += bytes([byte | 0x80])
+        records = []
+        for n in range(self.leases):
+            ident = bytes([3]) + b"job" if self.same_id else b"\x80" + os.urandom(16)
+            records.append(ident + ends_at_ms.to_bytes(8, "little", signed=True))
+        return b"\x02\x00" + varint + b"".join(records)
+
+
 @dataclass
 class Row:
     name: str
@@ -86,6 +111,10 @@ class Row:
     # Measured with redis-cell's module instead of ours (only when the caller gives a build
     # of it: nothing is fetched or built here).
     redis_cell: bool = False
+    lease_fill: Optional[LeaseFill] = None
+    # At most this many counted requests (a row whose calls cost ~100 SETs each would take
+    # hours under callgrind at the default count).
+    requests: Optional[int] = None
 
 
 def log_args(command: str, key: str, limit: int) -> List[str]:
@@ -136,6 +165,31 @@ def rows(far_future_ms: int, requests: int) -> List[Row]:
             ["RL.HIT", KEY, "10000", "1s", "1000000", "1h"]),
         Row("RL.HIT fixed, 8 tiers (1000000 per 1s, 10s, 1m, 10m, 1h, 6h, 1d, 7d)",
             ["RL.HIT", KEY] + eight_tiers),
+        # Leases (RL.ACQUIRE and its kin), which decide nothing INFO ratelimit counts.
+        # Warmed up with their own call: each key holds 2 to 5 leases of a generated id.
+        Row("RL.ACQUIRE k 100 1h (leases; live keys, generated ids)",
+            ["RL.ACQUIRE", KEY, "100", "1h"], expect=None),
+        Row("RL.ACQUIRE k 100 1h 1000000 1h (leases with a tier)",
+            ["RL.ACQUIRE", KEY, "100", "1h", "1000000", "1h"], expect=None),
+        Row("RL.ACQUIRE k 1 1h (leases; every key full, denied)",
+            ["RL.ACQUIRE", KEY, "1", "1h"], expect=None, warmup=["RL.LEASES", KEY, "1"],
+            lease_fill=LeaseFill(1)),
+        # 12 leases of `job` per key: 2 calls per key on average, 12 only one in a million.
+        Row("RL.RELEASE k job (leases; 12 held, one released)", ["RL.RELEASE", KEY, "job"],
+            expect=None, warmup=["RL.LEASES", KEY, "100"], lease_fill=LeaseFill(12, True)),
+        # 2 days: past the fill's day, so every renewal moves the lease's end and writes.
+        Row("RL.RENEW k job 2d (leases; 12 held, one renewed)",
+            ["RL.RENEW", KEY, "job", "2d"], expect=None, warmup=["RL.LEASES", KEY, "100"],
+            lease_fill=LeaseFill(12, True)),
+        Row("RL.RELEASE k none (leases; 12 held, wrong id)", ["RL.RELEASE", KEY, "none"],
+            expect=None, lease_fill=LeaseFill(12, True)),
+        Row("RL.LEASES k 100 (leases; 12 held)", ["RL.LEASES", KEY, "100"], expect=None,
+            lease_fill=LeaseFill(12)),
+        # The cap: every call reads all 10,000 leases (250 KB). PING warms up (the keys are
+        # filled already), and 5,000 calls are counted.
+        Row("RL.ACQUIRE k 10000 1h (leases; 10,000 held, the cap, denied)",
+            ["RL.ACQUIRE", KEY, "10000", "1h"], expect=None, keyspace=FULL_LOG_KEYS,
+            warmup=["PING"], lease_fill=LeaseFill(10_000), requests=5_000),
         Row("CL.THROTTLE k 100 100 3600 (redis-cell API)",
             ["CL.THROTTLE", KEY, "100", "100", "3600", "1"]),
         Row("CL.THROTTLE k 100 100 3600 on redis-cell's own module",
@@ -528,12 +582,15 @@ def main() -> int:
                     prefill = None
                     if row.prefill is not None and path is not None:
                         prefill = prefilled_logs(binary, path, built, fills)[row.prefill]
+                    if row.lease_fill is not None:
+                        prefill = (row.lease_fill.value(far_future_ms), far_future_ms)
+                    requests = min(options.requests, row.requests or options.requests)
                     try:
-                        value = measure(binary, path, row, options.requests, replica, prefill,
+                        value = measure(binary, path, row, requests, replica, prefill,
                                         options.keep_profiles)
                     except RowRefused as refused:
-                        # A baseline build older than the row (a calendar window before
-                        # they existed) has no figure for it; a wrong row on this
+                        # A baseline build older than the row (a calendar window or a lease
+                        # before they existed) has no figure for it; a wrong row on this
                         # checkout's own build still stops the run.
                         if len(modules) < 2 or path == modules[-1][0]:
                             raise

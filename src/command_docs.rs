@@ -23,6 +23,8 @@ type Docs = (
 
 /// The clock is read, so the same call on the same key can answer differently.
 const CLOCK: Option<&CStr> = Some(c"nondeterministic_output");
+const LEASES: &CStr =
+    c"O(N), N the leases stored in the key (at most ratelimit.max-leases, expired ones included)";
 const ALGO_LOG: &CStr = c"O(1); O(N) with ALGO log, N the limit (at most 10000)";
 
 const DOCS: &[Docs] = &[
@@ -54,6 +56,30 @@ const DOCS: &[Docs] = &[
         c"CL.THROTTLE",
         c"redis-cell's GCRA throttle: same arguments and reply",
         c"O(1); O(N) when the key holds an ALGO log state of N entries",
+        CLOCK,
+    ),
+    (
+        c"RL.ACQUIRE",
+        c"Takes one of max concurrent leases on a key for ttl, and counts the hit in the tiers given, all or nothing",
+        LEASES,
+        CLOCK,
+    ),
+    (
+        c"RL.RELEASE",
+        c"Releases a held lease by its id",
+        LEASES,
+        CLOCK,
+    ),
+    (
+        c"RL.RENEW",
+        c"Extends a held lease to end ttl from now (never shortens it)",
+        LEASES,
+        CLOCK,
+    ),
+    (
+        c"RL.LEASES",
+        c"Counts the held and free leases of a key, without writing",
+        LEASES,
         CLOCK,
     ),
     (

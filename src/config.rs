@@ -5,6 +5,7 @@
 //! | `ratelimit.default-algorithm` | `fixed` | `fixed`, `sliding`, `log`, `token`, `gcra` |
 //! | `ratelimit.max-window-ms` | 31622400000 (366 days) | 1 to 316224000000 (3660 days) |
 //! | `ratelimit.max-log-limit` | 10000 | 1 to 10000 |
+//! | `ratelimit.max-leases` | 10000 | 1 to 10000: the largest `max` of RL.ACQUIRE |
 //! | `ratelimit.policies-in-rdb` | `no` | load time only; Redis 7.0 only (see `policy::rdb`) |
 //! | `ratelimit.notify-denied` | `no` | `yes`: a denied hit fires the keyspace event `rl.denied` |
 //!
@@ -15,6 +16,7 @@
 
 use ratelimit_core::args::Settings;
 use ratelimit_core::duration::{LARGEST_WINDOW_MS, MAX_WINDOW_MS};
+use ratelimit_core::lease::MAX_LEASES;
 use ratelimit_core::limiter::AlgorithmKind;
 use ratelimit_core::sliding_log::MAX_LOG_LIMIT;
 use redis_module::configuration::ConfigurationContext;
@@ -45,6 +47,12 @@ pub const DEFAULT_MAX_LOG_LIMIT: i64 = MAX_LOG_LIMIT;
 /// exactly (it would merge older entries beyond that), so the config can only lower it.
 pub const LARGEST_MAX_LOG_LIMIT: i64 = MAX_LOG_LIMIT;
 
+/// The default of `ratelimit.max-leases`.
+pub const DEFAULT_MAX_LEASES: i64 = MAX_LEASES;
+/// The largest `ratelimit.max-leases` accepted: the most leases a key's value holds, which
+/// bounds the work of every lease call, so the config can only lower it.
+pub const LARGEST_MAX_LEASES: i64 = MAX_LEASES;
+
 /// `ratelimit.default-algorithm`, held as the enum's number in an atomic so that every call
 /// reads it without a lock.
 pub struct AlgorithmConfig(AtomicI32);
@@ -69,6 +77,14 @@ pub static MAX_WINDOW: AtomicI64 = AtomicI64::new(DEFAULT_MAX_WINDOW_MS);
 /// `ratelimit.max-log-limit`.
 pub static MAX_LOG: AtomicI64 = AtomicI64::new(DEFAULT_MAX_LOG_LIMIT);
 
+/// `ratelimit.max-leases`.
+pub static MAX_LEASES_CONFIG: AtomicI64 = AtomicI64::new(DEFAULT_MAX_LEASES);
+
+/// The largest `max` RL.ACQUIRE accepts now.
+pub fn max_leases() -> i64 {
+    MAX_LEASES_CONFIG.load(Ordering::Relaxed)
+}
+
 /// `ratelimit.policies-in-rdb`: on Redis 7.0, save policies in the RDB (whose files then
 /// need the module to load). Newer servers save them only when there are some, always.
 pub static POLICIES_IN_RDB: AtomicBool = AtomicBool::new(false);
@@ -85,6 +101,12 @@ pub fn check_loaded() -> Result<(), String> {
     if !(1..=LARGEST_MAX_LOG_LIMIT).contains(&log) {
         return Err(format!(
             "max-log-limit must be between 1 and {LARGEST_MAX_LOG_LIMIT}, not {log}"
+        ));
+    }
+    let leases = MAX_LEASES_CONFIG.load(Ordering::Relaxed);
+    if !(1..=LARGEST_MAX_LEASES).contains(&leases) {
+        return Err(format!(
+            "max-leases must be between 1 and {LARGEST_MAX_LEASES}, not {leases}"
         ));
     }
     Ok(())

@@ -17,7 +17,7 @@ pub mod server;
 mod store;
 mod strings;
 
-use command::{limit, multi, reset, testing, throttle};
+use command::{lease, limit, multi, reset, testing, throttle};
 use policy::command as policy_command;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, InfoContext, ModuleOptions, RedisString, Status};
@@ -123,6 +123,12 @@ const COMMANDS: &[Command] = &[
     // GCRA only, but the key may hold another algorithm's state (a log of up to 10,000
     // entries), which it decodes to count its units: not `fast`.
     (c"CL.THROTTLE", throttle::cl_throttle, c"write deny-oom"),
+    // Leases (`command::lease`): a key holds up to `ratelimit.max-leases` of them, which
+    // every call reads, so none is `fast`. Only an acquire can grow a key.
+    (c"RL.ACQUIRE", lease::rl_acquire, c"write deny-oom"),
+    (c"RL.RELEASE", lease::rl_release, c"write"),
+    (c"RL.RENEW", lease::rl_renew, c"write"),
+    (c"RL.LEASES", lease::rl_leases, c"readonly"),
 ];
 
 /// Several keys in one atomic call: `numkeys key [key ...] SPEC rule [SPEC rule ...]`,
@@ -194,6 +200,7 @@ redis_module! {
         i64: [
             ["max-window-ms", &config::MAX_WINDOW, config::DEFAULT_MAX_WINDOW_MS, 1, config::LARGEST_MAX_WINDOW_MS, ConfigurationFlags::DEFAULT, None],
             ["max-log-limit", &config::MAX_LOG, config::DEFAULT_MAX_LOG_LIMIT, 1, config::LARGEST_MAX_LOG_LIMIT, ConfigurationFlags::DEFAULT, None],
+            ["max-leases", &config::MAX_LEASES_CONFIG, config::DEFAULT_MAX_LEASES, 1, config::LARGEST_MAX_LEASES, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [

@@ -2,6 +2,7 @@
 
 use crate::server::reply::Reply;
 use ratelimit_core::decision::Decision;
+use ratelimit_core::lease::{Acquired, Held};
 use ratelimit_core::limiter::{MultiOutcome, Outcome};
 use redis_module::Context;
 use std::ffi::CStr;
@@ -125,4 +126,53 @@ pub fn null(ctx: &Context) {
 /// Replies one integer.
 pub fn integer(ctx: &Context, value: i64) {
     Reply::to(ctx).integer(value);
+}
+
+/// Replies RL.ACQUIRE: RESP2 `[acquired, max, free, id, ttl_ms, retry_after_ms]` (`id` a
+/// bulk string, or null when no lease was taken); RESP3 a map with those names.
+pub fn lease_acquired(ctx: &Context, acquired: &Acquired, id: Option<&[u8]>) {
+    let reply = Reply::to(ctx);
+    let named = reply.resp3();
+    if named {
+        reply.map(6);
+    } else {
+        reply.array(6);
+    }
+    let field = |name: &CStr| {
+        if named {
+            reply.simple(name);
+        }
+    };
+    field(c"acquired");
+    reply.integer(i64::from(acquired.acquired));
+    field(c"max");
+    reply.integer(acquired.max);
+    field(c"free");
+    reply.integer(acquired.free);
+    field(c"id");
+    match id {
+        Some(id) if acquired.acquired => reply.bulk(id),
+        _ => reply.null(),
+    }
+    field(c"ttl_ms");
+    reply.integer(acquired.ttl_ms);
+    field(c"retry_after_ms");
+    reply.integer(acquired.retry_after_ms);
+}
+
+/// Replies RL.LEASES: RESP2 `[held, max, free, retry_after_ms, reset_after_ms]`; RESP3 a
+/// map with those names.
+pub fn leases_held(ctx: &Context, held: &Held) {
+    let pairs = [
+        (c"held", held.held),
+        (c"max", held.max),
+        (c"free", held.free),
+        (c"retry_after_ms", held.retry_after_ms),
+        (c"reset_after_ms", held.reset_after_ms),
+    ];
+    if Reply::to(ctx).resp3() {
+        named_integers(ctx, &pairs);
+    } else {
+        integers(ctx, &pairs.map(|(_, value)| value));
+    }
 }

@@ -57,6 +57,8 @@ pub struct StoredKey<'a> {
     key: Key<'a>,
     /// The key's absolute expiry once read (`Some(None)`: it has none).
     expiry: Cell<Option<Option<i64>>>,
+    /// Rewrite in place only at the same length (see [`StoredKey::exact_size`]).
+    exact: bool,
 }
 
 impl<'a> StoredKey<'a> {
@@ -74,7 +76,18 @@ impl<'a> StoredKey<'a> {
             name,
             key: Key::open(ctx, name, mode),
             expiry: Cell::new(None),
+            exact: false,
         }
+    }
+
+    /// Values of this key are written at their exact size: a value of another length gets
+    /// a new string rather than an in-place rewrite, which would grow the old one greedily
+    /// (up to twice its length). For lease values, which change length on every acquire
+    /// and release and whose memory per lease is a stated bound.
+    #[inline]
+    pub fn exact_size(mut self) -> Self {
+        self.exact = true;
+        self
     }
 
     /// The key's string value; `None` for no key; `WRONGTYPE` for another type. The bytes
@@ -160,9 +173,13 @@ impl<'a> StoredKey<'a> {
     /// touched when it moves (never for a fixed window's next hit), or when it has none
     /// (after `PERSIST`), which this sets again.
     fn write_value(&mut self, value: &[u8], expires_at_ms: i64, new_key: Option<ServerStr>) {
+        let same_length = || {
+            let old = self.key.value().ok().flatten();
+            old.map(<[u8]>::len) == Some(value.len())
+        };
         if let Some(string) = new_key {
             self.create_value(string, expires_at_ms);
-        } else if self.key.overwrite(value) {
+        } else if (!self.exact || same_length()) && self.key.overwrite(value) {
             if self.expiry() != Some(expires_at_ms) {
                 self.key.set_expiry(expires_at_ms);
             }

@@ -83,13 +83,18 @@ fn count_on(con: &mut Connection, key: &str) -> u64 {
 
 /// Every RL command with arguments valid for one key (a fixed window of 5 per minute, or
 /// redis-cell's 30 per minute), for the routing checks.
-const ROUTED: [(&str, &[&str]); 6] = [
+const ROUTED: [(&str, &[&str]); 11] = [
     ("RL.HIT", &["5", "1m"]),
     ("RL.HIT", &["10", "1s", "1000", "1h", "ALGO", "gcra"]),
     ("RL.PEEK", &["5", "1m"]),
     ("RL.REFUND", &["5", "1m"]),
     ("RL.RESET", &[]),
     ("CL.THROTTLE", &["15", "30", "60"]),
+    ("RL.ACQUIRE", &["3", "1h", "5", "1m", "ID", "job"]),
+    ("RL.ACQUIRE", &["3", "1h"]),
+    ("RL.RELEASE", &["job"]),
+    ("RL.RENEW", &["job", "1h"]),
+    ("RL.LEASES", &["3"]),
 ];
 
 #[test]

@@ -60,6 +60,12 @@ fn flags_say_what_each_command_does() {
         // It reads whatever state the key holds, a 10,000-entry log too: not `fast`.
         ("CL.THROTTLE", &["write", "denyoom", "module"]),
         ("RL.STATS", &["fast", "module"]),
+        // Leases: every call reads up to ratelimit.max-leases of them, so none is `fast`;
+        // only an acquire can grow a key.
+        ("RL.ACQUIRE", &["write", "denyoom", "module"]),
+        ("RL.RELEASE", &["write", "module"]),
+        ("RL.RENEW", &["write", "module"]),
+        ("RL.LEASES", &["readonly", "module"]),
         // The several-keys commands find their keys after `numkeys`: `movablekeys`.
         ("RL.MHIT", &["write", "denyoom", "module", "movablekeys"]),
         ("RL.MPEEK", &["readonly", "module", "movablekeys"]),
@@ -90,6 +96,10 @@ fn flags_say_what_each_command_does() {
             "RL.RESET",
             "CL.THROTTLE",
             "RL.STATS",
+            "RL.ACQUIRE",
+            "RL.RELEASE",
+            "RL.RENEW",
+            "RL.LEASES",
             "RL.MHIT",
             "RL.MPEEK",
             "RL.MREFUND",
@@ -139,7 +149,7 @@ fn cl_throttle_reads_a_full_log_so_it_is_not_fast() {
 }
 
 /// The writing calls, each with what it needs first, and the reading ones.
-const WRITERS: [&[&str]; 8] = [
+const WRITERS: [&[&str]; 11] = [
     &["RL.HIT", "rl:f:k", "5", "1h"],
     &["RL.REFUND", "rl:f:k", "5", "1h"],
     &["RL.MHIT", "1", "rl:f:k", "SPEC", "5", "1h"],
@@ -148,13 +158,17 @@ const WRITERS: [&[&str]; 8] = [
     &["CL.THROTTLE", "rl:f:t", "5", "10", "60"],
     &["RL.POLICY", "SET", "new", "5", "1m"],
     &["RL.POLICY", "DEL", "kept"],
+    &["RL.ACQUIRE", "rl:f:l", "3", "1h"],
+    &["RL.RENEW", "rl:f:l", "job", "2h"],
+    &["RL.RELEASE", "rl:f:l", "job"],
 ];
-const READERS: [&[&str]; 5] = [
+const READERS: [&[&str]; 6] = [
     &["RL.PEEK", "rl:f:k", "5", "1h"],
     &["RL.MPEEK", "1", "rl:f:k", "SPEC", "5", "1h"],
     &["RL.POLICY", "GET", "kept"],
     &["RL.POLICY", "LIST"],
     &["RL.STATS"],
+    &["RL.LEASES", "rl:f:l", "3"],
 ];
 
 fn cmd(args: &[&str]) -> redis::Cmd {
@@ -173,6 +187,11 @@ fn answers(con: &mut Connection, args: &[&str], context: &str) {
 fn prepare(con: &mut Connection) {
     answers(con, &["RL.HIT", "rl:f:k", "5", "1h"], "setup");
     answers(con, &["RL.POLICY", "SET", "kept", "5", "1h"], "setup");
+    answers(
+        con,
+        &["RL.ACQUIRE", "rl:f:l", "3", "1h", "ID", "job"],
+        "setup",
+    );
 }
 
 /// What the readers see, to show that a refused writer changed nothing.
@@ -182,7 +201,7 @@ fn snapshot(con: &mut Connection) -> Vec<Value> {
         .iter()
         .map(|args| cmd(args).query(con).expect("reader"))
         .collect();
-    for key in ["rl:f:k", "rl:f:t"] {
+    for key in ["rl:f:k", "rl:f:t", "rl:f:l"] {
         seen.push(redis::cmd("GET").arg(key).query(con).expect("GET"));
         seen.push(Value::Int(support::pexpiretime(con, key)));
     }
@@ -232,7 +251,8 @@ fn out_of_memory_refuses_what_grows_memory_and_answers_the_rest() {
             .arg(&["SET", "maxmemory", "1"])
             .exec(&mut con)
             .expect("CONFIG SET");
-        let growing: [&[&str]; 4] = [
+        let growing: [&[&str]; 5] = [
+            &["RL.ACQUIRE", "rl:f:new4", "3", "1h"],
             &["RL.HIT", "rl:f:new", "5", "1h"],
             &["RL.MHIT", "1", "rl:f:new3", "SPEC", "5", "1h"],
             &["CL.THROTTLE", "rl:f:new2", "5", "10", "60"],
@@ -246,7 +266,9 @@ fn out_of_memory_refuses_what_grows_memory_and_answers_the_rest() {
             answers(&mut con, args, &format!("{flavor:?} under OOM"));
         }
         // Giving back, forgetting and deleting free memory: they answer too.
-        let shrinking: [&[&str]; 4] = [
+        let shrinking: [&[&str]; 6] = [
+            &["RL.RENEW", "rl:f:l", "job", "2h"],
+            &["RL.RELEASE", "rl:f:l", "job"],
             &["RL.REFUND", "rl:f:k", "5", "1h"],
             &["RL.MREFUND", "1", "rl:f:k", "SPEC", "5", "1h"],
             &["RL.RESET", "rl:f:t"],
@@ -288,6 +310,10 @@ fn every_command_that_reads_the_clock_says_so_and_the_docs_give_the_complexity()
         "RL.MREFUND",
         "CL.THROTTLE",
         "RL.STATS",
+        "RL.ACQUIRE",
+        "RL.RELEASE",
+        "RL.RENEW",
+        "RL.LEASES",
     ];
     let no_clock = ["RL.RESET", "RL.POLICY"];
     for flavor in FLAVORS {

@@ -61,6 +61,7 @@ pub mod duration;
 pub mod encoding;
 pub mod fixed_window;
 pub mod gcra;
+pub mod lease;
 pub mod limiter;
 pub mod sliding_log;
 pub mod sliding_window;

@@ -10,6 +10,7 @@ pub mod client_ip;
 pub mod config;
 pub mod descriptor;
 pub mod key;
+pub mod lease;
 pub mod limiter;
 pub mod path;
 pub mod state;
@@ -19,7 +20,7 @@ pub mod words;
 pub type Target = fn(&[u8]);
 
 /// Every target: its name (the binary and the corpus directory) and its body.
-pub const TARGETS: [(&str, Target); 8] = [
+pub const TARGETS: [(&str, Target); 9] = [
     ("args", args::fuzz),
     ("state", state::fuzz),
     ("limiter", limiter::fuzz),
@@ -28,4 +29,5 @@ pub const TARGETS: [(&str, Target); 8] = [
     ("config", config::fuzz),
     ("key", key::fuzz),
     ("descriptor", descriptor::fuzz),
+    ("lease", lease::fuzz),
 ];

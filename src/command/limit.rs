@@ -11,6 +11,7 @@ use crate::server::clock;
 use crate::store::{self, Access, StoredKey};
 use crate::{config, metrics, reply};
 use ratelimit_core::args::{parse_limits, parse_policy_call, Mode};
+use ratelimit_core::lease::is_lease;
 use ratelimit_core::limiter::{self, Action, LimiterError, Limits, Outcome};
 use redis_module::Context;
 
@@ -83,8 +84,12 @@ pub fn decide(
     let mut key = StoredKey::open(ctx, key_name, access);
     let stored = key.value()?;
     let now_ms = clock::now_ms();
-    let outcome =
-        limiter::run(limits, action, stored, || key.expiry(), now_ms).map_err(limiter_error)?;
+    let outcome = limiter::run(limits, action, stored, || key.expiry(), now_ms).map_err(|err| {
+        if stored.is_some_and(is_lease) {
+            return CommandError::Message(LEASES_NOT_STATE.into());
+        }
+        limiter_error(err)
+    })?;
     key.apply(&outcome.write)?;
     if matches!(action, Action::Hit { .. }) && !outcome.decision.allowed && config::notify_denied()
     {
@@ -92,6 +97,10 @@ pub fn decide(
     }
     Ok(outcome)
 }
+
+/// The error for RL.HIT and its kin on a key that holds leases.
+const LEASES_NOT_STATE: &str =
+    "ERR key holds leases (RL.ACQUIRE), not a rate-limit state: use RL.LEASES to read it";
 
 fn limiter_error(err: LimiterError) -> CommandError {
     CommandError::Message(match err {

@@ -6,6 +6,7 @@
 //! that reached Redis would kill the server) and writes every reply itself, so no reply
 //! path that could panic on odd bytes is ever used.
 
+pub mod lease;
 pub mod limit;
 pub mod multi;
 pub mod reset;

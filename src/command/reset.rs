@@ -1,8 +1,9 @@
-//! `RL.RESET key`: forget a key's rate-limit state.
+//! `RL.RESET key`: forget a key's rate-limit state, or its leases (RL.ACQUIRE).
 
 use super::{command_handler, Args, CommandError, CommandResult};
 use crate::reply;
 use crate::store::{Access, StoredKey, NOT_OURS};
+use ratelimit_core::lease::is_lease;
 use ratelimit_core::limiter::{is_state, Write};
 use redis_module::Context;
 
@@ -15,7 +16,8 @@ fn run(ctx: &Context, args: Args<'_>) -> CommandResult {
         return Err(CommandError::WrongArity);
     };
     let mut key = StoredKey::open(ctx, key_name, Access::Write);
-    let deleted = match key.value()?.map(|bytes| is_state(bytes, key.expiry())) {
+    let ours = |bytes: &[u8]| is_state(bytes, key.expiry()) || is_lease(bytes);
+    let deleted = match key.value()?.map(ours) {
         None => false,
         Some(true) => {
             key.apply(&Write::Delete)?;

@@ -91,7 +91,8 @@ const KEYWORDS: &[&[u8]] = &[
 /// A random call of one of the commands, on the shared key space.
 pub fn any_call(rng: &mut Rng) -> Argv {
     match rng.below(100) {
-        0..=39 => limit_call(rng, b"RL.HIT"),
+        0..=34 => limit_call(rng, b"RL.HIT"),
+        35..=39 => lease_call(rng),
         40..=54 => limit_call(rng, b"RL.PEEK"),
         55..=64 => limit_call(rng, b"RL.REFUND"),
         65..=69 => reset_call(rng),
@@ -301,5 +302,64 @@ fn bare_call(rng: &mut Rng) -> Argv {
         vec![command, b"NO-SUCH-SUBCOMMAND".to_vec()]
     } else {
         vec![command, key(rng)]
+    }
+}
+
+/// Lease ids a hostile client gives: a few shared ones (so releases and renewals find
+/// their lease), 64 bytes (the most), 65, empty, binary, and 32 hex digits in both cases.
+const LEASE_IDS: &[&[u8]] = &[
+    b"job-1",
+    b"job-2",
+    b"w",
+    b"ALGO",
+    b"ID",
+    b"00112233445566778899aabbccddeeff",
+    b"00112233445566778899AABBCCDDEEFF",
+    b"\0\xff\r\n",
+    b"",
+    b"yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy",
+    b"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+];
+
+/// Lease lengths: mostly long enough to outlive a run's comparison, some short.
+const LEASE_TTLS: &[&[u8]] = &[b"1h", b"2h", b"1d", b"3600", b"200ms", b"1s", b"366d"];
+
+/// `RL.ACQUIRE key max ttl [tiers] [ID id]`, `RL.RELEASE key id`, `RL.RENEW key id ttl`
+/// or `RL.LEASES key max`, with edge arguments now and then.
+pub fn lease_call(rng: &mut Rng) -> Argv {
+    let id = |rng: &mut Rng| rng.pick(LEASE_IDS).to_vec();
+    let ttl = |rng: &mut Rng| {
+        if rng.percent(90) {
+            rng.pick(LEASE_TTLS).to_vec()
+        } else {
+            rng.pick(EDGE_WINDOWS).to_vec()
+        }
+    };
+    let max: &[&[u8]] = &[b"1", b"2", b"3", b"8", b"10000"];
+    let key = key(rng);
+    match rng.below(10) {
+        0..=4 => {
+            let mut argv = vec![b"RL.ACQUIRE".to_vec(), key, number(rng, max), ttl(rng)];
+            if rng.percent(25) {
+                tiers(rng, &mut argv);
+                options(rng, &mut argv, true);
+            }
+            if rng.percent(60) {
+                argv.push(b"ID".to_vec());
+                argv.push(id(rng));
+            }
+            argv
+        }
+        5..=6 => vec![b"RL.RELEASE".to_vec(), key, id(rng)],
+        7 => vec![b"RL.RENEW".to_vec(), key, id(rng), ttl(rng)],
+        8 => vec![b"RL.LEASES".to_vec(), key, number(rng, max)],
+        _ => {
+            let commands: [&[u8]; 4] = [b"RL.ACQUIRE", b"RL.RELEASE", b"RL.RENEW", b"RL.LEASES"];
+            let mut argv = vec![rng.pick(&commands).to_vec(), key];
+            for _ in 0..rng.below(3) {
+                argv.push(id(rng));
+            }
+            argv
+        }
     }
 }

@@ -104,7 +104,7 @@ pub fn lua_call(rng: &mut Rng) -> Argv {
 /// `CONFIG SET ratelimit.<name> <value>`, good values about two times in three; the
 /// defaults come back often, so most calls run under them.
 pub fn config_set(rng: &mut Rng) -> Argv {
-    let (name, values): (&[u8], &[&[u8]]) = match rng.below(4) {
+    let (name, values): (&[u8], &[&[u8]]) = match rng.below(5) {
         0 => (
             b"ratelimit.default-algorithm",
             &[
@@ -131,6 +131,10 @@ pub fn config_set(rng: &mut Rng) -> Argv {
                 b"10000", b"10000", b"100", b"1", b"0", b"10001", b"-5", b"1.5",
             ],
         ),
+        3 => (
+            b"ratelimit.max-leases",
+            &[b"10000", b"10000", b"2", b"1", b"0", b"10001", b"-1", b"x"],
+        ),
         _ => (b"ratelimit.notify-denied", &[b"no", b"yes", b"maybe", b""]),
     };
     let value = *rng.pick(values);
@@ -143,6 +147,7 @@ pub fn config_defaults() -> Vec<Argv> {
         (&b"ratelimit.default-algorithm"[..], &b"fixed"[..]),
         (b"ratelimit.max-window-ms", b"31622400000"),
         (b"ratelimit.max-log-limit", b"10000"),
+        (b"ratelimit.max-leases", b"10000"),
         (b"ratelimit.notify-denied", b"no"),
     ]
     .into_iter()
