@@ -27,7 +27,7 @@
 
 use crate::algorithm::OutOfRange;
 use crate::duration::DAY_MS;
-use chrono::{DateTime, Datelike, Days, LocalResult, NaiveDate, NaiveTime, TimeZone};
+use chrono::{DateTime, Datelike, Days, LocalResult, NaiveDate, NaiveTime, Offset, TimeZone};
 use chrono_tz::{GapInfo, Tz, TZ_VARIANTS};
 use std::sync::OnceLock;
 
@@ -216,7 +216,14 @@ impl Calendar {
 pub fn period_end(now_ms: i64, calendar: &Calendar) -> Result<i64, OutOfRange> {
     let tz = calendar.zone.tz().ok_or(OutOfRange)?;
     let now = DateTime::from_timestamp_millis(now_ms).ok_or(OutOfRange)?;
-    let today = now.with_timezone(&tz).date_naive();
+    // Checked: near chrono's last representable day, an offset east of UTC would carry
+    // the local time past it (`date_naive` panics there).
+    let offset = tz.offset_from_utc_datetime(&now.naive_utc()).fix();
+    let today = now
+        .naive_utc()
+        .checked_add_offset(offset)
+        .ok_or(OutOfRange)?
+        .date();
     let next = match calendar.period {
         Period::Day => today.succ_opt(),
         Period::Week => {
@@ -560,6 +567,36 @@ mod tests {
             end("2010-03-04T23:30:00+08:00", month),
             at("2010-04-01T00:00:00+08:00")
         );
+    }
+
+    #[test]
+    fn times_at_the_limits_of_the_calendar_are_errors_not_panics() {
+        let max = DateTime::<Utc>::MAX_UTC.timestamp_millis();
+        let min = DateTime::<Utc>::MIN_UTC.timestamp_millis();
+        for tz in TZ_VARIANTS.iter() {
+            let zone = zone(tz.name());
+            for (period, anchor) in [
+                (Period::Day, 0),
+                (Period::Week, 0),
+                (Period::Month, 0),
+                (Period::Month, 31),
+                (Period::Year, 0),
+            ] {
+                let calendar = Calendar {
+                    period,
+                    anchor,
+                    zone,
+                };
+                for base in [max, min] {
+                    for hours in -30..=30 {
+                        let now = base.saturating_add(hours * HOUR);
+                        if let Ok(end) = period_end(now, &calendar) {
+                            assert!(end > now, "{} {period:?} {now}", tz.name());
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
