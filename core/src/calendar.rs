@@ -27,7 +27,7 @@
 
 use crate::algorithm::OutOfRange;
 use crate::duration::DAY_MS;
-use chrono::{DateTime, Datelike, Days, NaiveDate, NaiveTime, TimeZone};
+use chrono::{DateTime, Datelike, Days, LocalResult, NaiveDate, NaiveTime, Offset, TimeZone};
 use chrono_tz::{GapInfo, Tz, TZ_VARIANTS};
 use std::sync::OnceLock;
 
@@ -216,7 +216,14 @@ impl Calendar {
 pub fn period_end(now_ms: i64, calendar: &Calendar) -> Result<i64, OutOfRange> {
     let tz = calendar.zone.tz().ok_or(OutOfRange)?;
     let now = DateTime::from_timestamp_millis(now_ms).ok_or(OutOfRange)?;
-    let today = now.with_timezone(&tz).date_naive();
+    // Checked: near chrono's last representable day, an offset east of UTC would carry
+    // the local time past it (`date_naive` panics there).
+    let offset = tz.offset_from_utc_datetime(&now.naive_utc()).fix();
+    let today = now
+        .naive_utc()
+        .checked_add_offset(offset)
+        .ok_or(OutOfRange)?
+        .date();
     let next = match calendar.period {
         Period::Day => today.succ_opt(),
         Period::Week => {
@@ -230,7 +237,7 @@ pub fn period_end(now_ms: i64, calendar: &Calendar) -> Result<i64, OutOfRange> {
             .and_then(|year| NaiveDate::from_ymd_opt(year, 1, 1)),
     }
     .ok_or(OutOfRange)?;
-    first_instant(&tz, next)
+    first_instant(&tz, next, now_ms)
 }
 
 /// The days of `month` (1..=12) in `year`.
@@ -265,15 +272,33 @@ fn next_billing_day(today: NaiveDate, anchor: u8) -> Option<NaiveDate> {
     billing_day(year, month, anchor)
 }
 
-/// The first instant of local `date` in `tz`: its midnight, the earlier one when the clock
-/// goes back across it, the end of the gap when the zone skips it.
-fn first_instant(tz: &Tz, date: NaiveDate) -> Result<i64, OutOfRange> {
+/// The first instant of local `date` in `tz` after `now_ms`: its midnight; when the clock
+/// goes back across it, the earlier one unless it has passed (the clock went back from
+/// after it to the day before, which then ends at the later one); the end of the gap when
+/// the zone skips it.
+fn first_instant(tz: &Tz, date: NaiveDate, now_ms: i64) -> Result<i64, OutOfRange> {
     let midnight = date.and_time(NaiveTime::MIN);
-    if let Some(start) = tz.from_local_datetime(&midnight).earliest() {
-        return Ok(start.timestamp_millis());
+    let start = match tz.from_local_datetime(&midnight) {
+        LocalResult::Single(start) => start.timestamp_millis(),
+        LocalResult::Ambiguous(earlier, later) => {
+            let earlier = earlier.timestamp_millis();
+            if earlier > now_ms {
+                earlier
+            } else {
+                later.timestamp_millis()
+            }
+        }
+        LocalResult::None => {
+            let gap = GapInfo::new(&midnight, tz).ok_or(OutOfRange)?;
+            gap.end.ok_or(OutOfRange)?.timestamp_millis()
+        }
+    };
+    // Never an end that has passed: no window would count.
+    if start > now_ms {
+        Ok(start)
+    } else {
+        Err(OutOfRange)
     }
-    let gap = GapInfo::new(&midnight, tz).ok_or(OutOfRange)?;
-    gap.end.map(|end| end.timestamp_millis()).ok_or(OutOfRange)
 }
 
 #[cfg(test)]
@@ -512,6 +537,66 @@ mod tests {
         let utc = cal(Period::Year, 0, "UTC");
         let leap = end("2028-01-01T00:00:00Z", utc) - at("2028-01-01T00:00:00Z");
         assert_eq!(leap, 366 * 24 * HOUR);
+    }
+
+    #[test]
+    fn a_midnight_the_clock_goes_back_across_ends_after_now() {
+        // America/St_Johns fell back at 00:01 to 23:01 until 2011: on 2009-11-01 the local
+        // 00:00 came first at -02:30, then the clock read Saturday 23:01 again, and 00:00
+        // came again at -03:30. During that second Saturday hour, the day ends at the
+        // second midnight, not at the first, which has passed.
+        let day = cal(Period::Day, 0, "America/St_Johns");
+        let second_midnight = at("2009-11-01T00:00:00-03:30");
+        for now in ["2009-10-31T23:01:00-03:30", "2009-10-31T23:59:59.999-03:30"] {
+            assert_eq!(end(now, day), second_midnight, "{now}");
+        }
+        assert_eq!(
+            end("2009-10-31T23:30:00-02:30", day),
+            at("2009-11-01T00:00:00-02:30")
+        );
+        // Antarctica/Casey went from +11 to +08 at 02:00 on 2010-03-05.
+        let month = cal(Period::Month, 0, "Antarctica/Casey");
+        assert_eq!(
+            end(
+                "2010-03-04T23:30:00+08:00",
+                cal(Period::Day, 0, "Antarctica/Casey")
+            ),
+            at("2010-03-05T00:00:00+08:00")
+        );
+        assert_eq!(
+            end("2010-03-04T23:30:00+08:00", month),
+            at("2010-04-01T00:00:00+08:00")
+        );
+    }
+
+    #[test]
+    fn times_at_the_limits_of_the_calendar_are_errors_not_panics() {
+        let max = DateTime::<Utc>::MAX_UTC.timestamp_millis();
+        let min = DateTime::<Utc>::MIN_UTC.timestamp_millis();
+        for tz in TZ_VARIANTS.iter() {
+            let zone = zone(tz.name());
+            for (period, anchor) in [
+                (Period::Day, 0),
+                (Period::Week, 0),
+                (Period::Month, 0),
+                (Period::Month, 31),
+                (Period::Year, 0),
+            ] {
+                let calendar = Calendar {
+                    period,
+                    anchor,
+                    zone,
+                };
+                for base in [max, min] {
+                    for hours in -30..=30 {
+                        let now = base.saturating_add(hours * HOUR);
+                        if let Ok(end) = period_end(now, &calendar) {
+                            assert!(end > now, "{} {period:?} {now}", tz.name());
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

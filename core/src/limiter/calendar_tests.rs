@@ -206,3 +206,21 @@ fn every_algorithm_but_fixed_is_refused_and_fixed_is_the_default() {
     assert_eq!(limits.tiers[0].window_ms, 7 * 24 * HOUR);
     assert_ne!(limits.tiers[0], Quota::new(10, 7 * 24 * HOUR));
 }
+
+#[test]
+fn a_day_that_the_clock_re_enters_still_counts_to_its_limit() {
+    // America/St_Johns, 2009-11-01: the clock fell back from 00:01 to Saturday 23:01, so
+    // Saturday's last hour came twice. A key written in the second one expires at the
+    // second midnight, and its limit holds.
+    let day = rule("1 day TZ America/St_Johns");
+    let mut key = Key::default();
+    let now = at("2009-10-31T23:30:00-03:30");
+    let first = key.run(&day, HIT, now);
+    assert!(first.decision.allowed);
+    assert_eq!(first.decision.reset_after_ms, 30 * 60_000);
+    let (_, expiry) = key.value_and_expiry();
+    assert_eq!(expiry, at("2009-11-01T00:00:00-03:30"));
+    let second = key.run(&day, HIT, now + 1);
+    assert!(!second.decision.allowed, "one a day");
+    assert_eq!(second.decision.retry_after_ms, expiry - now - 1);
+}
