@@ -262,7 +262,7 @@ pub fn acquire(
         write,
     };
     if held >= request.max {
-        let mut retry = found.earliest.map_or(0, |end| end.saturating_sub(now_ms));
+        let mut retry = slot_wait(stored, now_ms, &found, request.max);
         let mut tiers: Option<Outcome> = None;
         if let Some((limits, cost)) = request.tiers {
             let look = run_tiers(limits, Action::Peek { cost }, tier_now, now_ms)?;
@@ -335,6 +335,32 @@ fn run_tiers(
     let stored = tier.map(|t| t.bytes);
     let expiry = || tier.map(|t| t.expires_at_ms);
     Ok(limiter::run(limits, action, stored, expiry, now_ms)?)
+}
+
+/// Ms until fewer than `max` leases are held: the earliest end when exactly `max` are held,
+/// else the end of the `held - max + 1`-th earliest (a lowered `max`, or callers giving
+/// different ones). 0 when a slot is free.
+fn slot_wait(stored: Option<&[u8]>, now_ms: i64, found: &Found, max: i64) -> i64 {
+    let held = i64::try_from(found.held).unwrap_or(i64::MAX);
+    if held < max {
+        return 0;
+    }
+    let earliest = found.earliest.map_or(0, |end| end.saturating_sub(now_ms));
+    let Some(rank) = usize::try_from(held - max).ok().filter(|r| *r > 0) else {
+        return earliest;
+    };
+    let mut ends = Vec::with_capacity(found.held);
+    if let Some(bytes) = stored {
+        let _ = scan(bytes, |record| {
+            if record.expires_at_ms > now_ms {
+                ends.push(record.expires_at_ms);
+            }
+        });
+    }
+    match ends.get(..).filter(|e| rank < e.len()) {
+        Some(_) => *ends.select_nth_unstable(rank).1 - now_ms,
+        None => earliest,
+    }
 }
 
 /// What RL.RELEASE and RL.RENEW answer.
@@ -423,7 +449,7 @@ pub fn peek(stored: Option<&[u8]>, now_ms: i64, max: i64) -> Result<Held, LeaseE
     let retry_after_ms = if free > 0 {
         0
     } else {
-        found.earliest.map_or(0, |end| end.saturating_sub(now_ms))
+        slot_wait(stored, now_ms, &found, max)
     };
     Ok(Held {
         max,

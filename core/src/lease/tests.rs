@@ -404,3 +404,22 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_lower_max_waits_for_enough_leases_to_end() {
+    // Five held (ends T0+100..T0+500); a caller with max 3 needs three of them to end.
+    let mut key = MemoryKey::default();
+    for i in 0..5u8 {
+        take(&mut key, T0, &ask(5, 100 * (i64::from(i) + 1), &[b'a' + i]));
+    }
+    let denied = acquire(key.value(), T0, &ask(3, 1_000, b"z")).expect("acquire");
+    assert!(!denied.acquired);
+    assert_eq!(
+        denied.retry_after_ms, 300,
+        "three must end before a slot of 3 frees"
+    );
+    let held = peek(key.value(), T0, 3).expect("peek");
+    assert_eq!(held.retry_after_ms, 300);
+    let after = acquire(key.value(), T0 + 300, &ask(3, 1_000, b"z")).expect("acquire");
+    assert!(after.acquired, "free at exactly that wait");
+}
