@@ -83,8 +83,8 @@ pub fn replicate_all(ctx: &Context, command: &CStr, args: &[ServerString]) -> bo
 ///
 /// This is `RedisModule_Replicate` with the flags `A` and `R`, which exclude the AOF and
 /// the replicas: the server counts the change and propagates nothing, whatever listens.
-/// (`RedisModule_ReplicateVerbatim` would be cheaper, but it hands on the `RL.*` command
-/// itself, which reads the clock and must never reach a replica or the AOF.) The server
+/// (Handing on the command as it was called would be cheaper, but the `RL.*` command reads
+/// the clock, so it must never reach a replica or the AOF: only its effects do.) The server
 /// still looks `SET` up by name, which is most of what is left of the cost this saves.
 #[inline]
 pub fn count_change_unpropagated(ctx: &Context) -> bool {
