@@ -656,26 +656,32 @@ mod tests {
         assert!(parse_with(&["50", "1m", "ALGO", "log"]).is_ok());
     }
 
+    /// A policy parsed from `args` with the default settings.
+    fn parse_policy_str(args: &[&str]) -> Result<PolicyArgs, ArgError> {
+        let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        parse_policy(bytes.iter().copied(), &Settings::default())
+    }
+
+    /// The arguments a policy is stored as parse back into the same policy.
+    fn assert_policy_round_trips(args: &[&str]) {
+        let policy = parse_policy_str(args).expect("valid");
+        let again = policy_arguments(&policy);
+        let again: Vec<&str> = again.iter().map(String::as_str).collect();
+        assert_eq!(
+            parse_policy_str(&again),
+            Ok(policy),
+            "{args:?} -> {again:?}"
+        );
+    }
+
     #[test]
     fn a_policy_round_trips_through_its_arguments() {
-        let settings = Settings::default();
-        let parse_policy_str = |args: &[&str]| {
-            let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            parse_policy(bytes.iter().copied(), &settings)
-        };
         for args in [
             &["5", "60", "10", "1h"][..],
             &["3", "90s", "ALGO", "gcra", "BURST", "7", "MODE", "Shadow"],
             &["1", "250ms", "ALGO", "log"],
         ] {
-            let policy = parse_policy_str(args).expect("valid");
-            let again = policy_arguments(&policy);
-            let again: Vec<&str> = again.iter().map(String::as_str).collect();
-            assert_eq!(
-                parse_policy_str(&again),
-                Ok(policy),
-                "{args:?} -> {again:?}"
-            );
+            assert_policy_round_trips(args);
         }
         let shadow = parse_policy_str(&["5", "1m", "MODE", "shadow"]).expect("valid");
         assert_eq!(shadow.mode, Mode::Shadow);
@@ -865,11 +871,6 @@ mod tests {
 
     #[test]
     fn a_calendar_policy_round_trips_through_its_arguments() {
-        let settings = Settings::default();
-        let parse_policy_str = |args: &[&str]| {
-            let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            parse_policy(bytes.iter().copied(), &settings)
-        };
         for args in [
             &["10", "1s", "1000", "month", "TZ", "Europe/Paris"][..],
             &[
@@ -886,14 +887,7 @@ mod tests {
             ],
             &["1", "year", "MODE", "shadow"],
         ] {
-            let policy = parse_policy_str(args).expect("valid");
-            let again = policy_arguments(&policy);
-            let again: Vec<&str> = again.iter().map(String::as_str).collect();
-            assert_eq!(
-                parse_policy_str(&again),
-                Ok(policy),
-                "{args:?} -> {again:?}"
-            );
+            assert_policy_round_trips(args);
         }
         let paris = parse_policy_str(&["1000", "month", "ANCHOR", "5", "TZ", "europe/paris"]);
         assert_eq!(
