@@ -273,6 +273,18 @@ fn refused_options_name_the_problem_and_write_nothing() {
             "{flavor:?}: {text}"
         );
         assert!(!exists(&mut con, &fresh), "{flavor:?}");
+        // A zone name of 1 MB: no IANA name is that long, refused without reading it all.
+        let huge = format!("Europe/{}", "x".repeat(1 << 20));
+        let cmd = redis::cmd("RL.HIT")
+            .arg(&name)
+            .arg(&["5", "month", "TZ", &huge])
+            .clone();
+        assert_eq!(
+            error_text(&mut con, &cmd),
+            "ERR TZ must be an IANA time zone name, e.g. Europe/Paris",
+            "{flavor:?}"
+        );
+        assert_eq!(stored(&mut con, &name), before, "{flavor:?}: unchanged");
     }
 }
 

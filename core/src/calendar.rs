@@ -99,6 +99,9 @@ impl Period {
     }
 }
 
+/// The longest zone name [`Zone::from_name`] reads.
+pub const MAX_ZONE_NAME_LEN: usize = 64;
+
 /// A time zone of the tz database, identified by the hash of its IANA name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Zone {
@@ -138,6 +141,11 @@ impl Zone {
     /// The zone with the IANA name `name` (`Europe/Paris`, `UTC`), matched exactly or,
     /// failing that, ignoring ASCII case; `None` for a name the database does not carry.
     pub fn from_name(name: &[u8]) -> Option<Zone> {
+        // No IANA name is longer (the longest has 32 bytes): a huge argument is refused
+        // before it is validated, hashed or compared with every name.
+        if name.len() > MAX_ZONE_NAME_LEN {
+            return None;
+        }
         let text = std::str::from_utf8(name).ok()?;
         let tz = text.parse::<Tz>().ok().or_else(|| {
             TZ_VARIANTS
@@ -304,6 +312,21 @@ fn first_instant(tz: &Tz, date: NaiveDate, now_ms: i64) -> Result<i64, OutOfRang
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_zone_name_fits_the_cap_and_a_longer_one_is_refused() {
+        for tz in TZ_VARIANTS {
+            assert!(tz.name().len() <= MAX_ZONE_NAME_LEN, "{}", tz.name());
+            assert!(
+                Zone::from_name(tz.name().as_bytes()).is_some(),
+                "{}",
+                tz.name()
+            );
+        }
+        let padded = format!("Europe/Paris{}", " ".repeat(MAX_ZONE_NAME_LEN));
+        assert_eq!(Zone::from_name(padded.as_bytes()), None);
+        assert_eq!(Zone::from_name(&vec![b'a'; 100 * 1024 * 1024]), None);
+    }
     use chrono::{NaiveDateTime, Utc};
     use proptest::prelude::*;
 
