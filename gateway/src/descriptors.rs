@@ -17,6 +17,7 @@
 
 use crate::failure::Failure;
 use crate::rules::{call_args, KeySource, Limit, OnFailure, Rule, Tier, MAX_RULE_NAME_BYTES};
+use ratelimit_core::calendar::Period;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -24,7 +25,8 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The time units of Envoy's `RateLimitResponse.RateLimit.Unit` that a window can be.
+/// The time units of Envoy's `RateLimitResponse.RateLimit.Unit`. A month and a year are
+/// calendar windows (in UTC, or the descriptor's `tz`), never 30 or 365 days.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
     Second,
@@ -32,11 +34,12 @@ pub enum Unit {
     Hour,
     Day,
     Week,
+    Month,
+    Year,
 }
 
 impl Unit {
-    /// From the YAML (`second`, `SECOND`, ...) or Envoy's enum number; `None` for UNKNOWN
-    /// and for months and years (calendar windows, not fixed ones).
+    /// From the YAML (`second`, `SECOND`, ...); `None` for anything else.
     pub fn parse(text: &str) -> Option<Unit> {
         Some(match text.to_ascii_lowercase().as_str() {
             "second" => Unit::Second,
@@ -44,16 +47,21 @@ impl Unit {
             "hour" => Unit::Hour,
             "day" => Unit::Day,
             "week" => Unit::Week,
+            "month" => Unit::Month,
+            "year" => Unit::Year,
             _ => return None,
         })
     }
 
+    /// From Envoy's enum number; `None` for UNKNOWN (0) and numbers it does not define.
     pub fn from_proto(value: i32) -> Option<Unit> {
         Some(match value {
             1 => Unit::Second,
             2 => Unit::Minute,
             3 => Unit::Hour,
             4 => Unit::Day,
+            5 => Unit::Month,
+            6 => Unit::Year,
             7 => Unit::Week,
             _ => return None,
         })
@@ -66,28 +74,78 @@ impl Unit {
             Unit::Minute => 2,
             Unit::Hour => 3,
             Unit::Day => 4,
+            Unit::Month => 5,
+            Unit::Year => 6,
             Unit::Week => 7,
         }
     }
 
+    /// The window's length; a calendar period's nominal one.
     pub fn window_ms(self) -> u64 {
-        match self {
-            Unit::Second => 1_000,
-            Unit::Minute => 60_000,
-            Unit::Hour => 3_600_000,
-            Unit::Day => 86_400_000,
-            Unit::Week => 7 * 86_400_000,
+        match self.calendar(false) {
+            Some(period) => u64::try_from(period.nominal_ms()).unwrap_or(u64::MAX),
+            None => match self {
+                Unit::Second => 1_000,
+                Unit::Minute => 60_000,
+                Unit::Hour => 3_600_000,
+                Unit::Day => 86_400_000,
+                _ => 7 * 86_400_000,
+            },
         }
     }
 
-    fn name(self) -> &'static str {
+    /// The calendar period this unit counts in: always for a month and a year, and for a
+    /// day and a week when the descriptor names a time zone (`zoned`). Otherwise a day and
+    /// a week are fixed windows of 24 h and 7 days, as in envoyproxy/ratelimit.
+    pub fn calendar(self, zoned: bool) -> Option<Period> {
         match self {
-            Unit::Second => "second",
-            Unit::Minute => "minute",
-            Unit::Hour => "hour",
-            Unit::Day => "day",
-            Unit::Week => "week",
+            Unit::Month => Some(Period::Month),
+            Unit::Year => Some(Period::Year),
+            Unit::Day if zoned => Some(Period::Day),
+            Unit::Week if zoned => Some(Period::Week),
+            _ => None,
         }
+    }
+
+    /// The tier `requests_per_unit` per this unit.
+    fn tier(self, requests_per_unit: u32, zoned: bool) -> Tier {
+        Tier {
+            limit: u64::from(requests_per_unit),
+            window_ms: self.window_ms(),
+            period: self.calendar(zoned),
+        }
+    }
+}
+
+/// What a request descriptor's own `limit` (Envoy's `RateLimitOverride`) may do to the
+/// limit of the node it matches (`limit_override`, ours). The override never gets a key
+/// of its own: it is counted in the node's key, so a caller that varies it finds the same
+/// spent budget (the module renews a key whose tiers change from its usage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverrideMode {
+    /// `tighten` (the default): the override is one more tier beside the node's own, so it
+    /// can lower the limit and never raise it. A node naming a policy ignores it.
+    Tighten,
+    /// `replace`: the override is the limit, instead of the node's (envoyproxy/ratelimit's
+    /// behaviour), for a deployment where Envoy's route configuration is trusted to raise
+    /// limits.
+    Replace,
+    /// `ignore`: the node's limit applies, whatever the request says.
+    Ignore,
+}
+
+impl OverrideMode {
+    fn parse(at: &str, text: &str) -> Result<OverrideMode, String> {
+        Ok(match text {
+            "tighten" => OverrideMode::Tighten,
+            "replace" => OverrideMode::Replace,
+            "ignore" => OverrideMode::Ignore,
+            _ => {
+                return Err(format!(
+                    "{at}: '{text}' is not one of tighten, replace, ignore"
+                ))
+            }
+        })
     }
 }
 
@@ -112,18 +170,6 @@ impl FailMode {
         })
     }
 
-    pub fn on_failure(self) -> OnFailure {
-        let closed = self != FailMode::Ok;
-        OnFailure {
-            redis_closed: closed,
-            error_closed: closed,
-        }
-    }
-
-    /// Whether `failure` leaves the descriptor to this mode (every failure does).
-    pub fn closes(self, _failure: Failure) -> bool {
-        self != FailMode::Ok
-    }
 }
 
 /// The limit of one configured descriptor node.
@@ -150,35 +196,99 @@ pub struct DescriptorLimit {
     pub detailed_metric: bool,
     /// This node has no value of its own (any value matches).
     pub value_less: bool,
+    /// What Redis being unreachable, too slow or unable to take the call means.
     pub on_failure: FailMode,
+    /// What an error reply of the module (a policy that does not exist) means: by default
+    /// OVER_LIMIT, as an HTTP rule's `on_module_error` is closed by default, so that a
+    /// misconfiguration does not silently become "no limit".
+    pub on_module_error: FailMode,
+    pub limit_override: OverrideMode,
     /// The entry key whose `key=value` is the hash tag; `None`: the first entry.
     pub subject: Option<String>,
-    algorithm: Option<String>,
-    burst: Option<u64>,
 }
 
 impl DescriptorLimit {
-    /// The rule for a request whose descriptor brings its own `limit` (Envoy's
-    /// `RateLimitOverride`): this node's algorithm and failure mode, the override's tier.
-    pub fn overridden(&self, requests_per_unit: u32, unit: Unit) -> Arc<Rule> {
+    /// The mode that `failure` leaves this descriptor to.
+    pub fn mode_for(&self, failure: Failure) -> FailMode {
+        match failure {
+            Failure::Error => self.on_module_error,
+            Failure::Timeout | Failure::Connection | Failure::Unavailable | Failure::Breaker => {
+                self.on_failure
+            }
+        }
+    }
+
+    /// The rule for a request whose descriptor brings its own `limit` of
+    /// `requests_per_unit` per `unit`, as [`OverrideMode`] says; `None` when the override
+    /// is ignored (by `ignore`, or `tighten` on a policy, or when the tiers it makes are
+    /// ones the module would refuse, such as a calendar override of a GCRA limit).
+    pub fn overridden(&self, requests_per_unit: u32, unit: Unit) -> Option<Arc<Rule>> {
+        let Limit::Tiers {
+            tiers,
+            algorithm,
+            burst,
+            tz,
+            anchor,
+            ..
+        } = &self.rule.limit
+        else {
+            // A policy keeps its limits in Redis; `replace` gives the override alone.
+            return match self.limit_override {
+                OverrideMode::Replace => self.with_tiers(
+                    vec![unit.tier(requests_per_unit, false)],
+                    None,
+                    None,
+                    None,
+                    None,
+                ),
+                _ => None,
+            };
+        };
+        let zoned = tz.is_some();
+        let tier = unit.tier(requests_per_unit, zoned);
+        match self.limit_override {
+            OverrideMode::Ignore => None,
+            OverrideMode::Tighten => {
+                let mut all = tiers.clone();
+                all.push(tier);
+                self.with_tiers(all, algorithm.clone(), *burst, tz.clone(), *anchor)
+            }
+            OverrideMode::Replace => {
+                let calendar = tier.period.is_some();
+                let month = tier.period == Some(Period::Month);
+                self.with_tiers(
+                    vec![tier],
+                    algorithm.clone().filter(|_| !calendar),
+                    burst.filter(|_| !calendar),
+                    tz.clone().filter(|_| calendar),
+                    anchor.filter(|_| month),
+                )
+            }
+        }
+    }
+
+    fn with_tiers(
+        &self,
+        tiers: Vec<Tier>,
+        algorithm: Option<String>,
+        burst: Option<u64>,
+        tz: Option<String>,
+        anchor: Option<u64>,
+    ) -> Option<Arc<Rule>> {
         let limit = Limit::Tiers {
-            tiers: vec![Tier {
-                limit: u64::from(requests_per_unit),
-                window_ms: unit.window_ms(),
-                period: None,
-            }],
-            algorithm: self.algorithm.clone(),
-            burst: self.burst,
-            tz: None,
-            anchor: None,
+            tiers,
+            algorithm,
+            burst,
+            tz,
+            anchor,
             cost: 1,
         };
-        Arc::new(rule(
-            self.rule.name.clone(),
-            limit,
-            self.rule.shadow,
-            self.on_failure,
-        ))
+        let args = call_args(&limit);
+        crate::module_grammar::check_call(&args).ok()?;
+        let mut overridden = self.rule.as_ref().clone();
+        overridden.limit = limit;
+        overridden.call_args = args;
+        Some(Arc::new(overridden))
     }
 }
 
@@ -293,6 +403,8 @@ struct FileDoc {
     descriptors: Vec<DescriptorDoc>,
     // Ours, inherited by every descriptor of the file.
     on_failure: Option<String>,
+    on_module_error: Option<String>,
+    limit_override: Option<String>,
     subject: Option<String>,
 }
 
@@ -312,6 +424,8 @@ struct DescriptorDoc {
     #[serde(default)]
     quota_mode: bool,
     on_failure: Option<String>,
+    on_module_error: Option<String>,
+    limit_override: Option<String>,
     subject: Option<String>,
 }
 
@@ -331,6 +445,10 @@ struct RateLimitDoc {
     #[serde(default)]
     tiers: Vec<String>,
     policy: Option<String>,
+    /// The IANA zone of calendar units (a month and a year always are; a day and a week
+    /// are when a zone is named), and a month's billing day.
+    tz: Option<String>,
+    anchor: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -403,6 +521,8 @@ pub fn from_texts(texts: &[&str]) -> Result<Domains, String> {
 #[derive(Clone)]
 struct Inherited<'a> {
     on_failure: FailMode,
+    on_module_error: FailMode,
+    limit_override: OverrideMode,
     subject: Option<&'a str>,
     /// `domain.key_value.key...`, the metric name of a node (envoyproxy/ratelimit's).
     stat: String,
@@ -421,8 +541,18 @@ pub fn parse(text: &str) -> Result<Domain, String> {
         Some(text) => fail_mode("on_failure", text)?,
         None => FailMode::Ok,
     };
+    let on_module_error = match &doc.on_module_error {
+        Some(text) => fail_mode("on_module_error", text)?,
+        None => FailMode::OverLimit,
+    };
+    let limit_override = match &doc.limit_override {
+        Some(text) => OverrideMode::parse("limit_override", text)?,
+        None => OverrideMode::Tighten,
+    };
     let top = Inherited {
         on_failure,
+        on_module_error,
+        limit_override,
         subject: doc.subject.as_deref(),
         stat: name.clone(),
         at: String::new(),
@@ -457,8 +587,18 @@ fn level(docs: &[DescriptorDoc], above: &Inherited<'_>) -> Result<Level, String>
             Some(text) => fail_mode(&format!("{at}.on_failure"), text)?,
             None => above.on_failure,
         };
+        let on_module_error = match &doc.on_module_error {
+            Some(text) => fail_mode(&format!("{at}.on_module_error"), text)?,
+            None => above.on_module_error,
+        };
+        let limit_override = match &doc.limit_override {
+            Some(text) => OverrideMode::parse(&format!("{at}.limit_override"), text)?,
+            None => above.limit_override,
+        };
         let here = Inherited {
             on_failure,
+            on_module_error,
+            limit_override,
             subject: doc.subject.as_deref().or(above.subject),
             stat,
             at,
@@ -502,7 +642,7 @@ fn descriptor_limit(
     let at = format!("{}.rate_limit", here.at);
     let unit = match &rate_limit.unit {
         Some(text) => Some(Unit::parse(text).ok_or_else(|| {
-            format!("{at}.unit: '{text}' is not second, minute, hour, day or week")
+            format!("{at}.unit: '{text}' is not second, minute, hour, day, week, month or year")
         })?),
         None => None,
     };
@@ -516,7 +656,9 @@ fn descriptor_limit(
     let extensions = rate_limit.algorithm.is_some()
         || rate_limit.burst.is_some()
         || !rate_limit.tiers.is_empty()
-        || rate_limit.policy.is_some();
+        || rate_limit.policy.is_some()
+        || rate_limit.tz.is_some()
+        || rate_limit.anchor.is_some();
     if rate_limit.unlimited {
         if unit.is_some() || requests_per_unit.is_some() || extensions {
             return Err(format!(
@@ -527,9 +669,11 @@ fn descriptor_limit(
         if rate_limit.algorithm.is_some()
             || rate_limit.burst.is_some()
             || !rate_limit.tiers.is_empty()
+            || rate_limit.tz.is_some()
+            || rate_limit.anchor.is_some()
         {
             return Err(format!(
-                "{at}: algorithm, burst and tiers belong to the policy, not to a limit naming one"
+                "{at}: algorithm, burst, tiers, tz and anchor belong to the policy, not to a limit naming one"
             ));
         }
         if unit.is_some() != requests_per_unit.is_some() {
@@ -571,11 +715,7 @@ fn descriptor_limit(
         let (Some(unit), Some(requests_per_unit)) = (unit, requests_per_unit) else {
             return Err(format!("{at}: needs unit and requests_per_unit"));
         };
-        let mut tiers = vec![Tier {
-            limit: u64::from(requests_per_unit),
-            window_ms: unit.window_ms(),
-            period: None,
-        }];
+        let mut tiers = vec![unit.tier(requests_per_unit, rate_limit.tz.is_some())];
         for (i, text) in rate_limit.tiers.iter().enumerate() {
             tiers.push(
                 crate::config::parse_tier(text).map_err(|e| format!("{at}.tiers[{i}]: {e}"))?,
@@ -585,8 +725,8 @@ fn descriptor_limit(
             tiers,
             algorithm: rate_limit.algorithm.clone(),
             burst: rate_limit.burst,
-            tz: None,
-            anchor: None,
+            tz: rate_limit.tz.clone(),
+            anchor: rate_limit.anchor,
             cost: 1,
         }
     };
@@ -595,8 +735,21 @@ fn descriptor_limit(
     }
     let name = rule_name(rate_limit.name.as_deref().unwrap_or(&here.stat));
     let shadow = doc.shadow_mode || doc.quota_mode;
+    // A shadow or quota descriptor never refuses the request, so it never closes the
+    // decision either: its failure is reported in its own status only.
+    let on_failure = if shadow {
+        OnFailure {
+            redis_closed: false,
+            error_closed: false,
+        }
+    } else {
+        OnFailure {
+            redis_closed: here.on_failure != FailMode::Ok,
+            error_closed: here.on_module_error != FailMode::Ok,
+        }
+    };
     Ok(DescriptorLimit {
-        rule: Arc::new(rule(name, limit, shadow, here.on_failure)),
+        rule: Arc::new(rule(name, limit, shadow, on_failure)),
         name: rate_limit.name.clone(),
         replaces,
         shown: requests_per_unit.zip(unit),
@@ -607,13 +760,13 @@ fn descriptor_limit(
         detailed_metric: doc.detailed_metric,
         value_less: doc.value.as_deref().is_none_or(str::is_empty),
         on_failure: here.on_failure,
+        on_module_error: here.on_module_error,
+        limit_override: here.limit_override,
         subject: here.subject.map(str::to_owned),
-        algorithm: rate_limit.algorithm.clone(),
-        burst: rate_limit.burst,
     })
 }
 
-fn rule(name: String, limit: Limit, shadow: bool, on_failure: FailMode) -> Rule {
+fn rule(name: String, limit: Limit, shadow: bool, on_failure: OnFailure) -> Rule {
     let mut rule = Rule::new(
         name,
         Vec::new(),
@@ -623,7 +776,7 @@ fn rule(name: String, limit: Limit, shadow: bool, on_failure: FailMode) -> Rule 
         limit,
         crate::rules::Counting::All,
         shadow,
-        on_failure.on_failure(),
+        on_failure,
     );
     // Descriptors of one request may be keyed by different subjects: in a cluster, charged
     // one after the other and given back after the fact.
@@ -672,7 +825,7 @@ pub fn metric_name(limit: &DescriptorLimit, last_value: &str) -> String {
 
 /// The longest hash tag written out: `key=value` escaped; longer, its hash.
 const MAX_TAG: usize = 64;
-/// The longest rest of a key written out (domain, entries, override); longer, its hash.
+/// The longest rest of a key written out (domain and entries); longer, its hash.
 const MAX_REST: usize = 150;
 const _: () = assert!(
     crate::rules::MAX_KEY_PREFIX_BYTES + 1 + MAX_TAG + 2 + MAX_REST <= crate::rules::MAX_KEY_BYTES
@@ -705,7 +858,7 @@ fn push_or_hash(out: &mut String, text: &str, limit: usize) {
 }
 
 /// The Redis key of one request descriptor: `<prefix>{<tag>}:<domain>:<k1>=<v1>:...`,
-/// and `:limit=<n>/<unit>` when the descriptor overrides the limit (its own budget). Keys,
+/// whatever `limit` the request brings (an override is counted in the same key). Keys,
 /// values and the domain are escaped; the tag is the `key=value` of the entry the matched
 /// node's `subject` names (the first entry when it names none or the request lacks it),
 /// so that descriptors sharing that entry share a Cluster slot and are decided by one
@@ -716,7 +869,6 @@ pub fn key<'e>(
     domain: &str,
     subject: Option<&str>,
     entries: impl Iterator<Item = (&'e str, &'e str)> + Clone,
-    limit_override: Option<(u32, Unit)>,
 ) -> String {
     let mut key = String::with_capacity(prefix.len() + 96);
     key.push_str(prefix);
@@ -739,9 +891,6 @@ pub fn key<'e>(
         escape(&mut scratch, k.as_bytes());
         scratch.push('=');
         escape(&mut scratch, v.as_bytes());
-    }
-    if let Some((n, unit)) = limit_override {
-        let _ = write!(scratch, ":limit={n}/{}", unit.name());
     }
     push_or_hash(&mut key, &scratch, MAX_REST);
     key
@@ -835,9 +984,9 @@ descriptors:
     #[test]
     fn keys_are_bounded_escaped_and_tagged_by_the_subject() {
         let entries = [("user", "alice"), ("path", "/a:b={c}")];
-        let key = key("rl:", "api", None, entries.iter().copied(), None);
+        let key = key("rl:", "api", None, entries.iter().copied());
         assert_eq!(key, "rl:{user=alice}:api:user=alice:path=/a%3Ab%3D%7Bc%7D");
-        let tagged = super::key("rl:", "api", Some("path"), entries.iter().copied(), None);
+        let tagged = super::key("rl:", "api", Some("path"), entries.iter().copied());
         assert!(
             tagged.starts_with("rl:{path=/a%3Ab%3D%7Bc%7D}:"),
             "{tagged}"
@@ -845,22 +994,8 @@ descriptors:
         let huge = "v".repeat(100_000);
         let many: Vec<(&str, &str)> = (0..16).map(|_| ("k", huge.as_str())).collect();
         let prefix = "p".repeat(crate::rules::MAX_KEY_PREFIX_BYTES);
-        let key = super::key(
-            &prefix,
-            &huge,
-            None,
-            many.iter().copied(),
-            Some((5, Unit::Day)),
-        );
+        let key = super::key(&prefix, &huge, None, many.iter().copied());
         assert!(key.len() <= crate::rules::MAX_KEY_BYTES, "{}", key.len());
-        let other = super::key(
-            "rl:",
-            "api",
-            None,
-            [("user", "alice")].into_iter(),
-            Some((5, Unit::Day)),
-        );
-        assert!(other.ends_with(":limit=5/day"), "{other}");
     }
 
     #[test]

@@ -92,16 +92,19 @@ pub enum EnvoyResult {
     UnknownDomain,
     /// A descriptor no node matches (or one without a limit): OK, not limited.
     NoMatch,
+    /// A descriptor's own `limit` that its node's `limit_override` ignores.
+    OverrideIgnored,
 }
 
 impl EnvoyResult {
-    const ALL: [EnvoyResult; 6] = [
+    const ALL: [EnvoyResult; 7] = [
         EnvoyResult::Ok,
         EnvoyResult::OverLimit,
         EnvoyResult::Unavailable,
         EnvoyResult::Invalid,
         EnvoyResult::UnknownDomain,
         EnvoyResult::NoMatch,
+        EnvoyResult::OverrideIgnored,
     ];
 
     fn label(self) -> &'static str {
@@ -112,6 +115,7 @@ impl EnvoyResult {
             EnvoyResult::Invalid => "invalid_argument",
             EnvoyResult::UnknownDomain => "unknown_domain",
             EnvoyResult::NoMatch => "no_match",
+            EnvoyResult::OverrideIgnored => "override_ignored",
         }
     }
 }

@@ -20,7 +20,7 @@
 //!   UNAVAILABLE (which Envoy's `failure_mode_deny` then turns into a denial or not).
 
 use crate::decider::{Applied, End, Look, RuleOutcome};
-use crate::descriptors::{self, DescriptorLimit, Domains, FailMode, Unit};
+use crate::descriptors::{self, DescriptorLimit, Domains, FailMode, OverrideMode, Unit};
 use crate::failure::Failure;
 use crate::front::http::Gateway;
 use crate::headers;
@@ -77,9 +77,33 @@ struct Matched<'a> {
     index: usize,
     limit: &'a Arc<DescriptorLimit>,
     rule: Arc<Rule>,
-    shown: Option<(u32, Unit)>,
+    /// The request's own limit, when it applies (it was not ignored).
+    overriding: Option<(u32, Unit)>,
     ask: Ask,
     metric: String,
+}
+
+impl Matched<'_> {
+    /// The limit `current_limit` shows: an override that replaced the node's; under
+    /// `tighten`, the override when its tier (the last) is the one that bound, else the
+    /// node's own.
+    fn shown(&self, verdict: Option<&Verdict>) -> Option<(u32, Unit)> {
+        let Some(overriding) = self.overriding else {
+            return self.limit.shown;
+        };
+        let bound_by_override = match verdict {
+            Some(v) => v
+                .tiers()
+                .last()
+                .is_some_and(|last| v.tiers().len() > 1 && std::ptr::eq(last, v.binding_tier())),
+            None => true,
+        };
+        if self.limit.limit_override == OverrideMode::Replace || bound_by_override {
+            Some(overriding)
+        } else {
+            self.limit.shown
+        }
+    }
 }
 
 /// What became of one descriptor.
@@ -87,8 +111,8 @@ enum Said {
     /// No limit applies (no match, replaced, a node without a limit).
     Free,
     Unlimited,
-    /// `requests_per_unit: 0`, or an override of 0.
-    Blocked,
+    /// `requests_per_unit: 0`, or an override of 0; with the limit to show.
+    Blocked(Option<(u32, Unit)>),
     Verdict(Verdict),
     /// Denied without a verdict to show (a shadow or quota descriptor over its limit).
     Over,
@@ -205,21 +229,29 @@ impl EnvoyService {
                 said[i] = Said::Unlimited;
                 continue;
             }
-            let overridden = d
+            let asked = d
                 .limit
                 .and_then(|o| Unit::from_proto(o.unit).map(|u| (o.requests_per_unit, u)));
-            let blocked = match overridden {
-                Some((n, _)) => n == 0,
-                None => limit.blocked,
+            let blocked = match (asked, limit.limit_override) {
+                (None, _) | (Some(_), OverrideMode::Ignore) => limit.blocked.then_some(limit.shown),
+                (Some((n, u)), OverrideMode::Replace) => (n == 0).then_some(Some((n, u))),
+                (Some((n, u)), OverrideMode::Tighten) if n == 0 => Some(Some((n, u))),
+                (Some(_), OverrideMode::Tighten) => limit.blocked.then_some(limit.shown),
             };
-            if blocked {
-                said[i] = Said::Blocked;
+            if let Some(shown) = blocked {
+                said[i] = Said::Blocked(shown);
                 metrics.decision(&metric, Outcome::Denied);
                 continue;
             }
-            let (rule, shown) = match overridden {
-                Some((n, unit)) => (limit.overridden(n, unit), Some((n, unit))),
-                None => (limit.rule.clone(), limit.shown),
+            let (rule, overriding) = match asked {
+                Some((n, unit)) => match limit.overridden(n, unit) {
+                    Some(rule) => (rule, Some((n, unit))),
+                    None => {
+                        metrics.envoy(EnvoyResult::OverrideIgnored);
+                        (limit.rule.clone(), None)
+                    }
+                },
+                None => (limit.rule.clone(), None),
             };
             let hits = match &d.hits_addend {
                 Some(h) => h.value,
@@ -237,7 +269,7 @@ impl EnvoyService {
                 index: i,
                 limit,
                 rule,
-                shown,
+                overriding,
                 ask,
                 metric,
             });
@@ -249,9 +281,6 @@ impl EnvoyService {
                 &request.domain,
                 m.limit.subject.as_deref(),
                 entries(&request.descriptors[m.index]),
-                request.descriptors[m.index]
-                    .limit
-                    .and_then(|o| Unit::from_proto(o.unit).map(|u| (o.requests_per_unit, u))),
             ),
             cost: Some(match m.ask {
                 Ask::Peek => 1,
@@ -291,7 +320,7 @@ impl EnvoyService {
                     Ok(None) => Said::Unlimited,
                     Err(failure) => {
                         // A look that fails closed refuses the request: nothing charged.
-                        if m.limit.on_failure != FailMode::Ok {
+                        if enforced(m.limit) && m.limit.mode_for(failure) != FailMode::Ok {
                             over_by_look = true;
                         }
                         Said::Failed(failure)
@@ -302,7 +331,7 @@ impl EnvoyService {
         // A blocked descriptor (requests_per_unit 0) refuses the request as a whole.
         over_by_look |= found
             .iter()
-            .any(|(i, limit)| matches!(said[*i], Said::Blocked) && enforced(limit));
+            .any(|(i, limit)| matches!(said[*i], Said::Blocked(_)) && enforced(limit));
         // Then the charges, all of them in one decision.
         let charging: SmallVec<[&Matched<'_>; 4]> =
             matched.iter().filter(|m| m.ask == Ask::Charge).collect();
@@ -368,15 +397,9 @@ impl EnvoyService {
                             .decision(&limit.rule.name, Outcome::Allowed);
                     }
                 }
-                (Said::Blocked, _) => {
+                (Said::Blocked(shown), _) => {
                     if let Some(limit) = limit {
-                        let (n, unit) = request.descriptors[i]
-                            .limit
-                            .and_then(|o| {
-                                Unit::from_proto(o.unit).map(|u| (o.requests_per_unit, u))
-                            })
-                            .or(limit.shown)
-                            .unwrap_or((0, Unit::Second));
+                        let (n, unit) = shown.unwrap_or((0, Unit::Second));
                         status.current_limit = Some(current(&limit.rule.name, n, Some(unit)));
                         status.duration_until_reset = Some(duration(unit.window_ms()));
                         overall_over |= over(&mut status, limit);
@@ -384,7 +407,7 @@ impl EnvoyService {
                 }
                 (Said::Verdict(verdict), Some(m)) => {
                     let tier = verdict.binding_tier();
-                    status.current_limit = Some(match m.shown {
+                    status.current_limit = Some(match m.shown(Some(verdict)) {
                         Some((n, unit)) => current(&m.rule.name, n, Some(unit)),
                         None => current(&m.rule.name, clamp(tier.limit), None),
                     });
@@ -405,30 +428,40 @@ impl EnvoyService {
                     }
                 }
                 (Said::Over, Some(m)) => {
-                    status.current_limit = m.shown.map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                    status.current_limit =
+                        m.shown(None).map(|(n, u)| current(&m.rule.name, n, Some(u)));
                     over(&mut status, m.limit);
                     metrics.decision(&m.metric, Outcome::ShadowDenied);
                 }
                 (Said::NotAsked, Some(m)) => {
-                    status.current_limit = m.shown.map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                    status.current_limit =
+                        m.shown(None).map(|(n, u)| current(&m.rule.name, n, Some(u)));
                 }
                 (Said::Failed(failure), Some(m)) => {
-                    status.current_limit = m.shown.map(|(n, u)| current(&m.rule.name, n, Some(u)));
-                    let mode = m.limit.on_failure;
-                    let failed_closed = mode != FailMode::Ok || closed == Some(i);
+                    status.current_limit =
+                        m.shown(None).map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                    let mode = m.limit.mode_for(*failure);
+                    let failed_closed =
+                        enforced(m.limit) && (mode != FailMode::Ok || closed == Some(i));
                     if failed_closed {
                         metrics.decision(&m.metric, Outcome::FailClosed);
                     } else {
                         metrics.fail_open(*failure);
                         metrics.decision(&m.metric, Outcome::FailOpen);
                     }
-                    match mode {
-                        FailMode::Ok => {}
-                        FailMode::OverLimit => {
-                            status.code = Code::OverLimit as i32;
-                            overall_over = true;
+                    // A shadow descriptor never denies; a quota one reports its failure in
+                    // its own code only; an enforced one answers as its mode says.
+                    if m.limit.quota && mode != FailMode::Ok {
+                        status.code = Code::OverLimit as i32;
+                    } else if enforced(m.limit) {
+                        match mode {
+                            FailMode::Ok => {}
+                            FailMode::OverLimit => {
+                                status.code = Code::OverLimit as i32;
+                                overall_over = true;
+                            }
+                            FailMode::Unavailable => unavailable = true,
                         }
-                        FailMode::Unavailable => unavailable = true,
                     }
                 }
                 (_, None) => {}
@@ -608,7 +641,7 @@ pub fn check(request: &RateLimitRequest) -> Result<(), String> {
         if let Some(o) = &d.limit {
             if Unit::from_proto(o.unit).is_none() {
                 return Err(format!(
-                    "descriptor {i}: the limit's unit must be SECOND, MINUTE, HOUR, DAY or WEEK"
+                    "descriptor {i}: the limit's unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
                 ));
             }
         }

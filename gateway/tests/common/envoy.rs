@@ -5,7 +5,7 @@ use super::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
 };
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+pub use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 pub use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
