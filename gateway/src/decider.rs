@@ -165,7 +165,7 @@ impl Decider {
         // longest wait binds, as Redis would have chosen.
         let now = Instant::now();
         let cached = limited()
-            .filter(|(_, a)| !a.rule.shadow)
+            .filter(|(_, a)| !a.rule.shadow && a.rule.deny_cache)
             .filter_map(|(i, a)| Some((i, self.deny_cache.check(&a.key, now)?)))
             .max_by_key(|(i, v)| (v.binding().retry_after_ms, std::cmp::Reverse(*i)));
         if let Some((binding, verdict)) = cached {
@@ -227,7 +227,7 @@ impl Decider {
                         || (rule.stacks_across_subjects && self.backend.is_cluster());
                     // A denial of more than one unit says nothing of a request of one.
                     let one_unit = applying[i].cost.is_none_or(|c| c == 1);
-                    if !given_back && one_unit {
+                    if !given_back && one_unit && rule.deny_cache {
                         self.deny_cache
                             .remember(&applying[i].key, &verdict, Instant::now());
                     }

@@ -169,7 +169,6 @@ impl FailMode {
             _ => return None,
         })
     }
-
 }
 
 /// The limit of one configured descriptor node.
@@ -288,6 +287,7 @@ impl DescriptorLimit {
         let mut overridden = self.rule.as_ref().clone();
         overridden.limit = limit;
         overridden.call_args = args;
+        overridden.deny_cache = false;
         Some(Arc::new(overridden))
     }
 }

@@ -173,6 +173,11 @@ pub struct Rule {
     pub stacks_across_subjects: bool,
     /// The arguments of RL.HIT and RL.REFUND after the key, made once.
     pub call_args: Vec<String>,
+    /// Whether a denial of its key is remembered in the deny cache, and a remembered one
+    /// answers for it. Not for a rule made for one request (an Envoy descriptor's own
+    /// limit): its key is the descriptor's, shared with requests that bring another limit
+    /// or none, which that denial says nothing about.
+    pub deny_cache: bool,
 }
 
 impl Rule {
@@ -202,6 +207,7 @@ impl Rule {
             stack: false,
             stacks_across_subjects: false,
             call_args,
+            deny_cache: true,
         }
     }
 

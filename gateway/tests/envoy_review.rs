@@ -103,7 +103,11 @@ fn an_override_spends_the_configured_budget_and_by_default_only_tightens() {
         }
         for i in 0..2 {
             let answer = one(&mut envoy, desc_limit(&[("wide", "a")], 5, MINUTE));
-            assert_eq!(overall(&answer), Code::Ok, "{flavor:?} replace {i}: {answer:?}");
+            assert_eq!(
+                overall(&answer),
+                Code::Ok,
+                "{flavor:?} replace {i}: {answer:?}"
+            );
         }
         let spent = one(&mut envoy, desc_limit(&[("wide", "a")], 5, MINUTE));
         assert_eq!(overall(&spent), Code::OverLimit, "{flavor:?} {spent:?}");
@@ -152,8 +156,16 @@ fn a_module_error_fails_closed_unless_the_descriptor_says_ok() {
         let left = one(&mut envoy, desc_hits(&[("plain", "z")], 0, false));
         assert_eq!(remaining(&left, 0), 3, "{flavor:?}: given back {left:?}");
         let metrics = envoy.gateway.metrics();
-        assert!(metrics.decisions("review.gone", "fail_closed") >= 2.0, "{}", metrics.text);
-        assert!(metrics.decisions("review.gone_open", "fail_open") >= 1.0, "{}", metrics.text);
+        assert!(
+            metrics.decisions("review.gone", "fail_closed") >= 2.0,
+            "{}",
+            metrics.text
+        );
+        assert!(
+            metrics.decisions("review.gone_open", "fail_open") >= 1.0,
+            "{}",
+            metrics.text
+        );
     }
 }
 
@@ -195,7 +207,9 @@ fn a_shadow_descriptor_never_denies_when_redis_cannot_decide() {
 
 /// The first instant of the next month (UTC) after `now_ms`.
 fn next_month_utc(now_ms: i64) -> i64 {
-    let today = DateTime::from_timestamp_millis(now_ms).expect("a time").date_naive();
+    let today = DateTime::from_timestamp_millis(now_ms)
+        .expect("a time")
+        .date_naive();
     let (y, m) = if today.month() == 12 {
         (today.year() + 1, 1)
     } else {

@@ -363,7 +363,8 @@ fn negative_hits_refund_never_above_the_limit_and_hits_addend_counts_that_many()
 fn overrides_headers_quota_mode_and_what_no_rule_limits() {
     let redis = ServerConfig::new(Flavor::Redis).start();
     let mut envoy = EnvoyGateway::on(&redis, &files());
-    // A descriptor's own limit: 2 a minute, its own budget.
+    // A descriptor's own limit: 2 a minute beside the configured 5 a day (by default an
+    // override only tightens), counted in the descriptor's one key.
     for i in 0..2 {
         let answer = envoy.ask(request("api", vec![desc_limit(&[("wallet", "w9")], 2, 2)]));
         assert_eq!(overall(&answer), Code::Ok, "call {i}");
@@ -385,9 +386,14 @@ fn overrides_headers_quota_mode_and_what_no_rule_limits() {
     assert!(reset.seconds <= 120, "{reset:?}");
     let own = envoy.ask(request("api", vec![desc(&[("wallet", "w9")])]));
     assert_eq!(
+        overall(&own),
+        Code::Ok,
+        "the override's denial is not cached: {own:?}"
+    );
+    assert_eq!(
         remaining(&own, 0),
-        4,
-        "the configured budget is another one"
+        2,
+        "the override spent the configured budget: 5 - 2 - 1"
     );
 
     // Quota mode: its own code says OVER_LIMIT, the answer stays OK.
@@ -479,8 +485,13 @@ fn hostile_requests_get_invalid_argument_and_keys_stay_bounded() {
     );
     invalid(
         &mut envoy,
-        request("api", vec![desc_limit(&[("user", "u")], 5, 5)]),
-        "a MONTH override",
+        request("api", vec![desc_limit(&[("user", "u")], 5, 0)]),
+        "an override of unit UNKNOWN",
+    );
+    invalid(
+        &mut envoy,
+        request("api", vec![desc_limit(&[("user", "u")], 5, 8)]),
+        "an override of a unit Envoy does not define",
     );
     // Over the message bound: refused before it is decoded.
     let giant = "g".repeat(70 * 1024);

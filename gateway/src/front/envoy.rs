@@ -428,18 +428,21 @@ impl EnvoyService {
                     }
                 }
                 (Said::Over, Some(m)) => {
-                    status.current_limit =
-                        m.shown(None).map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                    status.current_limit = m
+                        .shown(None)
+                        .map(|(n, u)| current(&m.rule.name, n, Some(u)));
                     over(&mut status, m.limit);
                     metrics.decision(&m.metric, Outcome::ShadowDenied);
                 }
                 (Said::NotAsked, Some(m)) => {
-                    status.current_limit =
-                        m.shown(None).map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                    status.current_limit = m
+                        .shown(None)
+                        .map(|(n, u)| current(&m.rule.name, n, Some(u)));
                 }
                 (Said::Failed(failure), Some(m)) => {
-                    status.current_limit =
-                        m.shown(None).map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                    status.current_limit = m
+                        .shown(None)
+                        .map(|(n, u)| current(&m.rule.name, n, Some(u)));
                     let mode = m.limit.mode_for(*failure);
                     let failed_closed =
                         enforced(m.limit) && (mode != FailMode::Ok || closed == Some(i));
