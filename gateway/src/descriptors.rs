@@ -457,10 +457,21 @@ struct ReplacesDoc {
     name: Option<String>,
 }
 
+/// The largest descriptor file read (a larger one is refused before it is read whole).
+pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+/// The most files a directory of descriptors may hold.
+pub const MAX_FILES: usize = 1000;
+/// The deepest a descriptor may be nested: a request descriptor has at most this many
+/// entries, so a deeper node could never match.
+pub const MAX_DEPTH: usize = 16;
+
 /// Loads `path`: one YAML file, or every `*.yaml` and `*.yml` directly in a directory (in
 /// name order; dotfiles skipped). A domain in two files is refused, as
 /// envoyproxy/ratelimit refuses it unless told to merge. Errors name the file and the
-/// place in it.
+/// place in it. Bounded: at most [`MAX_FILES`] files of [`MAX_FILE_BYTES`] each, nodes at
+/// most [`MAX_DEPTH`] deep, and YAML aliases expanded at most a hundred times the events
+/// of the file (serde_yaml_ng's repetition limit), so that a billion-laughs file is
+/// refused, not expanded.
 pub fn load(path: &Path) -> Result<Domains, String> {
     let files: Vec<PathBuf> = if path.is_dir() {
         let entries =
@@ -475,6 +486,13 @@ pub fn load(path: &Path) -> Result<Domains, String> {
                     && p.is_file()
             })
             .collect();
+        if files.len() > MAX_FILES {
+            return Err(format!(
+                "{}: {} descriptor files, at most {MAX_FILES}",
+                path.display(),
+                files.len()
+            ));
+        }
         files.sort();
         files
     } else {
@@ -483,8 +501,7 @@ pub fn load(path: &Path) -> Result<Domains, String> {
     let mut domains = Domains::default();
     let mut origin: HashMap<String, PathBuf> = HashMap::new();
     for file in files {
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let text = read_bounded(&file)?;
         let domain = parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
         if let Some(first) = origin.get(&domain.name) {
             return Err(format!(
@@ -498,6 +515,26 @@ pub fn load(path: &Path) -> Result<Domains, String> {
         domains.domains.insert(domain.name.clone(), domain);
     }
     Ok(domains)
+}
+
+/// The text of `file`, refused when over [`MAX_FILE_BYTES`] (read through a bound, so a
+/// file that grows while it is read, or a device, is refused too).
+fn read_bounded(file: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", file.display());
+    let mut text = String::new();
+    std::fs::File::open(file)
+        .map_err(cannot)?
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(cannot)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!(
+            "{}: larger than {MAX_FILE_BYTES} bytes",
+            file.display()
+        ));
+    }
+    Ok(text)
 }
 
 /// Builds [`Domains`] from YAML texts given in memory (for tests and fuzzing); the same
@@ -528,6 +565,8 @@ struct Inherited<'a> {
     stat: String,
     /// Where in the file, for errors: `descriptors[0].descriptors[2]`.
     at: String,
+    /// How many levels are above.
+    depth: usize,
 }
 
 /// One file's text, checked.
@@ -556,6 +595,7 @@ pub fn parse(text: &str) -> Result<Domain, String> {
         subject: doc.subject.as_deref(),
         stat: name.clone(),
         at: String::new(),
+        depth: 0,
     };
     let root = level(&doc.descriptors, &top)?;
     Ok(Domain { name, root })
@@ -602,7 +642,14 @@ fn level(docs: &[DescriptorDoc], above: &Inherited<'_>) -> Result<Level, String>
             subject: doc.subject.as_deref().or(above.subject),
             stat,
             at,
+            depth: above.depth + 1,
         };
+        if here.depth > MAX_DEPTH {
+            return Err(format!(
+                "{}: nested more than {MAX_DEPTH} deep (a request descriptor has at most {MAX_DEPTH} entries)",
+                here.at
+            ));
+        }
         let limit = match &doc.rate_limit {
             Some(rate_limit) => Some(Arc::new(descriptor_limit(doc, rate_limit, &here)?)),
             // shadow_mode without a limit means nothing, as in envoyproxy/ratelimit.
@@ -975,6 +1022,23 @@ descriptors:
                 "already defined",
             ),
             ("domain: d\non_failure: maybe\n", "on_failure"),
+            ("domain: d\non_module_error: open\n", "on_module_error"),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    limit_override: raise\n",
+                "descriptors[0].limit_override: 'raise' is not one of tighten, replace, ignore",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: month, requests_per_unit: 1, tz: Mars/Olympus}\n",
+                "TZ must be an IANA time zone name",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1, anchor: 5}\n",
+                "descriptors[0].rate_limit",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {policy: p, tz: UTC}\n",
+                "belong to the policy",
+            ),
         ] {
             let error = parse(text).unwrap_err();
             assert!(error.contains(expected), "{text}: {error}");
@@ -996,6 +1060,58 @@ descriptors:
         let prefix = "p".repeat(crate::rules::MAX_KEY_PREFIX_BYTES);
         let key = super::key(&prefix, &huge, None, many.iter().copied());
         assert!(key.len() <= crate::rules::MAX_KEY_BYTES, "{}", key.len());
+    }
+
+    #[test]
+    fn an_alias_bomb_a_deep_nest_and_a_huge_file_are_refused() {
+        // Nine levels of ten aliases each: 10^9 descriptors if expanded.
+        let mut bomb = String::from("domain: d\ndescriptors:\n  - key: k0\n    descriptors: &l0 [");
+        bomb.push_str(&["{key: a, value: x}"; 10].join(", "));
+        bomb.push_str("]\n");
+        for i in 1..9 {
+            let alias = format!("{{key: a, descriptors: *l{}}}", i - 1);
+            bomb.push_str(&format!(
+                "  - key: k{i}\n    descriptors: &l{i} [{}]\n",
+                vec![alias; 10].join(", ")
+            ));
+        }
+        let error = parse(&bomb).unwrap_err();
+        assert!(error.contains("repetition limit"), "{error}");
+
+        let mut deep = String::from("domain: d\ndescriptors:\n");
+        for i in 0..=MAX_DEPTH {
+            let indent = "    ".repeat(i);
+            deep.push_str(&format!(
+                "{indent}  - key: k{i}\n{indent}    descriptors:\n"
+            ));
+        }
+        let error = parse(&deep).unwrap_err();
+        assert!(error.contains("nested more than 16 deep"), "{error}");
+        // 16 deep is fine.
+        let mut fine = String::from("domain: d\ndescriptors:\n");
+        for i in 0..MAX_DEPTH {
+            let indent = "    ".repeat(i);
+            fine.push_str(&format!(
+                "{indent}  - key: k{i}\n{indent}    descriptors:\n"
+            ));
+        }
+        fine.push_str(&format!("{}  []\n", "    ".repeat(MAX_DEPTH)));
+        parse(&fine).unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let huge = dir.path().join("huge.yaml");
+        let mut text = String::from("domain: d\ndescriptors:\n");
+        while text.len() as u64 <= MAX_FILE_BYTES {
+            text.push_str("# padding padding padding padding padding padding padding\n");
+        }
+        std::fs::write(&huge, &text).unwrap();
+        let error = load(dir.path()).unwrap_err();
+        assert!(error.contains("larger than 4194304 bytes"), "{error}");
+        for i in 0..=MAX_FILES {
+            std::fs::write(dir.path().join(format!("{i}.yml")), "domain: x\n").unwrap();
+        }
+        let error = load(dir.path()).unwrap_err();
+        assert!(error.contains("at most 1000"), "{error}");
     }
 
     #[test]
