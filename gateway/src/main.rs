@@ -150,10 +150,10 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
             envoy.response_headers,
         ));
         service.spawn_reloader(envoy.descriptors.clone(), config.server.reload_interval);
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let limits = envoy.limits;
+        let incoming = rl_gateway::front::grpc_listener::incoming(listener, limits);
         tokio::spawn(async move {
-            let served = tonic::transport::Server::builder()
+            let served = rl_gateway::front::grpc_listener::server_builder(limits)
                 .add_service(service.server())
                 .serve_with_incoming(incoming)
                 .await;

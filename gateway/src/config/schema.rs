@@ -36,6 +36,9 @@ pub(super) struct EnvoySection {
     pub(super) descriptors: String,
     #[serde(default = "default_true")]
     pub(super) response_headers: bool,
+    pub(super) max_connections: Option<usize>,
+    pub(super) handshake_timeout_ms: Option<u64>,
+    pub(super) request_timeout_ms: Option<u64>,
 }
 
 fn default_true() -> bool {

@@ -23,6 +23,11 @@ pub struct EnvoyGateway {
 
 impl EnvoyGateway {
     pub fn start(redis: &str, files: &[(&str, &str)]) -> EnvoyGateway {
+        EnvoyGateway::start_with(redis, "", files)
+    }
+
+    /// [`EnvoyGateway::start`] with more lines of `[envoy]`.
+    pub fn start_with(redis: &str, envoy_lines: &str, files: &[(&str, &str)]) -> EnvoyGateway {
         let yaml = tempfile::Builder::new()
             .prefix("rl-envoy-yaml-")
             .tempdir()
@@ -34,7 +39,7 @@ impl EnvoyGateway {
         let gateway = Gateway::start(
             "mode = \"check\"\n",
             &format!(
-                "{redis}\n[envoy]\nlisten = \"127.0.0.1:{grpc_port}\"\ndescriptors = \"{}\"\n",
+                "{redis}\n[envoy]\nlisten = \"127.0.0.1:{grpc_port}\"\ndescriptors = \"{}\"\n{envoy_lines}\n",
                 yaml.path().display()
             ),
         );
@@ -72,6 +77,32 @@ impl EnvoyGateway {
     /// On one Redis server: `[redis]` pointing at it, deadline 1 s.
     pub fn on(redis: &Server, files: &[(&str, &str)]) -> EnvoyGateway {
         EnvoyGateway::start(&redis_section(redis.port(), ""), files)
+    }
+
+    /// A new client on a connection of its own.
+    pub fn reconnect(&mut self) -> Result<(), tonic::transport::Error> {
+        let url = format!("http://127.0.0.1:{}", self.grpc_port);
+        self.client = self
+            .runtime
+            .block_on(RateLimitServiceClient::connect(url))?;
+        Ok(())
+    }
+
+    /// Sends `request` with a metadata entry `name: value`.
+    pub fn call_with_metadata(
+        &mut self,
+        request: RateLimitRequest,
+        name: &'static str,
+        value: &str,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        let mut request = tonic::Request::new(request);
+        request
+            .metadata_mut()
+            .insert(name, value.parse().expect("an ASCII value"));
+        let client = &mut self.client;
+        self.runtime
+            .block_on(client.should_rate_limit(request))
+            .map(tonic::Response::into_inner)
     }
 
     /// Sends `request`; the answer or the gRPC status.
