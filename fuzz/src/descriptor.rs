@@ -1,8 +1,9 @@
 //! Target `descriptor`: an Envoy request's descriptors to their limits and Redis keys
 //! (`descriptors::Domain::find`, `descriptors::key`), from arbitrary entries (any bytes, up
 //! to the service's bounds), domains, subjects and overrides, against a fixed set of
-//! descriptor files (nested, value-less, prefixed, blocked). Checks what the service
-//! promises: no panic; no key over `MAX_KEY_BYTES` (256) for any prefix the configuration
+//! descriptor files (nested, value-less, prefixed, blocked, each `limit_override` mode, a
+//! policy, a calendar month in a zone). Checks what the service promises: no panic (the
+//! override's rule is built for every request that brings one); no key over `MAX_KEY_BYTES` (256) for any prefix the configuration
 //! accepts; exactly one hash tag, which is the chosen entry's `key=value` escaped or its
 //! hash, so that no value can move a key to another slot; and equal inputs, equal keys.
 
@@ -31,6 +32,17 @@ descriptors:
     descriptors:
       - key: path
         rate_limit: {unit: day, requests_per_unit: 5}
+  - key: wide
+    limit_override: replace
+    rate_limit: {unit: month, requests_per_unit: 5, tz: Europe/Paris, anchor: 31}
+  - key: fixed
+    limit_override: ignore
+    rate_limit: {unit: year, requests_per_unit: 5}
+  - key: named
+    rate_limit: {policy: p}
+  - key: wide_named
+    limit_override: replace
+    rate_limit: {policy: p}
 "#;
 
 fn domains() -> &'static descriptors::Domains {
@@ -46,11 +58,12 @@ fn text(u: &mut Unstructured<'_>, max: usize) -> Result<String> {
 
 fn word(u: &mut Unstructured<'_>, max: usize) -> Result<String> {
     // Often a key the file knows, so that matching goes deep.
-    Ok(match u.int_in_range(0..=5u8)? {
+    Ok(match u.int_in_range(0..=6u8)? {
         0 => "user".into(),
         1 => "path".into(),
         2 => "ip".into(),
         3 => "k".into(),
+        4 => ["wide", "fixed", "named", "wide_named"][u.int_in_range(0..=3usize)?].into(),
         _ => text(u, max)?,
     })
 }
