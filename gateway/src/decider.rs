@@ -484,7 +484,9 @@ impl Decider {
         let deadline = tokio::time::Instant::now() + self.deadline;
         let mut cmd = redis::cmd("RL.ACQUIRE");
         cmd.arg(&applied.key).arg(&concurrency.acquire_args);
-        let reply = match self.send(&cmd, None, deadline).await {
+        // Routed by the key itself: the cluster client's guess for a module command is
+        // not to be relied on.
+        let reply = match self.send(&cmd, Some(&applied.key), deadline).await {
             Ok(value) => LeaseVerdict::from_reply(&value).ok_or_else(|| {
                 self.module_error("RL.ACQUIRE", rule, "a reply that is not a lease decision");
                 Failure::Error
@@ -541,17 +543,30 @@ impl Decider {
         let deadline = tokio::time::Instant::now() + self.deadline.max(MIN_RELEASE_DEADLINE);
         let mut cmd = redis::cmd("RL.RELEASE");
         cmd.arg(key).arg(id);
-        match self.send(&cmd, None, deadline).await {
+        match self.send(&cmd, Some(key), deadline).await {
             Ok(redis::Value::Int(_)) => true,
             Ok(_) => {
-                self.module_error("RL.RELEASE", rule, "a reply that is not 0 or 1");
+                self.release_error(rule, "a reply that is not 0 or 1");
                 false
             }
             Err((_, Some(error))) => {
-                self.module_error("RL.RELEASE", rule, &error);
+                self.release_error(rule, &error);
                 false
             }
             Err((_, None)) => false,
+        }
+    }
+
+    /// Counts an error reply to `RL.RELEASE` as the rule's module error and logs it,
+    /// rate-limited per rule like the others.
+    fn release_error(&self, rule: &Rule, error: &str) {
+        self.metrics.module_error(&rule.name);
+        if let Some(unlogged) = self.module_errors.record(&rule.name, Instant::now()) {
+            log!(
+                "rule '{}': RL.RELEASE answered an error; the lease ends by its lease_ttl: \
+                 {error} ({unlogged} more since the last line)",
+                rule.name
+            );
         }
     }
 

@@ -68,8 +68,17 @@ pub struct Leased<B> {
 }
 
 impl<B> Leased<B> {
-    pub fn new(body: B, lease: Option<LeaseGuard>) -> Self {
-        Leased { body, lease }
+    pub fn new(body: B, lease: Option<LeaseGuard>) -> Self
+    where
+        B: Body,
+    {
+        let mut leased = Leased { body, lease };
+        // A body already at its end (HEAD, 204, 304, `Content-Length: 0`) is never polled:
+        // the upstream is done with the request, so the slot is free now.
+        if leased.body.is_end_stream() {
+            leased.release(ReleaseCause::End);
+        }
+        leased
     }
 
     fn release(&mut self, cause: ReleaseCause) {
