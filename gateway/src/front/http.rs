@@ -282,7 +282,7 @@ impl Gateway {
         if let Err(refusal) = rewrite_target(&mut request, &method, &path) {
             return refused(refusal.status(), refusal.message());
         }
-        let judgement = match self
+        let mut judgement = match self
             .judge(&rules, peer, method.as_str(), &path, request.headers())
             .await
         {
@@ -290,7 +290,6 @@ impl Gateway {
             Err(refusal) => return refusal,
         };
         let mut fail_open_mark = None;
-        let mut judgement = judgement;
         let mut lease = judgement.lease.take();
         match judgement.stacked.end {
             End::Denied { binding, .. } => {
