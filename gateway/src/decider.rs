@@ -11,11 +11,14 @@ use crate::failure::Failure;
 use crate::logging::log;
 use crate::metrics::Metrics;
 use crate::module_errors::ModuleErrorLog;
-use crate::rules::{Limit, Rule};
-use crate::verdict::{MultiVerdict, Verdict};
+use crate::rules::{Concurrency, Limit, Rule};
+use crate::verdict::{LeaseVerdict, MultiVerdict, Verdict};
 use smallvec::SmallVec;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The least time a release may take: see [`Decider::release`].
+const MIN_RELEASE_DEADLINE: Duration = Duration::from_secs(1);
 
 /// One rule that applies to a request, with the key it charges.
 pub struct Applied {
@@ -87,6 +90,9 @@ pub enum End {
 pub struct Stacked {
     pub outcomes: SmallVec<[RuleOutcome; 2]>,
     pub end: End,
+    /// The id of the lease taken for a rule with `concurrency`: the caller holds it until
+    /// the response ends, then gives it back with [`Decider::release`].
+    pub lease_id: Option<String>,
 }
 
 /// The rules (indexes into the applying ones) that one call charges.
@@ -142,6 +148,12 @@ impl Decider {
     /// rule, those charged before are given back (`RL.REFUND`, `RL.MREFUND`). A shadow rule
     /// is charged on its own, where it stands, and never denies.
     pub async fn decide(&self, applying: &[Applied]) -> Stacked {
+        // A rule with `concurrency` applies alone (the rules are checked for that).
+        if let [applied] = applying {
+            if let Some(concurrency) = &applied.rule.concurrency {
+                return self.acquire(applied, concurrency).await;
+            }
+        }
         let mut outcomes: SmallVec<[RuleOutcome; 2]> = applying
             .iter()
             .map(|a| match a.rule.limit {
@@ -159,6 +171,7 @@ impl Decider {
             return Stacked {
                 outcomes,
                 end: End::Unlimited,
+                lease_id: None,
             };
         }
         // A denial still in force for any enforced key answers for the whole request; the
@@ -179,6 +192,7 @@ impl Decider {
                     binding,
                     cached: true,
                 },
+                lease_id: None,
             };
         }
         let deadline = tokio::time::Instant::now() + self.deadline;
@@ -209,6 +223,7 @@ impl Decider {
                         return Stacked {
                             outcomes,
                             end: End::Closed { rule, failure },
+                            lease_id: None,
                         };
                     }
                     continue;
@@ -255,12 +270,14 @@ impl Decider {
                         binding,
                         cached: false,
                     },
+                    lease_id: None,
                 };
             }
         }
         Stacked {
             outcomes,
             end: End::Allowed,
+            lease_id: None,
         }
     }
 
@@ -457,6 +474,100 @@ impl Decider {
             }
         }
         answers
+    }
+
+    /// Takes a lease for `applied` (`RL.ACQUIRE key max ttl [tiers]`, its limits counted in
+    /// the same call) under the deadline, through the breaker. The deny cache is neither
+    /// asked nor told: a slot can free up at any moment.
+    async fn acquire(&self, applied: &Applied, concurrency: &Concurrency) -> Stacked {
+        let rule = &applied.rule;
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        let mut cmd = redis::cmd("RL.ACQUIRE");
+        cmd.arg(&applied.key).arg(&concurrency.acquire_args);
+        // Routed by the key itself: the cluster client's guess for a module command is
+        // not to be relied on.
+        let reply = match self.send(&cmd, Some(&applied.key), deadline).await {
+            Ok(value) => LeaseVerdict::from_reply(&value).ok_or_else(|| {
+                self.module_error("RL.ACQUIRE", rule, "a reply that is not a lease decision");
+                Failure::Error
+            }),
+            Err((failure, error)) => {
+                if let Some(error) = error {
+                    self.module_error("RL.ACQUIRE", rule, &error);
+                }
+                Err(failure)
+            }
+        };
+        let (outcome, end, lease_id) = match reply {
+            Ok(lease) => {
+                let verdict = lease.as_verdict();
+                match lease.id {
+                    Some(id) => {
+                        self.metrics.lease_acquired(&rule.name);
+                        (RuleOutcome::Allowed(verdict), End::Allowed, Some(id))
+                    }
+                    None => {
+                        self.metrics.lease_denied(&rule.name);
+                        let denied = RuleOutcome::Denied {
+                            verdict,
+                            cached: false,
+                        };
+                        let end = End::Denied {
+                            binding: 0,
+                            cached: false,
+                        };
+                        (denied, end, None)
+                    }
+                }
+            }
+            Err(failure) if rule.on_failure.closes(failure) => (
+                RuleOutcome::Failed(failure),
+                End::Closed { rule: 0, failure },
+                None,
+            ),
+            // Open: forwarded holding no lease.
+            Err(failure) => (RuleOutcome::Failed(failure), End::Allowed, None),
+        };
+        Stacked {
+            outcomes: SmallVec::from_elem(outcome, 1),
+            end,
+            lease_id,
+        }
+    }
+
+    /// Gives back the lease `id` of `rule` on `key` (`RL.RELEASE`), through the breaker.
+    /// Whether Redis answered; when it did not, the lease ends by its `lease_ttl`.
+    pub async fn release(&self, rule: &Rule, key: &str, id: &str) -> bool {
+        // Off the request path (the response is already sent), so it can wait longer than
+        // a decision may: a release given up on holds the slot for the whole lease_ttl.
+        let deadline = tokio::time::Instant::now() + self.deadline.max(MIN_RELEASE_DEADLINE);
+        let mut cmd = redis::cmd("RL.RELEASE");
+        cmd.arg(key).arg(id);
+        match self.send(&cmd, Some(key), deadline).await {
+            Ok(redis::Value::Int(_)) => true,
+            Ok(_) => {
+                self.release_error(rule, "a reply that is not 0 or 1");
+                false
+            }
+            Err((_, Some(error))) => {
+                self.release_error(rule, &error);
+                false
+            }
+            Err((_, None)) => false,
+        }
+    }
+
+    /// Counts an error reply to `RL.RELEASE` as the rule's module error and logs it,
+    /// rate-limited per rule like the others.
+    fn release_error(&self, rule: &Rule, error: &str) {
+        self.metrics.module_error(&rule.name);
+        if let Some(unlogged) = self.module_errors.record(&rule.name, Instant::now()) {
+            log!(
+                "rule '{}': RL.RELEASE answered an error; the lease ends by its lease_ttl: \
+                 {error} ({unlogged} more since the last line)",
+                rule.name
+            );
+        }
     }
 
     /// Counts an error reply of `rule`'s call and logs it, rate-limited per rule.

@@ -95,6 +95,15 @@ pub fn add_all(
     }
 }
 
+/// Adds `Retry-After` alone for a denial `verdict` (a lease's: no RateLimit fields), none
+/// when retrying never helps.
+pub fn add_retry_after(headers: &mut HeaderMap, verdict: &Verdict) {
+    let wait = verdict.binding().retry_after_ms;
+    if wait != NEVER {
+        headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_seconds(wait)));
+    }
+}
+
 /// Appends one rule's items (one per tier) to both lists.
 fn push_items(policy: &mut String, state: &mut String, rule: &Rule, verdict: &Verdict) {
     let tiers = verdict.tiers();

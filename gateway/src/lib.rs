@@ -16,6 +16,7 @@ pub mod descriptors;
 pub mod failure;
 pub mod front;
 pub mod headers;
+pub mod lease;
 pub mod logging;
 pub mod methods;
 pub mod metrics;

@@ -42,6 +42,63 @@ impl Outcome {
     }
 }
 
+/// What became of one lease (`concurrency` rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseEvent {
+    Acquired,
+    /// No free slot, or a tier of the rule denied: 429.
+    Denied,
+    /// Given back (`RL.RELEASE` answered).
+    Released,
+    /// The release found no Redis: the lease ends by its `lease_ttl`.
+    ReleaseFailed,
+}
+
+impl LeaseEvent {
+    const ALL: [LeaseEvent; 4] = [
+        LeaseEvent::Acquired,
+        LeaseEvent::Denied,
+        LeaseEvent::Released,
+        LeaseEvent::ReleaseFailed,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            LeaseEvent::Acquired => "acquired",
+            LeaseEvent::Denied => "denied",
+            LeaseEvent::Released => "released",
+            LeaseEvent::ReleaseFailed => "release_failed",
+        }
+    }
+}
+
+/// Why a lease was given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseCause {
+    /// The response body was sent to its end.
+    End,
+    /// The upstream failed (502, 504) or its body broke off.
+    Error,
+    /// The response was dropped before its end: the client went away.
+    Dropped,
+}
+
+impl ReleaseCause {
+    const ALL: [ReleaseCause; 3] = [
+        ReleaseCause::End,
+        ReleaseCause::Error,
+        ReleaseCause::Dropped,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            ReleaseCause::End => "end",
+            ReleaseCause::Error => "error",
+            ReleaseCause::Dropped => "dropped",
+        }
+    }
+}
+
 /// Upper bounds of the latency buckets, in seconds: 50 µs to 100 ms.
 const LATENCY_BUCKETS: [f64; 12] = [
     0.00005,
@@ -76,6 +133,12 @@ pub struct Metrics {
     module_errors: Mutex<BTreeMap<String, u64>>,
     /// `ShouldRateLimit` calls, by [`EnvoyResult`].
     envoy: [AtomicU64; EnvoyResult::ALL.len()],
+    /// Per rule, a count per [`LeaseEvent`].
+    leases: Mutex<BTreeMap<String, [u64; LeaseEvent::ALL.len()]>>,
+    /// Releases started, by [`ReleaseCause`].
+    release_causes: [AtomicU64; ReleaseCause::ALL.len()],
+    /// Leases this gateway holds now: taken and not yet given back (or given up on).
+    leases_held: AtomicU64,
 }
 
 /// What became of one `ShouldRateLimit` call, or of one of its descriptors that no
@@ -160,6 +223,37 @@ impl Metrics {
         bump(&self.module_errors, rule, |count| *count += 1);
     }
 
+    pub fn lease_acquired(&self, rule: &str) {
+        self.leases_held.fetch_add(1, Relaxed);
+        self.lease_event(rule, LeaseEvent::Acquired);
+    }
+
+    pub fn lease_denied(&self, rule: &str) {
+        self.lease_event(rule, LeaseEvent::Denied);
+    }
+
+    /// A release started, for `cause`.
+    pub fn lease_releasing(&self, cause: ReleaseCause) {
+        self.release_causes[cause as usize].fetch_add(1, Relaxed);
+    }
+
+    /// A release done: given back (`released`) or given up on; either way no longer held.
+    pub fn lease_released(&self, rule: &str, released: bool) {
+        // Never below zero, even if a count were ever off by one.
+        let _ = self
+            .leases_held
+            .fetch_update(Relaxed, Relaxed, |held| Some(held.saturating_sub(1)));
+        let event = match released {
+            true => LeaseEvent::Released,
+            false => LeaseEvent::ReleaseFailed,
+        };
+        self.lease_event(rule, event);
+    }
+
+    fn lease_event(&self, rule: &str, event: LeaseEvent) {
+        bump(&self.leases, rule, |counts| counts[event as usize] += 1);
+    }
+
     pub fn envoy(&self, result: EnvoyResult) {
         self.envoy[result as usize].fetch_add(1, Relaxed);
     }
@@ -196,6 +290,48 @@ impl Metrics {
                 );
             }
         }
+        describe(
+            &mut out,
+            "rl_gateway_leases_total",
+            "counter",
+            "Leases of concurrency rules, by rule and event (acquired, denied, released, \
+             release_failed).",
+        );
+        for (rule, counts) in self.leases.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            for (event, count) in LeaseEvent::ALL.iter().zip(counts) {
+                let _ = writeln!(
+                    out,
+                    "rl_gateway_leases_total{{rule=\"{}\",event=\"{}\"}} {count}",
+                    escape(rule),
+                    event.label()
+                );
+            }
+        }
+        describe(
+            &mut out,
+            "rl_gateway_lease_releases_total",
+            "counter",
+            "Lease releases started, by cause (end of the response, upstream error, client gone).",
+        );
+        for cause in ReleaseCause::ALL {
+            let count = self.release_causes[cause as usize].load(Relaxed);
+            let _ = writeln!(
+                out,
+                "rl_gateway_lease_releases_total{{cause=\"{}\"}} {count}",
+                cause.label()
+            );
+        }
+        describe(
+            &mut out,
+            "rl_gateway_leases_held",
+            "gauge",
+            "Leases this gateway holds now (taken, not yet given back).",
+        );
+        let _ = writeln!(
+            out,
+            "rl_gateway_leases_held {}",
+            self.leases_held.load(Relaxed)
+        );
         describe(
             &mut out,
             "rl_gateway_envoy_total",
@@ -370,5 +506,24 @@ mod tests {
         assert!(text.contains("rl_gateway_redis_latency_seconds_count 2\n"));
         assert!(text.contains("rl_gateway_breaker_open 1\n"));
         assert!(text.contains("rl_gateway_module_errors_total{rule=\"login\"} 2\n"));
+    }
+
+    #[test]
+    fn leases_are_counted_and_the_held_gauge_follows_them() {
+        let metrics = Metrics::default();
+        metrics.lease_acquired("llm");
+        metrics.lease_acquired("llm");
+        metrics.lease_denied("llm");
+        metrics.lease_releasing(ReleaseCause::Dropped);
+        metrics.lease_released("llm", true);
+        let text = metrics.render(false);
+        assert!(text.contains("rl_gateway_leases_total{rule=\"llm\",event=\"acquired\"} 2\n"));
+        assert!(text.contains("rl_gateway_leases_total{rule=\"llm\",event=\"denied\"} 1\n"));
+        assert!(text.contains("rl_gateway_leases_total{rule=\"llm\",event=\"released\"} 1\n"));
+        assert!(text.contains("rl_gateway_lease_releases_total{cause=\"dropped\"} 1\n"));
+        assert!(text.contains("rl_gateway_leases_held 1\n"));
+        metrics.lease_released("llm", false);
+        metrics.lease_released("llm", false);
+        assert!(metrics.render(false).contains("rl_gateway_leases_held 0\n"));
     }
 }

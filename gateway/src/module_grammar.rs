@@ -5,6 +5,8 @@
 //! every request, and keeps no copy of the rules to drift apart from the module's.
 
 use ratelimit_core::args::{parse_limits, parse_policy_call, ArgError, Settings};
+use ratelimit_core::lease::args::parse_acquire;
+use ratelimit_core::lease::MAX_LEASES;
 
 /// Whether the module, with its default settings, takes `args` (the words after the key).
 /// The error names the words and gives the module's reason without its `ERR ` prefix.
@@ -21,6 +23,23 @@ pub fn check_call(args: &[String]) -> Result<(), String> {
             args.join(" "),
             reason(&error)
         )),
+    }
+}
+
+/// Whether the module, with its default settings (`ratelimit.max-leases` 10,000), takes
+/// `args` after the key of `RL.ACQUIRE`; the error as [`check_call`]'s.
+pub fn check_acquire(args: &[String]) -> Result<(), String> {
+    let words: Vec<&[u8]> = args.iter().map(|word| word.as_bytes()).collect();
+    match parse_acquire(&words, &Settings::default(), MAX_LEASES) {
+        Ok(_) => Ok(()),
+        Err(error) => {
+            let message = error.message();
+            Err(format!(
+                "RL.ACQUIRE would refuse '{}': {}",
+                args.join(" "),
+                message.strip_prefix("ERR ").unwrap_or(&message)
+            ))
+        }
     }
 }
 

@@ -129,6 +129,31 @@ pub enum Counting {
     Statuses(Vec<u16>),
 }
 
+/// `concurrency = N`: at most `max` requests of one key in flight at once, each holding a
+/// lease (`RL.ACQUIRE`) from before it is forwarded until its response ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concurrency {
+    pub max: u64,
+    /// How long a lease lasts if it is never released (a gateway that died): the slot is
+    /// free again after this at most.
+    pub lease_ttl_ms: u64,
+    /// The words after the key of `RL.ACQUIRE`: `max`, the lease's length, then the rule's
+    /// tiers (counted in the same call, all or nothing). Made once.
+    pub acquire_args: Vec<String>,
+}
+
+impl Concurrency {
+    pub fn new(max: u64, lease_ttl_ms: u64, limit: &Limit) -> Self {
+        let mut acquire_args = vec![max.to_string(), format!("{lease_ttl_ms}ms")];
+        acquire_args.extend(call_args(limit));
+        Concurrency {
+            max,
+            lease_ttl_ms,
+            acquire_args,
+        }
+    }
+}
+
 /// What a rule does when Redis cannot decide: forward the request (open) or answer 503
 /// (closed), chosen apart for the two kinds of failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +203,8 @@ pub struct Rule {
     /// limit): its key is the descriptor's, shared with requests that bring another limit
     /// or none, which that denial says nothing about.
     pub deny_cache: bool,
+    /// `concurrency = N`: the rule takes a lease (with its tiers, if any) instead of a hit.
+    pub concurrency: Option<Concurrency>,
 }
 
 impl Rule {
@@ -208,7 +235,14 @@ impl Rule {
             stacks_across_subjects: false,
             call_args,
             deny_cache: true,
+            concurrency: None,
         }
+    }
+
+    /// The same rule limiting requests in flight too (`concurrency`).
+    pub fn limiting_concurrency(mut self, concurrency: Option<Concurrency>) -> Self {
+        self.concurrency = concurrency;
+        self
     }
 
     /// The same rule with `stack` set.
@@ -261,6 +295,13 @@ impl Rule {
     /// chooses is bounded, so that with the prefix and name the file may have the key is
     /// at most [`MAX_KEY_BYTES`] long; the path is named without its trailing `/`, which
     /// matching ignores too.
+    ///
+    /// A rule with `concurrency` keeps its leases in another key family:
+    /// `<prefix>{<subject>}:<rule>:lease`, then `:<METHOD> <path>` per endpoint. The subject,
+    /// and so the Cluster slot, stays the same; the key cannot be any rule's `RL.HIT` key,
+    /// since after the rule's name those have the end or `:<METHOD> ` with a space, and no
+    /// method has a `:`. A rule changed to or from `concurrency` does not meet its old key
+    /// (of another type) on the next request.
     pub fn key(&self, prefix: &str, request: &RequestFacts<'_>) -> String {
         let mut key = String::with_capacity(prefix.len() + 48);
         key.push_str(prefix);
@@ -290,6 +331,9 @@ impl Rule {
         }
         key.push_str("}:");
         key.push_str(&self.name);
+        if self.concurrency.is_some() {
+            key.push_str(LEASE_KEY_MARK);
+        }
         if self.per_endpoint {
             key.push(':');
             push_bounded(
@@ -343,8 +387,10 @@ const MAX_KEY_PART: usize = 64;
 /// The longest method written out (a method is at most 32 bytes, but a key must stay
 /// bounded whatever it is handed).
 const MAX_KEY_METHOD: usize = 33;
-/// `{`, `seg:` (the longest tag), `}:`, `:` and ` `.
-const KEY_PUNCTUATION: usize = 1 + 4 + 2 + 1 + 1;
+/// What follows the rule's name in a lease key.
+const LEASE_KEY_MARK: &str = ":lease";
+/// `{`, `seg:` (the longest tag), `}:`, `:lease`, `:` and ` `.
+const KEY_PUNCTUATION: usize = 1 + 4 + 2 + LEASE_KEY_MARK.len() + 1 + 1;
 const _: () = assert!(
     MAX_KEY_PREFIX_BYTES
         + MAX_RULE_NAME_BYTES
@@ -597,6 +643,25 @@ mod tests {
         assert!(rule
             .key("rl:", &facts("GET", "/", &headers))
             .ends_with(" /"));
+    }
+
+    #[test]
+    fn a_lease_key_is_apart_from_hit_keys_on_the_same_slot() {
+        let set = rules(
+            "[[rule]]\nname = \"llm\"\npath = \"/llm\"\nconcurrency = 2\n\
+             [[rule]]\nname = \"per\"\npath = \"/p/**\"\nconcurrency = 2\nper_endpoint = true\n",
+        );
+        let empty = HeaderMap::new();
+        let llm = set.find("GET", "/llm").unwrap();
+        assert_eq!(
+            llm.key("rl:", &facts("GET", "/llm", &empty)),
+            "rl:{ip:10.1.2.3}:llm:lease"
+        );
+        let per = set.find("GET", "/p/a").unwrap();
+        assert_eq!(
+            per.key("rl:", &facts("GET", "/p/a", &empty)),
+            "rl:{ip:10.1.2.3}:per:lease:GET /p/a"
+        );
     }
 
     #[test]

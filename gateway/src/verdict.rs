@@ -185,6 +185,84 @@ impl MultiVerdict {
     }
 }
 
+/// What `RL.ACQUIRE` answered: RESP2 `[acquired, max, free, id, ttl_ms, retry_after_ms]`,
+/// RESP3 a map of the same names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseVerdict {
+    /// The lease's id when one was taken (`id` is null otherwise).
+    pub id: Option<String>,
+    pub max: u64,
+    /// Slots left after this call.
+    pub free: u64,
+    pub ttl_ms: u64,
+    /// 0 when taken; else the wait until a slot frees or the tiers allow, [`NEVER`] when
+    /// the cost is above a tier's limit.
+    pub retry_after_ms: u64,
+}
+
+impl LeaseVerdict {
+    /// Reads a reply of RL.ACQUIRE; `None` when it is not one (a taken lease without an
+    /// id, or an id with none taken).
+    pub fn from_reply(value: &Value) -> Option<LeaseVerdict> {
+        let fields: [Option<&Value>; 6] = match value {
+            Value::Array(items) => match items.as_slice() {
+                [a, b, c, d, e, f] => [Some(a), Some(b), Some(c), Some(d), Some(e), Some(f)],
+                _ => return None,
+            },
+            Value::Map(pairs) => {
+                let mut fields = [None; 6];
+                for (name, value) in pairs {
+                    let slot = match field_name(name)? {
+                        "acquired" => 0,
+                        "max" => 1,
+                        "free" => 2,
+                        "id" => 3,
+                        "ttl_ms" => 4,
+                        "retry_after_ms" => 5,
+                        _ => continue,
+                    };
+                    fields[slot] = Some(value);
+                }
+                fields
+            }
+            _ => return None,
+        };
+        let [Some(acquired), Some(max), Some(free), Some(id), Some(ttl), Some(retry)] = fields
+        else {
+            return None;
+        };
+        let acquired = non_negative(acquired)? != 0;
+        let id = match id {
+            Value::Nil => None,
+            Value::BulkString(bytes) => Some(String::from_utf8(bytes.clone()).ok()?),
+            Value::SimpleString(text) => Some(text.clone()),
+            _ => return None,
+        };
+        if acquired != id.is_some() {
+            return None;
+        }
+        Some(LeaseVerdict {
+            id,
+            max: non_negative(max)?,
+            free: non_negative(free)?,
+            ttl_ms: non_negative(ttl)?,
+            retry_after_ms: retry_after(retry)?,
+        })
+    }
+
+    /// The same answer as a one-tier decision (limit `max`, remaining `free`), for the
+    /// code that reports decisions; `reset_after_ms` is the lease's length.
+    pub fn as_verdict(&self) -> Verdict {
+        Verdict::single(TierState {
+            allowed: self.id.is_some(),
+            limit: self.max,
+            remaining: self.free,
+            reset_after_ms: self.ttl_ms,
+            retry_after_ms: self.retry_after_ms,
+        })
+    }
+}
+
 fn non_negative(value: &Value) -> Option<u64> {
     match value {
         Value::Int(n) => u64::try_from(*n).ok(),
@@ -255,6 +333,46 @@ fn tier_from_map(fields: &[(Value, Value)]) -> Option<TierState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lease_replies_in_both_protocols() {
+        let taken = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(3),
+            Value::Int(2),
+            Value::BulkString(b"39de2d24".to_vec()),
+            Value::Int(30_000),
+            Value::Int(0),
+        ]);
+        let lease = LeaseVerdict::from_reply(&taken).expect("a lease");
+        assert_eq!(lease.id.as_deref(), Some("39de2d24"));
+        assert_eq!((lease.max, lease.free, lease.ttl_ms), (3, 2, 30_000));
+        assert!(lease.as_verdict().allowed());
+        let full = Value::Map(vec![
+            (Value::SimpleString("acquired".into()), Value::Int(0)),
+            (Value::SimpleString("max".into()), Value::Int(3)),
+            (Value::SimpleString("free".into()), Value::Int(0)),
+            (Value::SimpleString("id".into()), Value::Nil),
+            (Value::SimpleString("ttl_ms".into()), Value::Int(0)),
+            (Value::SimpleString("retry_after_ms".into()), Value::Int(-1)),
+        ]);
+        let denied = LeaseVerdict::from_reply(&full).expect("a denial");
+        assert_eq!(denied.id, None);
+        assert_eq!(denied.retry_after_ms, NEVER);
+        assert!(!denied.as_verdict().allowed());
+        // Taken without an id, or an RL.HIT reply: not a lease decision.
+        let no_id = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(3),
+            Value::Int(2),
+            Value::Nil,
+            Value::Int(30_000),
+            Value::Int(0),
+        ]);
+        assert_eq!(LeaseVerdict::from_reply(&no_id), None);
+        let hit = Value::Array(vec![Value::Int(1); 5]);
+        assert_eq!(LeaseVerdict::from_reply(&hit), None);
+    }
 
     fn map(pairs: &[(&str, Value)]) -> Value {
         Value::Map(

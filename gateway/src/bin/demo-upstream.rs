@@ -3,18 +3,56 @@
 //! milliseconds in `delay_ms` if given, with a body that echoes what arrived:
 //! `METHOD path?query`, then one `name: value` line per header.
 //! `GET /__requests` answers how many requests it has served (itself not counted).
+//!
+//! For the tests of requests in flight:
+//! - `hold=1`: the answer waits until `GET /__release` is asked (after the request came);
+//! - `drip_ms=M&chunks=N`: the head at once, then a body of N chunks, one every M ms (the
+//!   first at once), so that a response stays in progress for a while.
 
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
+use http_body_util::{Either, Full};
+use hyper::body::{Body, Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::fmt::Write;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// A body of `left` chunks, one each time `every` has passed.
+struct Drip {
+    left: u64,
+    every: Duration,
+    next: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Body for Drip {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        if self.next.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.left -= 1;
+        let at = tokio::time::Instant::now() + self.every;
+        self.next.as_mut().reset(at);
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"drip\n")))))
+    }
+}
 
 /// The number after `prefix` (e.g. `status=`) in the query string.
 fn query_number(request: &Request<Incoming>, prefix: &str) -> Option<u64> {
@@ -27,9 +65,17 @@ fn query_number(request: &Request<Incoming>, prefix: &str) -> Option<u64> {
         .and_then(|n| n.parse().ok())
 }
 
-fn answer(served: &AtomicU64, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn answer(
+    served: &AtomicU64,
+    releases: &watch::Sender<u64>,
+    request: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
     if request.uri().path() == "/__requests" {
         return Response::new(Full::new(Bytes::from(served.load(Relaxed).to_string())));
+    }
+    if request.uri().path() == "/__release" {
+        releases.send_modify(|n| *n += 1);
+        return Response::new(Full::new(Bytes::from_static(b"released\n")));
     }
     served.fetch_add(1, Relaxed);
     let status = query_number(request, "status=")
@@ -69,20 +115,42 @@ async fn main() {
     };
     eprintln!("demo-upstream: listening on {listen}");
     let served = Arc::new(AtomicU64::new(0));
+    let releases = Arc::new(watch::channel(0u64).0);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let _ = stream.set_nodelay(true);
         let served = served.clone();
+        let releases = releases.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let delay = query_number(&request, "delay_ms=").unwrap_or(0);
-                let response = answer(&served, &request);
+                // Subscribed before the request is counted as served, so that a release
+                // asked once it is counted always reaches it.
+                let mut released = releases.subscribe();
+                let hold = query_number(&request, "hold=").is_some_and(|h| h != 0);
+                let drip = query_number(&request, "drip_ms=").map(|every| Drip {
+                    left: query_number(&request, "chunks=").unwrap_or(1),
+                    every: Duration::from_millis(every),
+                    next: Box::pin(tokio::time::sleep(Duration::ZERO)),
+                });
+                let response = answer(&served, &releases, &request);
                 async move {
                     if delay > 0 {
                         tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                     }
+                    if hold {
+                        released.borrow_and_update();
+                        let _ = released.changed().await;
+                    }
+                    let response = match drip {
+                        Some(drip) => {
+                            let (parts, _) = response.into_parts();
+                            Response::from_parts(parts, Either::Right(drip))
+                        }
+                        None => response.map(Either::Left),
+                    };
                     Ok::<_, Infallible>(response)
                 }
             });

@@ -16,7 +16,9 @@ pub(super) fn limit(section: &RuleSection) -> Result<Limit, String> {
     }
     match (&section.limits, &section.policy) {
         (Some(_), Some(_)) => Err("has both limits and policy: choose one".into()),
-        (None, None) => Err("needs limits (e.g. [\"5/1m\"]) or a policy name".into()),
+        // A concurrency limit alone: the lease is the whole limit.
+        (None, None) if section.concurrency.is_some() => Ok(Limit::Unlimited),
+        (None, None) => Err("needs limits (e.g. [\"5/1m\"]), a policy name or concurrency".into()),
         (None, Some(policy)) => {
             if section.algorithm.is_some()
                 || section.burst.is_some()

@@ -5,6 +5,7 @@
 //! - `settings`: `[server]` and `[redis]`, checked;
 //! - `rule_set` and `limit`: the rules, compiled.
 
+mod concurrency;
 mod limit;
 mod one_of;
 mod rule_set;

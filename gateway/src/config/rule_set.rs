@@ -2,6 +2,7 @@
 //! every rule checked (its name, methods, path pattern, key, counting, mode and failure
 //! settings) so that a reload either swaps in rules that all apply or changes nothing.
 
+use super::concurrency::concurrency;
 use super::limit::limit;
 use super::one_of;
 use super::schema::{CountSection, HeadersSection, RuleSection};
@@ -44,6 +45,7 @@ pub(super) fn rule_set(
         .transpose()
         .map_err(|e| format!("[default]: {e}"))?;
     mark_stacks_across_subjects(&mut rules, default.as_mut());
+    check_concurrency(&rules, default.as_ref(), mode)?;
     if mode == Mode::Check && rules.iter().chain(&default).any(|r| r.counts_by_status()) {
         return Err(
             "count = [statuses] needs mode = \"proxy\": in check mode the gateway never sees \
@@ -64,6 +66,41 @@ pub(super) fn rule_set(
         legacy_headers: headers.legacy,
         fail_open_header,
     })
+}
+
+/// Where a rule with `concurrency` may stand: in proxy mode (only there does the gateway
+/// see the response end, when the lease is given back), and before every stacking rule (a
+/// rule after one may apply together with it, and a lease cannot be all or nothing with
+/// another rule's hit).
+fn check_concurrency(
+    rules: &[Arc<Rule>],
+    default: Option<&Arc<Rule>>,
+    mode: Mode,
+) -> Result<(), String> {
+    let mut stacking: Option<&str> = None;
+    for rule in rules.iter().chain(default) {
+        if rule.concurrency.is_some() {
+            if mode == Mode::Check {
+                return Err(format!(
+                    "rule '{}': concurrency needs mode = \"proxy\": in check mode the gateway \
+                     never sees the response end, so it could never give the slot back",
+                    rule.name
+                ));
+            }
+            if let Some(before) = stacking {
+                return Err(format!(
+                    "rule '{}': concurrency after the stacking rule '{before}', which may apply \
+                     to the same request: a lease cannot be all or nothing with another \
+                     rule's hit; put the concurrency rule first",
+                    rule.name
+                ));
+            }
+        }
+        if rule.stack {
+            stacking = stacking.or(Some(&rule.name));
+        }
+    }
+    Ok(())
 }
 
 /// Sets [`Rule::stacks_across_subjects`] on every rule that may apply to a request together
@@ -167,6 +204,7 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
     }
     let key = key_source(&section.key)?;
     let limit = limit(&section)?;
+    let concurrency = concurrency(&section, &limit)?;
     let count = match section.count {
         None => Counting::All,
         Some(CountSection::Word(word)) if word == "all" => Counting::All,
@@ -209,7 +247,8 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
         shadow,
         on_failure,
     )
-    .stacking(stack))
+    .stacking(stack)
+    .limiting_concurrency(concurrency))
 }
 
 /// `"open"` (false) or `"closed"` (true), the value of the setting `name`.

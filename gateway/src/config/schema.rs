@@ -165,6 +165,10 @@ pub(super) struct RuleSection {
     /// The day a `month` window resets on (1 to 31).
     pub(super) anchor: Option<u64>,
     pub(super) policy: Option<String>,
+    /// At most this many requests of one key in flight (proxy mode), each holding a lease.
+    pub(super) concurrency: Option<u64>,
+    /// How long a lease lasts unless released, e.g. `"30s"` (with `concurrency`).
+    pub(super) lease_ttl: Option<String>,
     #[serde(default = "default_cost")]
     pub(super) cost: u64,
     pub(super) count: Option<CountSection>,

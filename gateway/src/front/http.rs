@@ -8,8 +8,9 @@ use crate::config::{Mode, ServerSettings};
 use crate::decider::{Applied, Decider, End, RuleOutcome, Stacked};
 use crate::failure::Failure;
 use crate::headers;
+use crate::lease::{LeaseGuard, Leased};
 use crate::methods;
-use crate::metrics::{Metrics, Outcome};
+use crate::metrics::{Metrics, Outcome, ReleaseCause};
 use crate::rules::{RequestFacts, Rule, RuleSet};
 use crate::upstream::{strip_hop_by_hop, wants_upgrade, Upstream, UpstreamError};
 use crate::verdict::Verdict;
@@ -22,14 +23,16 @@ use smallvec::SmallVec;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 
-/// A response body: the upstream's, streamed, or one the gateway wrote.
-pub type Body = Either<Incoming, Full<Bytes>>;
+/// A response body: the upstream's, streamed (with the request's lease, if it holds one),
+/// or one the gateway wrote.
+pub type Body = Either<Leased<Incoming>, Full<Bytes>>;
 
 pub struct Gateway {
     server: ServerSettings,
     key_prefix: String,
     rules: RwLock<Arc<RuleSet>>,
-    decider: Decider,
+    /// Shared with the leases in flight, which give themselves back through it.
+    decider: Arc<Decider>,
     upstream: Option<Upstream>,
 }
 
@@ -37,6 +40,8 @@ pub struct Gateway {
 struct Judgement {
     applying: SmallVec<[Applied; 2]>,
     stacked: Stacked,
+    /// The lease of a `concurrency` rule, held until the response ends.
+    lease: Option<LeaseGuard>,
 }
 
 impl Judgement {
@@ -63,7 +68,7 @@ impl Judgement {
                 | RuleOutcome::Denied { verdict: v, .. } => v,
                 _ => continue,
             };
-            if a.rule.shadow {
+            if a.rule.shadow || a.rule.concurrency.is_some() {
                 continue;
             }
             if i == binding {
@@ -86,7 +91,8 @@ fn shown_allowed<'a>(
     let mut at = 0;
     for (a, v) in applying.iter().zip(verdicts) {
         let Some(verdict) = v else { continue };
-        if a.rule.shadow {
+        // A lease's answer has no tier state to show (see `too_many`).
+        if a.rule.shadow || a.rule.concurrency.is_some() {
             continue;
         }
         if let Some((_, best)) = shown.get(at) {
@@ -114,7 +120,7 @@ impl Gateway {
             server,
             key_prefix,
             rules: RwLock::new(Arc::new(rules)),
-            decider,
+            decider: Arc::new(decider),
             upstream,
         }
     }
@@ -173,7 +179,9 @@ impl Gateway {
                 stacked: Stacked {
                     outcomes: SmallVec::new(),
                     end: End::Unlimited,
+                    lease_id: None,
                 },
+                lease: None,
             });
         }
         // The key header twice: which one names the client is the upstream's choice (the
@@ -207,7 +215,17 @@ impl Gateway {
                 cost: None,
             })
             .collect();
-        let stacked = self.decider.decide(&applying).await;
+        let mut stacked = self.decider.decide(&applying).await;
+        // Held from here on, so that any way out of this request gives it back.
+        let lease = match (stacked.lease_id.take(), applying.first()) {
+            (Some(id), Some(applied)) => Some(LeaseGuard::new(
+                self.decider.clone(),
+                applied.rule.clone(),
+                applied.key.clone(),
+                id,
+            )),
+            _ => None,
+        };
         for (applied, outcome) in applying.iter().zip(&stacked.outcomes) {
             let rule = &applied.rule;
             let outcome = match outcome {
@@ -228,7 +246,11 @@ impl Gateway {
                 self.metrics().decision(&rule.name, outcome);
             }
         }
-        Ok(Judgement { applying, stacked })
+        Ok(Judgement {
+            applying,
+            stacked,
+            lease,
+        })
     }
 
     async fn proxy(&self, peer: IpAddr, mut request: Request<Incoming>) -> Response<Body> {
@@ -260,7 +282,7 @@ impl Gateway {
         if let Err(refusal) = rewrite_target(&mut request, &method, &path) {
             return refused(refusal.status(), refusal.message());
         }
-        let judgement = match self
+        let mut judgement = match self
             .judge(&rules, peer, method.as_str(), &path, request.headers())
             .await
         {
@@ -268,6 +290,7 @@ impl Gateway {
             Err(refusal) => return refusal,
         };
         let mut fail_open_mark = None;
+        let mut lease = judgement.lease.take();
         match judgement.stacked.end {
             End::Denied { binding, .. } => {
                 return too_many(
@@ -291,19 +314,23 @@ impl Gateway {
             .forward(request, peer, &rules.fail_open_header, fail_open_mark)
             .await
         {
-            Ok(response) => response.map(Either::Left),
+            Ok(response) => response.map(|body| Either::Left(Leased::new(body, lease.take()))),
             Err(UpstreamError::Failed(error)) => {
+                release(&mut lease, ReleaseCause::Error);
                 self.metrics().upstream_error();
                 crate::logging::log!("upstream error: {error}");
                 local(StatusCode::BAD_GATEWAY, "Bad Gateway\n")
             }
             Err(UpstreamError::Timeout) => {
+                release(&mut lease, ReleaseCause::Error);
                 self.metrics().upstream_error();
                 local(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout\n")
             }
         };
         let status = response.status().as_u16();
-        let Judgement { applying, stacked } = judgement;
+        let Judgement {
+            applying, stacked, ..
+        } = judgement;
         let mut verdicts: SmallVec<[Option<Verdict>; 2]> = SmallVec::new();
         for (applied, outcome) in applying.iter().zip(stacked.outcomes) {
             let RuleOutcome::Allowed(verdict) = outcome else {
@@ -505,7 +532,9 @@ fn local(status: StatusCode, body: &'static str) -> Response<Body> {
     response
 }
 
-/// The denial: every enforced rule asked, the binding one first, and its Retry-After.
+/// The denial: every enforced rule asked, the binding one first, and its Retry-After. A
+/// lease's denial says only when to retry: `RL.ACQUIRE` answers for the slots, not for
+/// what each tier has left, and a slot is not a quota per window.
 fn too_many(
     judgement: &Judgement,
     binding: usize,
@@ -513,9 +542,26 @@ fn too_many(
     status: StatusCode,
 ) -> Response<Body> {
     let mut response = local(status, "Too Many Requests\n");
+    let leased = judgement
+        .applying
+        .get(binding)
+        .filter(|a| a.rule.concurrency.is_some());
+    if leased.is_some() {
+        if let Some(RuleOutcome::Denied { verdict, .. }) = judgement.stacked.outcomes.get(binding) {
+            headers::add_retry_after(response.headers_mut(), verdict);
+        }
+        return response;
+    }
     let (shown, at) = judgement.shown_denied(binding);
     headers::add_all(response.headers_mut(), &shown, at, legacy, true);
     response
+}
+
+/// Starts giving back the request's lease, if it holds one.
+fn release(lease: &mut Option<LeaseGuard>, cause: ReleaseCause) {
+    if let Some(mut lease) = lease.take() {
+        lease.release(cause);
+    }
 }
 
 fn unavailable() -> Response<Body> {

@@ -569,6 +569,13 @@ impl Upstream {
         format!("upstream = \"http://127.0.0.1:{}\"\n", self.port)
     }
 
+    /// Lets every request held with `hold=1` (that came before this call) be answered.
+    pub fn release_held(&self) {
+        let url = format!("http://127.0.0.1:{}/__release", self.port);
+        let resp = send(&self.agent, "GET", &url, &[]);
+        assert_eq!(resp.status, 200, "{url}: {resp:?}");
+    }
+
     /// How many requests it served (its own `/__requests` calls not counted).
     pub fn requests(&self) -> u64 {
         let url = format!("http://127.0.0.1:{}/__requests", self.port);
