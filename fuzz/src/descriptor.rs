@@ -107,7 +107,13 @@ fn fuzz_descriptor(u: &mut Unstructured<'_>) -> Result<()> {
             let _ = limit.overridden(n, unit);
         }
     }
-    let key = descriptors::key(&prefix, &domain, subject.as_deref(), pairs());
+    let key = descriptors::key(
+        &prefix,
+        &domain,
+        subject.as_deref(),
+        pairs(),
+        limit_override,
+    );
     assert!(key.len() <= MAX_KEY_BYTES, "{} bytes: {key}", key.len());
     let rest = key.strip_prefix(prefix.as_str()).expect("the prefix first");
     assert!(rest.starts_with('{'), "{key}");
@@ -118,7 +124,13 @@ fn fuzz_descriptor(u: &mut Unstructured<'_>) -> Result<()> {
     assert!(!tag.contains(['{', '}', ':']), "{key}");
     assert_eq!(
         key,
-        descriptors::key(&prefix, &domain, subject.as_deref(), pairs()),
+        descriptors::key(
+            &prefix,
+            &domain,
+            subject.as_deref(),
+            pairs(),
+            limit_override
+        ),
         "deterministic"
     );
     Ok(())

@@ -11,7 +11,7 @@ use crate::failure::Failure;
 use crate::logging::log;
 use crate::metrics::Metrics;
 use crate::module_errors::ModuleErrorLog;
-use crate::rules::{Concurrency, Limit, Rule};
+use crate::rules::{Concurrency, Limit, Rule, MAX_APPLYING};
 use crate::verdict::{LeaseVerdict, MultiVerdict, Verdict};
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -292,9 +292,12 @@ impl Decider {
             let rule = &applying[i].rule;
             let joins = (!rule.shadow)
                 .then(|| {
+                    // At most MAX_APPLYING keys in one call, the most RL.MHIT takes.
                     groups.iter_mut().find(|g| {
                         let first = &applying[g[0]];
-                        !first.rule.shadow && (!cluster || same_slot(&first.key, &applying[i].key))
+                        g.len() < MAX_APPLYING
+                            && !first.rule.shadow
+                            && (!cluster || same_slot(&first.key, &applying[i].key))
                     })
                 })
                 .flatten();
@@ -419,9 +422,9 @@ impl Decider {
             if look == Look::Refund {
                 self.deny_cache.forget(&a.key);
             }
-            let joins = groups
-                .iter_mut()
-                .find(|g| !cluster || same_slot(&applying[g[0]].key, &a.key));
+            let joins = groups.iter_mut().find(|g| {
+                g.len() < MAX_APPLYING && (!cluster || same_slot(&applying[g[0]].key, &a.key))
+            });
             match joins {
                 Some(group) => group.push(i),
                 None => groups.push(smallvec::smallvec![i]),

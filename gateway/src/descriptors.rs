@@ -107,6 +107,18 @@ impl Unit {
         }
     }
 
+    fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+
     /// The tier `requests_per_unit` per this unit.
     fn tier(self, requests_per_unit: u32, zoned: bool) -> Tier {
         Tier {
@@ -118,17 +130,21 @@ impl Unit {
 }
 
 /// What a request descriptor's own `limit` (Envoy's `RateLimitOverride`) may do to the
-/// limit of the node it matches (`limit_override`, ours). The override never gets a key
-/// of its own: it is counted in the node's key, so a caller that varies it finds the same
-/// spent budget (the module renews a key whose tiers change from its usage).
+/// limit of the node it matches (`limit_override`, ours). Whatever the mode, the node's key
+/// is charged for every request, so a caller that varies the override meets the same spent
+/// budget, never a fresh one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OverrideMode {
-    /// `tighten` (the default): the override is one more tier beside the node's own, so it
-    /// can lower the limit and never raise it. A node naming a policy ignores it.
+    /// `tighten` (the default): the override is charged too, in a key of its own beside the
+    /// node's (the node's key and `:limit=<n>/<unit>`, in the same slot), so it can lower the
+    /// limit and never raise it, and requests that bring another limit or none do not
+    /// change the rule of either key.
     Tighten,
-    /// `replace`: the override is the limit, instead of the node's (envoyproxy/ratelimit's
-    /// behaviour), for a deployment where Envoy's route configuration is trusted to raise
-    /// limits.
+    /// `replace`: the override is the limit of the node's key, instead of the node's
+    /// (envoyproxy/ratelimit's behaviour), for a deployment where Envoy's route
+    /// configuration is trusted to raise limits. Requests that bring different limits for
+    /// the same entries share the key under changing rules, which the module renews from
+    /// its usage at each change.
     Replace,
     /// `ignore`: the node's limit applies, whatever the request says.
     Ignore,
@@ -217,81 +233,49 @@ impl DescriptorLimit {
         }
     }
 
-    /// The rule for a request whose descriptor brings its own `limit` of
-    /// `requests_per_unit` per `unit`, as [`OverrideMode`] says; `None` when the override
-    /// is ignored (by `ignore`, or `tighten` on a policy, or when the tiers it makes are
-    /// ones the module would refuse, such as a calendar override of a GCRA limit).
+    /// The rule of a request descriptor's own `limit` of `requests_per_unit` per `unit`:
+    /// that one tier, with this node's algorithm and burst (none for a calendar unit, which
+    /// counts as a fixed window) and zone. `None` when this node ignores overrides, or when
+    /// the module would refuse the call (a burst above a tighter limit, say).
+    ///
+    /// Under `tighten` it is charged in a key of its own, beside the node's key (see
+    /// [`key`]); under `replace` it is charged in the node's key instead of the node's rule,
+    /// and then a denial says nothing of requests that bring another limit or none: it is
+    /// kept out of the deny cache.
     pub fn overridden(&self, requests_per_unit: u32, unit: Unit) -> Option<Arc<Rule>> {
-        let Limit::Tiers {
-            tiers,
-            algorithm,
-            burst,
-            tz,
-            anchor,
-            ..
-        } = &self.rule.limit
-        else {
-            // A policy keeps its limits in Redis; `replace` gives the override alone.
-            return match self.limit_override {
-                OverrideMode::Replace => self.with_tiers(
-                    vec![unit.tier(requests_per_unit, false)],
-                    None,
-                    None,
-                    None,
-                    None,
-                ),
-                _ => None,
-            };
+        let (algorithm, burst, tz, anchor) = match &self.rule.limit {
+            Limit::Tiers {
+                algorithm,
+                burst,
+                tz,
+                anchor,
+                ..
+            } => (algorithm.clone(), *burst, tz.clone(), *anchor),
+            _ => (None, None, None, None),
         };
-        let zoned = tz.is_some();
-        let tier = unit.tier(requests_per_unit, zoned);
-        match self.limit_override {
-            OverrideMode::Ignore => None,
-            OverrideMode::Tighten => {
-                let mut all = tiers.clone();
-                all.push(tier);
-                self.with_tiers(all, algorithm.clone(), *burst, tz.clone(), *anchor)
-            }
-            OverrideMode::Replace => {
-                let calendar = tier.period.is_some();
-                let month = tier.period == Some(Period::Month);
-                self.with_tiers(
-                    vec![tier],
-                    algorithm.clone().filter(|_| !calendar),
-                    burst.filter(|_| !calendar),
-                    tz.clone().filter(|_| calendar),
-                    anchor.filter(|_| month),
-                )
-            }
-        }
-    }
-
-    fn with_tiers(
-        &self,
-        tiers: Vec<Tier>,
-        algorithm: Option<String>,
-        burst: Option<u64>,
-        tz: Option<String>,
-        anchor: Option<u64>,
-    ) -> Option<Arc<Rule>> {
+        let tier = unit.tier(requests_per_unit, tz.is_some());
+        let calendar = tier.period.is_some();
+        let month = tier.period == Some(Period::Month);
         let limit = Limit::Tiers {
-            tiers,
-            algorithm,
-            burst,
-            tz,
-            anchor,
+            tiers: vec![tier],
+            algorithm: algorithm.filter(|_| !calendar),
+            burst: burst.filter(|_| !calendar),
+            tz: tz.filter(|_| calendar),
+            anchor: anchor.filter(|_| month),
             cost: 1,
         };
+        if self.limit_override == OverrideMode::Ignore {
+            return None;
+        }
         let args = call_args(&limit);
         crate::module_grammar::check_call(&args).ok()?;
         let mut overridden = self.rule.as_ref().clone();
         overridden.limit = limit;
         overridden.call_args = args;
-        overridden.deny_cache = false;
+        overridden.deny_cache = self.limit_override != OverrideMode::Replace;
         Some(Arc::new(overridden))
     }
 }
-
 #[derive(Debug, Default)]
 struct Level {
     /// By entry key.
@@ -872,7 +856,7 @@ pub fn metric_name(limit: &DescriptorLimit, last_value: &str) -> String {
 
 /// The longest hash tag written out: `key=value` escaped; longer, its hash.
 const MAX_TAG: usize = 64;
-/// The longest rest of a key written out (domain and entries); longer, its hash.
+/// The longest rest of a key written out (domain, entries, override); longer, its hash.
 const MAX_REST: usize = 150;
 const _: () = assert!(
     crate::rules::MAX_KEY_PREFIX_BYTES + 1 + MAX_TAG + 2 + MAX_REST <= crate::rules::MAX_KEY_BYTES
@@ -904,8 +888,9 @@ fn push_or_hash(out: &mut String, text: &str, limit: usize) {
     }
 }
 
-/// The Redis key of one request descriptor: `<prefix>{<tag>}:<domain>:<k1>=<v1>:...`,
-/// whatever `limit` the request brings (an override is counted in the same key). Keys,
+/// The Redis key of one request descriptor: `<prefix>{<tag>}:<domain>:<k1>=<v1>:...`;
+/// with `limit_override`, the key of the descriptor's own limit under `tighten`, the same
+/// and `:limit=<n>/<unit>` (the node's key is charged beside it). Keys,
 /// values and the domain are escaped; the tag is the `key=value` of the entry the matched
 /// node's `subject` names (the first entry when it names none or the request lacks it),
 /// so that descriptors sharing that entry share a Cluster slot and are decided by one
@@ -916,6 +901,7 @@ pub fn key<'e>(
     domain: &str,
     subject: Option<&str>,
     entries: impl Iterator<Item = (&'e str, &'e str)> + Clone,
+    limit_override: Option<(u32, Unit)>,
 ) -> String {
     let mut key = String::with_capacity(prefix.len() + 96);
     key.push_str(prefix);
@@ -938,6 +924,9 @@ pub fn key<'e>(
         escape(&mut scratch, k.as_bytes());
         scratch.push('=');
         escape(&mut scratch, v.as_bytes());
+    }
+    if let Some((n, unit)) = limit_override {
+        let _ = write!(scratch, ":limit={n}/{}", unit.name());
     }
     push_or_hash(&mut key, &scratch, MAX_REST);
     key
@@ -1048,9 +1037,9 @@ descriptors:
     #[test]
     fn keys_are_bounded_escaped_and_tagged_by_the_subject() {
         let entries = [("user", "alice"), ("path", "/a:b={c}")];
-        let key = key("rl:", "api", None, entries.iter().copied());
+        let key = key("rl:", "api", None, entries.iter().copied(), None);
         assert_eq!(key, "rl:{user=alice}:api:user=alice:path=/a%3Ab%3D%7Bc%7D");
-        let tagged = super::key("rl:", "api", Some("path"), entries.iter().copied());
+        let tagged = super::key("rl:", "api", Some("path"), entries.iter().copied(), None);
         assert!(
             tagged.starts_with("rl:{path=/a%3Ab%3D%7Bc%7D}:"),
             "{tagged}"
@@ -1058,8 +1047,22 @@ descriptors:
         let huge = "v".repeat(100_000);
         let many: Vec<(&str, &str)> = (0..16).map(|_| ("k", huge.as_str())).collect();
         let prefix = "p".repeat(crate::rules::MAX_KEY_PREFIX_BYTES);
-        let key = super::key(&prefix, &huge, None, many.iter().copied());
+        let key = super::key(
+            &prefix,
+            &huge,
+            None,
+            many.iter().copied(),
+            Some((u32::MAX, Unit::Second)),
+        );
         assert!(key.len() <= crate::rules::MAX_KEY_BYTES, "{}", key.len());
+        let own = super::key(
+            "rl:",
+            "api",
+            None,
+            [("user", "alice")].into_iter(),
+            Some((5, Unit::Month)),
+        );
+        assert_eq!(own, "rl:{user=alice}:api:user=alice:limit=5/month");
     }
 
     #[test]

@@ -21,6 +21,8 @@ domain: review
 descriptors:
   - key: plain
     rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: second
+    rate_limit: {unit: second, requests_per_unit: 2}
   - key: wide
     limit_override: replace
     rate_limit: {unit: minute, requests_per_unit: 3}
@@ -51,6 +53,7 @@ descriptors:
 "#;
 
 /// Envoy's `RateLimitResponse.RateLimit.Unit` numbers.
+const SECOND: i32 = 1;
 const MINUTE: i32 = 2;
 const MONTH: i32 = 5;
 
@@ -133,6 +136,48 @@ fn an_override_spends_the_configured_budget_and_by_default_only_tightens() {
             .counter("rl_gateway_envoy_total", &[("result", "override_ignored")]);
         assert_eq!(ignored, 4.0, "{flavor:?}");
     }
+}
+
+#[test]
+fn requests_with_and_without_an_override_do_not_change_each_others_rule() {
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let mut envoy = EnvoyGateway::on(&redis, &[("review.yaml", DESCRIPTORS)]);
+    // Two routes send the same entries, one with a (looser) limit of its own: under
+    // `tighten` it is a key of its own, so the node's key keeps its rule and its window
+    // ends on time. (Were the override a tier of the node's key, every switch would change
+    // the key's rule, and the module would renew it from its usage at each switch.)
+    let plain = || desc(&[("second", "mix")]);
+    let loose = || desc_limit(&[("second", "mix")], 50, SECOND);
+    assert_eq!(overall(&one(&mut envoy, plain())), Code::Ok);
+    assert_eq!(overall(&one(&mut envoy, loose())), Code::Ok);
+    assert_eq!(overall(&one(&mut envoy, plain())), Code::OverLimit);
+    let mut turn = 0u32;
+    wait_until(
+        Duration::from_secs(10),
+        "a new window while alternating",
+        || {
+            turn += 1;
+            std::thread::sleep(Duration::from_millis(100));
+            let d = if turn % 2 == 0 { plain() } else { loose() };
+            overall(&one(&mut envoy, d)) == Code::Ok
+        },
+    );
+    // 16 descriptors, each with its own limit: 32 keys, more than one RL.MHIT takes, are
+    // decided in calls of at most 16.
+    let many: Vec<_> = (0..16)
+        .map(|i| desc_limit(&[("plain", &format!("many{i}"))], 2, MINUTE))
+        .collect();
+    let answer = envoy.ask(request("review", many));
+    assert_eq!(overall(&answer), Code::Ok, "{answer:?}");
+    assert!(
+        answer.statuses.iter().all(|s| s.limit_remaining == 1),
+        "{answer:?}"
+    );
+    // No call was refused: none had more than 16 keys.
+    let stats = redis
+        .info_field("commandstats", "cmdstat_RL.MHIT")
+        .expect("RL.MHIT was called");
+    assert!(stats.split(',').any(|f| f == "failed_calls=0"), "{stats}");
 }
 
 #[test]

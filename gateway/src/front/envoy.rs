@@ -77,32 +77,20 @@ struct Matched<'a> {
     index: usize,
     limit: &'a Arc<DescriptorLimit>,
     rule: Arc<Rule>,
-    /// The request's own limit, when it applies (it was not ignored).
+    /// The request's own limit, when this charges it (under `replace`, in the node's key;
+    /// under `tighten`, in a key of its own beside the node's, which another `Matched` of
+    /// the same index charges).
     overriding: Option<(u32, Unit)>,
+    /// This charges the override's own key (`tighten`).
+    own_key: bool,
     ask: Ask,
     metric: String,
 }
 
 impl Matched<'_> {
-    /// The limit `current_limit` shows: an override that replaced the node's; under
-    /// `tighten`, the override when its tier (the last) is the one that bound, else the
-    /// node's own.
-    fn shown(&self, verdict: Option<&Verdict>) -> Option<(u32, Unit)> {
-        let Some(overriding) = self.overriding else {
-            return self.limit.shown;
-        };
-        let bound_by_override = match verdict {
-            Some(v) => v
-                .tiers()
-                .last()
-                .is_some_and(|last| v.tiers().len() > 1 && std::ptr::eq(last, v.binding_tier())),
-            None => true,
-        };
-        if self.limit.limit_override == OverrideMode::Replace || bound_by_override {
-            Some(overriding)
-        } else {
-            self.limit.shown
-        }
+    /// The limit `current_limit` shows.
+    fn shown(&self) -> Option<(u32, Unit)> {
+        self.overriding.or(self.limit.shown)
     }
 }
 
@@ -119,6 +107,33 @@ enum Said {
     /// Not decided: another descriptor was over first.
     NotAsked,
     Failed(Failure),
+}
+
+impl Said {
+    /// Which of two answers for one descriptor (its node's key and its own limit's key)
+    /// stands: a denial over a failure (whose mode may be `ok`) over an allowance, and of
+    /// two allowances the one with less left.
+    fn weight(&self) -> (u8, u64) {
+        match self {
+            Said::Free => (0, 0),
+            Said::Unlimited => (1, 0),
+            Said::NotAsked => (2, 0),
+            Said::Verdict(v) if v.allowed() => (3, u64::MAX - v.binding_tier().remaining),
+            Said::Failed(_) => (4, 0),
+            Said::Over => (5, 0),
+            Said::Verdict(_) => (6, 0),
+            Said::Blocked(_) => (7, 0),
+        }
+    }
+}
+
+/// Puts what `matched[at]` said for its descriptor, unless what another key of the same
+/// descriptor said weighs more ([`Said::weight`]); `source` keeps which one stands.
+fn settle(said: &mut [Said], source: &mut [Option<usize>], index: usize, at: usize, new: Said) {
+    if source[index].is_none() || new.weight() > said[index].weight() {
+        said[index] = new;
+        source[index] = Some(at);
+    }
 }
 
 impl EnvoyService {
@@ -202,6 +217,8 @@ impl EnvoyService {
             d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))
         }
         let mut said: SmallVec<[Said; 4]> = (0..count).map(|_| Said::Free).collect();
+        // Which of `matched` said what `said` holds.
+        let mut source: SmallVec<[Option<usize>; 4]> = (0..count).map(|_| None).collect();
         let mut found: SmallVec<[(usize, &Arc<DescriptorLimit>); 4]> = SmallVec::new();
         for (i, d) in request.descriptors.iter().enumerate() {
             match domain.find(entries(d)) {
@@ -243,16 +260,6 @@ impl EnvoyService {
                 metrics.decision(&metric, Outcome::Denied);
                 continue;
             }
-            let (rule, overriding) = match asked {
-                Some((n, unit)) => match limit.overridden(n, unit) {
-                    Some(rule) => (rule, Some((n, unit))),
-                    None => {
-                        metrics.envoy(EnvoyResult::OverrideIgnored);
-                        (limit.rule.clone(), None)
-                    }
-                },
-                None => (limit.rule.clone(), None),
-            };
             let hits = match &d.hits_addend {
                 Some(h) => h.value,
                 None if request.hits_addend == 0 => 1,
@@ -265,14 +272,33 @@ impl EnvoyService {
             } else {
                 Ask::Charge
             };
-            matched.push(Matched {
-                index: i,
-                limit,
-                rule,
-                overriding,
-                ask,
-                metric,
-            });
+            let mut charge = |rule: Arc<Rule>, overriding, own_key| {
+                matched.push(Matched {
+                    index: i,
+                    limit,
+                    rule,
+                    overriding,
+                    own_key,
+                    ask,
+                    metric: metric.clone(),
+                })
+            };
+            // The node's key is charged whatever the override says, except under `replace`,
+            // where the override is its rule.
+            let own = asked.and_then(|(n, unit)| Some(((n, unit), limit.overridden(n, unit)?)));
+            match (own, limit.limit_override) {
+                (Some((asked, rule)), OverrideMode::Replace) => charge(rule, Some(asked), false),
+                (Some((asked, rule)), _) => {
+                    charge(limit.rule.clone(), None, false);
+                    charge(rule, Some(asked), true);
+                }
+                (None, _) => {
+                    if asked.is_some() {
+                        metrics.envoy(EnvoyResult::OverrideIgnored);
+                    }
+                    charge(limit.rule.clone(), None, false);
+                }
+            }
         }
         let applied = |m: &Matched<'_>| Applied {
             rule: m.rule.clone(),
@@ -281,6 +307,7 @@ impl EnvoyService {
                 &request.domain,
                 m.limit.subject.as_deref(),
                 entries(&request.descriptors[m.index]),
+                m.overriding.filter(|_| m.own_key),
             ),
             cost: Some(match m.ask {
                 Ask::Peek => 1,
@@ -296,15 +323,18 @@ impl EnvoyService {
             } else {
                 Ask::Refund
             };
-            let these: SmallVec<[&Matched<'_>; 4]> =
-                matched.iter().filter(|m| m.ask == ask).collect();
+            let these: SmallVec<[(usize, &Matched<'_>); 4]> = matched
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.ask == ask)
+                .collect();
             if these.is_empty() {
                 continue;
             }
-            let applying: SmallVec<[Applied; 4]> = these.iter().map(|m| applied(m)).collect();
+            let applying: SmallVec<[Applied; 4]> = these.iter().map(|(_, m)| applied(m)).collect();
             let answers = decider.look(&applying, look).await;
-            for (m, answer) in these.iter().zip(answers) {
-                said[m.index] = match answer {
+            for (&(at, m), answer) in these.iter().zip(answers) {
+                let new = match answer {
                     Ok(Some(verdict)) => {
                         if look == Look::Peek && !verdict.allowed() && enforced(m.limit) {
                             over_by_look = true;
@@ -326,6 +356,7 @@ impl EnvoyService {
                         Said::Failed(failure)
                     }
                 };
+                settle(&mut said, &mut source, m.index, at, new);
             }
         }
         // A blocked descriptor (requests_per_unit 0) refuses the request as a whole.
@@ -333,40 +364,54 @@ impl EnvoyService {
             .iter()
             .any(|(i, limit)| matches!(said[*i], Said::Blocked(_)) && enforced(limit));
         // Then the charges, all of them in one decision.
-        let charging: SmallVec<[&Matched<'_>; 4]> =
-            matched.iter().filter(|m| m.ask == Ask::Charge).collect();
+        let charging: SmallVec<[(usize, &Matched<'_>); 4]> = matched
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.ask == Ask::Charge)
+            .collect();
         let mut closed = None;
+        // Per descriptor, whether a key denied it, and from the deny cache.
+        let mut denied: SmallVec<[Option<bool>; 4]> = (0..count).map(|_| None).collect();
         if !charging.is_empty() {
             if over_by_look {
-                for m in &charging {
-                    said[m.index] = Said::NotAsked;
+                for &(at, m) in &charging {
+                    settle(&mut said, &mut source, m.index, at, Said::NotAsked);
                 }
             } else {
                 let applying: SmallVec<[Applied; 4]> =
-                    charging.iter().map(|m| applied(m)).collect();
+                    charging.iter().map(|(_, m)| applied(m)).collect();
                 let stacked = decider.decide(&applying).await;
                 if let End::Closed { rule, .. } = stacked.end {
-                    closed = Some(charging[rule].index);
+                    closed = Some(charging[rule].1.index);
                 }
-                for (m, outcome) in charging.iter().zip(stacked.outcomes) {
-                    said[m.index] = match outcome {
+                for (&(at, m), outcome) in charging.iter().zip(stacked.outcomes) {
+                    let new = match outcome {
                         RuleOutcome::Unlimited => Said::Unlimited,
                         RuleOutcome::NotAsked => Said::NotAsked,
                         RuleOutcome::Allowed(v) | RuleOutcome::Uncounted(v) => Said::Verdict(v),
                         RuleOutcome::Denied { verdict, cached } => {
-                            let outcome = if cached {
-                                Outcome::DeniedCached
-                            } else {
-                                Outcome::Denied
-                            };
-                            metrics.decision(&m.metric, outcome);
+                            let was = denied[m.index].unwrap_or(true);
+                            denied[m.index] = Some(was && cached);
                             Said::Verdict(verdict)
                         }
                         RuleOutcome::ShadowDenied => Said::Over,
                         RuleOutcome::Failed(f) => Said::Failed(f),
                     };
+                    settle(&mut said, &mut source, m.index, at, new);
                 }
             }
+        }
+        // One denial counted per descriptor, however many of its keys denied.
+        for (i, cached) in denied.iter().enumerate() {
+            let (Some(cached), Some(at)) = (cached, source[i]) else {
+                continue;
+            };
+            let outcome = if *cached {
+                Outcome::DeniedCached
+            } else {
+                Outcome::Denied
+            };
+            metrics.decision(&matched[at].metric, outcome);
         }
         // The answer, descriptor by descriptor.
         let mut overall_over = false;
@@ -375,7 +420,7 @@ impl EnvoyService {
         let mut shown: SmallVec<[(&Rule, &Verdict); 4]> = SmallVec::new();
         let mut binding = None;
         for (i, s) in said.iter().enumerate() {
-            let m = matched.iter().find(|m| m.index == i);
+            let m = source[i].map(|at| &matched[at]);
             let limit = found.iter().find(|(j, _)| *j == i).map(|(_, l)| *l);
             let mut status = DescriptorStatus {
                 code: Code::Ok as i32,
@@ -407,7 +452,7 @@ impl EnvoyService {
                 }
                 (Said::Verdict(verdict), Some(m)) => {
                     let tier = verdict.binding_tier();
-                    status.current_limit = Some(match m.shown(Some(verdict)) {
+                    status.current_limit = Some(match m.shown() {
                         Some((n, unit)) => current(&m.rule.name, n, Some(unit)),
                         None => current(&m.rule.name, clamp(tier.limit), None),
                     });
@@ -428,21 +473,18 @@ impl EnvoyService {
                     }
                 }
                 (Said::Over, Some(m)) => {
-                    status.current_limit = m
-                        .shown(None)
-                        .map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                    status.current_limit =
+                        m.shown().map(|(n, u)| current(&m.rule.name, n, Some(u)));
                     over(&mut status, m.limit);
                     metrics.decision(&m.metric, Outcome::ShadowDenied);
                 }
                 (Said::NotAsked, Some(m)) => {
-                    status.current_limit = m
-                        .shown(None)
-                        .map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                    status.current_limit =
+                        m.shown().map(|(n, u)| current(&m.rule.name, n, Some(u)));
                 }
                 (Said::Failed(failure), Some(m)) => {
-                    status.current_limit = m
-                        .shown(None)
-                        .map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                    status.current_limit =
+                        m.shown().map(|(n, u)| current(&m.rule.name, n, Some(u)));
                     let mode = m.limit.mode_for(*failure);
                     let failed_closed =
                         enforced(m.limit) && (mode != FailMode::Ok || closed == Some(i));
