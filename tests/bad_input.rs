@@ -33,7 +33,7 @@ const GUARD: &[u8] = b"guard";
 const FAR_EXPIRY_MS: i64 = 4_102_444_800_000;
 
 fn unknown_option(quoted: &str) -> String {
-    format!("ERR unknown option '{quoted}' (expected ALGO, BURST or COST)")
+    format!("ERR unknown option '{quoted}' (expected ALGO, BURST, COST, TZ or ANCHOR)")
 }
 
 /// `RL.HIT` with these arguments, as bytes.

@@ -118,7 +118,7 @@ fn bad_input_gets_one_clear_error_and_writes_nothing() {
             (vec![b"RL.ACQUIRE", b"guard", b"3", b"1h", b"5", b"1h", b"FOO", b"1"],
                 "ERR limit must be a positive integer".into()),
             (vec![b"RL.ACQUIRE", b"guard", b"3", b"1h", b"5", b"1h", b"COST", b"1", b"FOO", b"1"],
-                "ERR unknown option 'FOO' (expected ALGO, BURST or COST)".into()),
+                "ERR unknown option 'FOO' (expected ALGO, BURST, COST, TZ or ANCHOR)".into()),
             (vec![b"RL.RELEASE", b"guard"], arity("RL.RELEASE")),
             (vec![b"RL.RELEASE", b"guard", b"held", b"extra"], arity("RL.RELEASE")),
             (vec![b"RL.RELEASE", b"guard", b""], ID.into()),

@@ -20,7 +20,7 @@ fn malformed_policy_commands_are_refused_and_change_nothing() {
     // RL.POLICY is a container command: the server answers unknown subcommands itself.
     let unknown_foo = "ERR unknown subcommand 'FOO'. Try RL.POLICY HELP.";
     let unknown_setx = "ERR unknown subcommand 'SETX'. Try RL.POLICY HELP.";
-    let cost_in_definition = "ERR unknown option 'COST' (expected ALGO, BURST or MODE)";
+    let cost_in_definition = "ERR unknown option 'COST' (expected ALGO, BURST, MODE, TZ or ANCHOR)";
     let mode = "ERR MODE must be enforce or shadow";
     #[rustfmt::skip]
     let policy_cases: &[(&[&str], &str)] = &[
@@ -38,11 +38,11 @@ fn malformed_policy_commands_are_refused_and_change_nothing() {
         (&["SET", "api", "7"], POLICY_ARITY),
         (&["SET", "", "5", "1m"], "ERR policy name must not be empty"),
         (&["SET", "api", "5", "1m", "COST", "2"], cost_in_definition),
-        (&["SET", "new", "5", "1m", "cost", "2"], "ERR unknown option 'cost' (expected ALGO, BURST or MODE)"),
+        (&["SET", "new", "5", "1m", "cost", "2"], "ERR unknown option 'cost' (expected ALGO, BURST, MODE, TZ or ANCHOR)"),
         (&["SET", "api", "5", "1m", "MODE", "loud"], mode),
         (&["SET", "api", "5", "1m", "MODE"], mode),
         (&["SET", "api", "5", "1m", "MODE", "shadow", "MODE", "enforce"], "ERR MODE is given more than once"),
-        (&["SET", "api", "5", "1m", "MODE", "shadow", "extra"], "ERR unknown option 'extra' (expected ALGO, BURST or MODE)"),
+        (&["SET", "api", "5", "1m", "MODE", "shadow", "extra"], "ERR unknown option 'extra' (expected ALGO, BURST, MODE, TZ or ANCHOR)"),
         (&["SET", "api", "0", "1m"], "ERR limit must be a positive integer"),
         (&["SET", "api", "5", "1y"], "ERR window has an unknown unit: use ms, s, m, h or d"),
         (&["SET", "api", "5", "367d"], "ERR window must be at most 366d (ratelimit.max-window-ms)"),

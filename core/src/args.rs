@@ -194,11 +194,11 @@ impl ArgError {
                 format!("ERR unknown option '{arg}' after POLICY name (expected COST)").into()
             }
             ArgError::UnknownPolicyOption(arg) => {
-                format!("ERR unknown option '{arg}' (expected ALGO, BURST or MODE)").into()
+                format!("ERR unknown option '{arg}' (expected ALGO, BURST, MODE, TZ or ANCHOR)").into()
             }
             ArgError::RepeatedOption(name) => format!("ERR {name} is given more than once").into(),
             ArgError::UnknownOption(arg) => {
-                format!("ERR unknown option '{arg}' (expected ALGO, BURST or COST)").into()
+                format!("ERR unknown option '{arg}' (expected ALGO, BURST, COST, TZ or ANCHOR)").into()
             }
             ArgError::NumKeys => {
                 format!("ERR numkeys must be an integer from 1 to {MAX_KEYS}").into()
@@ -917,7 +917,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err.message(),
-            "ERR unknown option 'x???y' (expected ALGO, BURST or COST)"
+            "ERR unknown option 'x???y' (expected ALGO, BURST, COST, TZ or ANCHOR)"
         );
         let long = [b'a'; 100];
         let err = parse_limits(

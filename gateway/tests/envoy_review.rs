@@ -158,7 +158,11 @@ fn requests_with_and_without_an_override_do_not_change_each_others_rule() {
         || {
             turn += 1;
             std::thread::sleep(Duration::from_millis(100));
-            let d = if turn.is_multiple_of(2) { plain() } else { loose() };
+            let d = if turn.is_multiple_of(2) {
+                plain()
+            } else {
+                loose()
+            };
             overall(&one(&mut envoy, d)) == Code::Ok
         },
     );
