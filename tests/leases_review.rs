@@ -229,6 +229,19 @@ fn generated_ids_in_scripts_and_transactions_reach_the_replica_and_aof_as_bytes(
             refused.contains("Write commands are not allowed from read-only scripts"),
             "{flavor:?}: {refused}"
         );
+        let refused = error_text(
+            &mut con,
+            redis::cmd("EVAL")
+                .arg(format!("#!lua flags=no-writes\n{SCRIPT_ACQUIRE}"))
+                .arg(1)
+                .arg("s:ro")
+                .arg(1)
+                .arg("1h"),
+        );
+        assert!(
+            refused.contains("Write commands are not allowed from read-only scripts"),
+            "{flavor:?}: {refused}"
+        );
         assert_eq!(contents(&mut con), before, "{flavor:?}");
 
         for (_, id) in &ids {
