@@ -12,12 +12,18 @@
 //!   window, never above the limit; the status says what is left after it.
 //! - Looks and refunds go first; when a look says an enforced descriptor is over, nothing
 //!   is charged (all or nothing), else the charged descriptors are decided together.
-//! - A descriptor's `limit` (Envoy's override) is a tier of its own, with a key of its own.
+//! - A descriptor's `limit` (Envoy's override) is as its node's `limit_override` says
+//!   ([`OverrideMode`]): by default a key of its own charged beside the node's (two answers
+//!   for one descriptor, of which the weightier stands, [`Said::weight`]); the node's key is
+//!   charged for every request, so no override value opens a fresh budget.
 //! - Shadow descriptors answer OK whatever the count says; quota-mode descriptors answer
 //!   their own code, OVER_LIMIT included, without making `overall_code` OVER_LIMIT.
 //! - When Redis cannot decide within the deadline, each descriptor answers as its
 //!   `on_failure` says: OK (fail-open, the default), OVER_LIMIT, or the whole call gRPC
-//!   UNAVAILABLE (which Envoy's `failure_mode_deny` then turns into a denial or not).
+//!   UNAVAILABLE (which Envoy's `failure_mode_deny` then turns into a denial or not); an
+//!   error reply of the module, as its `on_module_error` says (OVER_LIMIT by default). A
+//!   shadow descriptor never denies, on a failure either; a quota one reports it in its own
+//!   status only.
 
 use crate::decider::{Applied, End, Look, RuleOutcome};
 use crate::descriptors::{self, DescriptorLimit, Domains, FailMode, OverrideMode, Unit};
