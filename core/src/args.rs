@@ -194,11 +194,13 @@ impl ArgError {
                 format!("ERR unknown option '{arg}' after POLICY name (expected COST)").into()
             }
             ArgError::UnknownPolicyOption(arg) => {
-                format!("ERR unknown option '{arg}' (expected ALGO, BURST, MODE, TZ or ANCHOR)").into()
+                format!("ERR unknown option '{arg}' (expected ALGO, BURST, MODE, TZ or ANCHOR)")
+                    .into()
             }
             ArgError::RepeatedOption(name) => format!("ERR {name} is given more than once").into(),
             ArgError::UnknownOption(arg) => {
-                format!("ERR unknown option '{arg}' (expected ALGO, BURST, COST, TZ or ANCHOR)").into()
+                format!("ERR unknown option '{arg}' (expected ALGO, BURST, COST, TZ or ANCHOR)")
+                    .into()
             }
             ArgError::NumKeys => {
                 format!("ERR numkeys must be an integer from 1 to {MAX_KEYS}").into()

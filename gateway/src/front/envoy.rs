@@ -14,7 +14,7 @@
 //!   is charged (all or nothing), else the charged descriptors are decided together.
 //! - A descriptor's `limit` (Envoy's override) is as its node's `limit_override` says
 //!   ([`OverrideMode`]): by default a key of its own charged beside the node's (two answers
-//!   for one descriptor, of which the weightier stands, [`Said::weight`]); the node's key is
+//!   for one descriptor, of which the weightier stands); the node's key is
 //!   charged for every request, so no override value opens a fresh budget.
 //! - Shadow descriptors answer OK whatever the count says; quota-mode descriptors answer
 //!   their own code, OVER_LIMIT included, without making `overall_code` OVER_LIMIT.

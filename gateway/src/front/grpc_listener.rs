@@ -144,7 +144,7 @@ pub fn incoming(
 }
 
 /// An accepted connection: it holds its slot until it is dropped, and fails its reads
-/// once the handshake timeout passes before [`HANDSHAKE_BYTES`] have come.
+/// once the handshake timeout passes before the preface and a frame header have come.
 pub struct GuardedStream {
     inner: TcpStream,
     _slot: OwnedSemaphorePermit,
