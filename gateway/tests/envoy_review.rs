@@ -31,6 +31,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 3}
   - key: gone
     rate_limit: {policy: no-such-policy}
+  - key: partner
+    rate_limit: {policy: partners}
   - key: gone_open
     on_module_error: ok
     rate_limit: {policy: no-such-policy}
@@ -182,6 +184,36 @@ fn requests_with_and_without_an_override_do_not_change_each_others_rule() {
         .info_field("commandstats", "cmdstat_RL.MHIT")
         .expect("RL.MHIT was called");
     assert!(stats.split(',').any(|f| f == "failed_calls=0"), "{stats}");
+}
+
+#[test]
+fn a_policy_is_tightened_by_an_override_and_never_loosened() {
+    for flavor in FLAVORS {
+        let redis = server_with_policies(flavor);
+        redis::cmd("RL.POLICY")
+            .arg(&["SET", "partners", "3", "1m"])
+            .query::<redis::Value>(&mut redis.conn())
+            .expect("RL.POLICY SET");
+        let mut envoy = EnvoyGateway::on(&redis, &[("review.yaml", DESCRIPTORS)]);
+        // 1 a minute beside the policy's 3: the second is denied by the override.
+        let tight = || desc_limit(&[("partner", "p1")], 1, MINUTE);
+        assert_eq!(overall(&one(&mut envoy, tight())), Code::Ok, "{flavor:?}");
+        let denied = one(&mut envoy, tight());
+        assert_eq!(overall(&denied), Code::OverLimit, "{flavor:?} {denied:?}");
+        let shown = denied.statuses[0].current_limit.as_ref().expect("a limit");
+        assert_eq!((shown.requests_per_unit, shown.unit), (1, MINUTE));
+        // 1000 a minute cannot loosen the policy's 3: two more, then denied by the policy.
+        let loose = || desc_limit(&[("partner", "p1")], 1000, MINUTE);
+        for i in 0..2 {
+            let answer = one(&mut envoy, loose());
+            assert_eq!(overall(&answer), Code::Ok, "{flavor:?} {i}: {answer:?}");
+        }
+        assert_eq!(
+            overall(&one(&mut envoy, loose())),
+            Code::OverLimit,
+            "{flavor:?}"
+        );
+    }
 }
 
 #[test]
