@@ -569,6 +569,9 @@ fn a_client_gone_while_its_lease_is_being_taken_leaves_no_slot_held() {
     wait_until(POLL, "the lease Redis took is given back", || {
         held(&redis, LEASE_KEY) == 0
     });
+    wait_until(POLL, "counted as reclaimed", || {
+        lease_metric(&gateway, "llm", "reclaimed") == 1.0
+    });
     assert_eq!(gateway.get("/slow").status, 200, "the slot is free");
     assert_all_given_back(&redis, &gateway, &["llm"], "gone mid-acquire");
 }
@@ -595,6 +598,9 @@ fn a_lease_redis_takes_after_the_deadline_is_given_back() {
         });
         wait_until(POLL, "the late lease is given back", || {
             held(&redis, LEASE_KEY) == 0
+        });
+        wait_until(POLL, "counted as reclaimed", || {
+            lease_metric(&gateway, "llm", "reclaimed") == 1.0
         });
         assert_eq!(
             gateway.get("/slow").status,
