@@ -90,9 +90,34 @@ pub enum End {
 pub struct Stacked {
     pub outcomes: SmallVec<[RuleOutcome; 2]>,
     pub end: End,
-    /// The id of the lease taken for a rule with `concurrency`: the caller holds it until
-    /// the response ends, then gives it back with [`Decider::release`].
-    pub lease_id: Option<String>,
+    /// What became of the lease of a rule with `concurrency`, asked for under the id the
+    /// caller chose: the caller holds a lease taken until the response ends, then gives it
+    /// back with [`Decider::release`].
+    pub lease: LeaseAnswer,
+}
+
+/// What became of the lease a `concurrency` rule asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseAnswer {
+    /// None was asked for, or Redis answered that it took none (no free slot, a tier
+    /// denied, an error reply), or the call was never sent (the breaker).
+    NotTaken,
+    /// Taken: held until the response ends.
+    Taken,
+    /// The call was sent but its answer did not come (the deadline passed, the connection
+    /// broke): Redis may have taken the lease, or may yet, so it must be given back.
+    Unknown,
+}
+
+/// What `RL.RELEASE` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// The lease was held and is free now.
+    Freed,
+    /// Not held (never taken, already expired): nothing changed.
+    NotHeld,
+    /// No answer: a lease still held ends by its `lease_ttl`.
+    Failed,
 }
 
 /// The rules (indexes into the applying ones) that one call charges.
@@ -137,6 +162,11 @@ impl Decider {
         &self.metrics
     }
 
+    /// How long one decision may wait for Redis (`deadline_ms`).
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
     pub fn breaker_open(&self) -> bool {
         self.breaker.is_open()
     }
@@ -147,11 +177,23 @@ impl Decider {
     /// one after the other, in rule order, and when one denies, or fails on a fail-closed
     /// rule, those charged before are given back (`RL.REFUND`, `RL.MREFUND`). A shadow rule
     /// is charged on its own, where it stands, and never denies.
-    pub async fn decide(&self, applying: &[Applied]) -> Stacked {
+    ///
+    /// A rule with `concurrency` takes its lease under `lease_id`: the caller names it
+    /// before the call, so that it can give back a lease Redis took after the caller
+    /// stopped waiting (see [`LeaseAnswer::Unknown`]). Without one, a fresh id is used.
+    pub async fn decide(&self, applying: &[Applied], lease_id: Option<&str>) -> Stacked {
         // A rule with `concurrency` applies alone (the rules are checked for that).
         if let [applied] = applying {
             if let Some(concurrency) = &applied.rule.concurrency {
-                return self.acquire(applied, concurrency).await;
+                let fresh;
+                let id = match lease_id {
+                    Some(id) => id,
+                    None => {
+                        fresh = crate::lease::new_lease_id();
+                        &fresh
+                    }
+                };
+                return self.acquire(applied, concurrency, id).await;
             }
         }
         let mut outcomes: SmallVec<[RuleOutcome; 2]> = applying
@@ -171,7 +213,7 @@ impl Decider {
             return Stacked {
                 outcomes,
                 end: End::Unlimited,
-                lease_id: None,
+                lease: LeaseAnswer::NotTaken,
             };
         }
         // A denial still in force for any enforced key answers for the whole request; the
@@ -192,7 +234,7 @@ impl Decider {
                     binding,
                     cached: true,
                 },
-                lease_id: None,
+                lease: LeaseAnswer::NotTaken,
             };
         }
         let deadline = tokio::time::Instant::now() + self.deadline;
@@ -223,7 +265,7 @@ impl Decider {
                         return Stacked {
                             outcomes,
                             end: End::Closed { rule, failure },
-                            lease_id: None,
+                            lease: LeaseAnswer::NotTaken,
                         };
                     }
                     continue;
@@ -270,14 +312,14 @@ impl Decider {
                         binding,
                         cached: false,
                     },
-                    lease_id: None,
+                    lease: LeaseAnswer::NotTaken,
                 };
             }
         }
         Stacked {
             outcomes,
             end: End::Allowed,
-            lease_id: None,
+            lease: LeaseAnswer::NotTaken,
         }
     }
 
@@ -479,14 +521,17 @@ impl Decider {
         answers
     }
 
-    /// Takes a lease for `applied` (`RL.ACQUIRE key max ttl [tiers]`, its limits counted in
-    /// the same call) under the deadline, through the breaker. The deny cache is neither
-    /// asked nor told: a slot can free up at any moment.
-    async fn acquire(&self, applied: &Applied, concurrency: &Concurrency) -> Stacked {
+    /// Takes a lease `id` for `applied` (`RL.ACQUIRE key max ttl [tiers] ID id`, its limits
+    /// counted in the same call) under the deadline, through the breaker. The deny cache is
+    /// neither asked nor told: a slot can free up at any moment.
+    async fn acquire(&self, applied: &Applied, concurrency: &Concurrency, id: &str) -> Stacked {
         let rule = &applied.rule;
         let deadline = tokio::time::Instant::now() + self.deadline;
         let mut cmd = redis::cmd("RL.ACQUIRE");
-        cmd.arg(&applied.key).arg(&concurrency.acquire_args);
+        cmd.arg(&applied.key)
+            .arg(&concurrency.acquire_args)
+            .arg("ID")
+            .arg(id);
         // Routed by the key itself: the cluster client's guess for a module command is
         // not to be relied on.
         let reply = match self.send(&cmd, Some(&applied.key), deadline).await {
@@ -501,13 +546,17 @@ impl Decider {
                 Err(failure)
             }
         };
-        let (outcome, end, lease_id) = match reply {
+        let (outcome, end, lease) = match reply {
             Ok(lease) => {
                 let verdict = lease.as_verdict();
                 match lease.id {
-                    Some(id) => {
+                    Some(_) => {
                         self.metrics.lease_acquired(&rule.name);
-                        (RuleOutcome::Allowed(verdict), End::Allowed, Some(id))
+                        (
+                            RuleOutcome::Allowed(verdict),
+                            End::Allowed,
+                            LeaseAnswer::Taken,
+                        )
                     }
                     None => {
                         self.metrics.lease_denied(&rule.name);
@@ -519,44 +568,62 @@ impl Decider {
                             binding: 0,
                             cached: false,
                         };
-                        (denied, end, None)
+                        (denied, end, LeaseAnswer::NotTaken)
                     }
                 }
             }
-            Err(failure) if rule.on_failure.closes(failure) => (
-                RuleOutcome::Failed(failure),
-                End::Closed { rule: 0, failure },
-                None,
-            ),
-            // Open: forwarded holding no lease.
-            Err(failure) => (RuleOutcome::Failed(failure), End::Allowed, None),
+            Err(failure) => {
+                // A call that went out unanswered may still run (Redis stopped for a moment
+                // runs it when it resumes): its lease would hold a slot for lease_ttl.
+                let lease = match failure {
+                    Failure::Timeout | Failure::Connection => LeaseAnswer::Unknown,
+                    Failure::Unavailable | Failure::Error | Failure::Breaker => {
+                        LeaseAnswer::NotTaken
+                    }
+                };
+                match rule.on_failure.closes(failure) {
+                    true => (
+                        RuleOutcome::Failed(failure),
+                        End::Closed { rule: 0, failure },
+                        lease,
+                    ),
+                    // Open: forwarded holding no lease.
+                    false => (RuleOutcome::Failed(failure), End::Allowed, lease),
+                }
+            }
         };
         Stacked {
             outcomes: SmallVec::from_elem(outcome, 1),
             end,
-            lease_id,
+            lease,
         }
     }
 
-    /// Gives back the lease `id` of `rule` on `key` (`RL.RELEASE`), through the breaker.
-    /// Whether Redis answered; when it did not, the lease ends by its `lease_ttl`.
-    pub async fn release(&self, rule: &Rule, key: &str, id: &str) -> bool {
+    /// Gives back the lease `id` of `rule` on `key` (`RL.RELEASE`); when Redis does not
+    /// answer, a lease still held ends by its `lease_ttl`.
+    ///
+    /// Sent even while the breaker is open: a release skipped would hold its slot for the
+    /// whole lease_ttl after Redis is back, locking clients out, and it costs nothing on
+    /// the request path. Releases cannot pile up: each is one per lease, and no lease is
+    /// taken while the breaker is open.
+    pub async fn release(&self, rule: &Rule, key: &str, id: &str) -> Released {
         // Off the request path (the response is already sent), so it can wait longer than
         // a decision may: a release given up on holds the slot for the whole lease_ttl.
         let deadline = tokio::time::Instant::now() + self.deadline.max(MIN_RELEASE_DEADLINE);
         let mut cmd = redis::cmd("RL.RELEASE");
         cmd.arg(key).arg(id);
-        match self.send(&cmd, Some(key), deadline).await {
-            Ok(redis::Value::Int(_)) => true,
+        match self.round_trip(&cmd, Some(key), deadline).await {
+            Ok(redis::Value::Int(1)) => Released::Freed,
+            Ok(redis::Value::Int(_)) => Released::NotHeld,
             Ok(_) => {
                 self.release_error(rule, "a reply that is not 0 or 1");
-                false
+                Released::Failed
             }
             Err((_, Some(error))) => {
                 self.release_error(rule, &error);
-                false
+                Released::Failed
             }
-            Err((_, None)) => false,
+            Err((_, None)) => Released::Failed,
         }
     }
 
@@ -662,6 +729,17 @@ impl Decider {
         if !self.breaker.allows(Instant::now()) {
             return Err((Failure::Breaker, None));
         }
+        self.round_trip(cmd, route_key, deadline).await
+    }
+
+    /// `cmd` before `deadline`, whatever the breaker says; what came of it is reported to
+    /// the breaker.
+    async fn round_trip(
+        &self,
+        cmd: &redis::Cmd,
+        route_key: Option<&str>,
+        deadline: tokio::time::Instant,
+    ) -> Result<redis::Value, (Failure, Option<String>)> {
         let started = Instant::now();
         let reply = match route_key {
             Some(key) => {

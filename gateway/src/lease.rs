@@ -1,94 +1,202 @@
-//! Holding a lease of a `concurrency` rule while its request is served: the
-//! [`LeaseGuard`] is made as soon as the lease is taken and moves into the response body
-//! ([`Leased`]), so that the lease is given back exactly once, whichever comes first: the
-//! body sent to its end, the body breaking off, or the response dropped (the client went
-//! away, or the request was cut short before the upstream answered). The release is
-//! spawned, never awaited in `Drop`; if it cannot reach Redis, `lease_ttl` ends the lease.
+//! Holding a lease of a `concurrency` rule while its request is served. The [`LeaseGuard`]
+//! is made *before* `RL.ACQUIRE` is sent, under an id the gateway chooses, and moves into
+//! the response body ([`Leased`]), so that the lease is given back exactly once, whichever
+//! comes first: the body sent to its end, the body breaking off, or the response dropped
+//! (the client went away, or the request was cut short before the upstream answered).
+//!
+//! Made before the call, it also covers the call itself: a request dropped while
+//! `RL.ACQUIRE` is in flight, or a call whose deadline passed, may leave a lease that
+//! Redis takes after the gateway stopped listening (Redis stopped for a moment runs the
+//! calls it had queued when it resumes). Nobody would hold that slot, yet it would stay
+//! taken for `lease_ttl`, and a client could lock others out with requests it drops. Since
+//! the id is the gateway's, such a lease is given back (`RL.RELEASE` after the
+//! `RL.ACQUIRE` on the same connection, so it runs after it); `RL.RELEASE` of an id
+//! never taken changes nothing.
+//!
+//! Releases are spawned, never awaited in `Drop`; if one cannot reach Redis, `lease_ttl`
+//! ends the lease.
 
-use crate::decider::Decider;
+use crate::decider::{Decider, LeaseAnswer, Released};
 use crate::metrics::ReleaseCause;
 use crate::rules::Rule;
+use bytes::Buf;
 use hyper::body::{Body, Frame, SizeHint};
+use std::future::Future;
+use std::hash::BuildHasher;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
+use tokio::sync::oneshot;
 
-/// A lease held for one request.
+/// A fresh lease id: 64 bits drawn once per process, then a counter, as 32 lowercase hex
+/// digits (which the module stores as the 16 bytes they spell, as its own ids). Unique on
+/// a key across gateways and restarts as long as two processes never draw the same 64
+/// bits; an id is no secret, since only the gateway speaks to Redis.
+pub fn new_lease_id() -> String {
+    static PROCESS: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    // std's RandomState is keyed from the operating system's random source.
+    let process = *PROCESS.get_or_init(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        std::collections::hash_map::RandomState::new().hash_one((std::process::id(), now))
+    });
+    format!("{process:016x}{:016x}", NEXT.fetch_add(1, Relaxed))
+}
+
+/// A lease asked for, then held, for one request.
 pub struct LeaseGuard {
     decider: Arc<Decider>,
     rule: Arc<Rule>,
     key: String,
-    /// `None` once the release is started.
+    /// `None` once the release is started, or when Redis answered that it took none.
     id: Option<String>,
+    /// Whether Redis answered that it took the lease (counted as held); until then a
+    /// release only makes sure no lease of this id is left behind.
+    taken: bool,
 }
 
 impl LeaseGuard {
-    pub fn new(decider: Arc<Decider>, rule: Arc<Rule>, key: String, id: String) -> Self {
+    /// A guard for the lease about to be asked for under [`LeaseGuard::id`].
+    pub fn asking(decider: Arc<Decider>, rule: Arc<Rule>, key: String) -> Self {
         LeaseGuard {
             decider,
             rule,
             key,
-            id: Some(id),
+            id: Some(new_lease_id()),
+            taken: false,
+        }
+    }
+
+    /// The id `RL.ACQUIRE` is to take the lease under.
+    pub fn id(&self) -> &str {
+        self.id.as_deref().unwrap_or_default()
+    }
+
+    /// What the call answered: the guard if the lease is held. An unanswered call's lease
+    /// is given back at once, in case Redis took (or will take) it.
+    pub fn answered(mut self, answer: LeaseAnswer) -> Option<Self> {
+        match answer {
+            LeaseAnswer::Taken => {
+                self.taken = true;
+                Some(self)
+            }
+            LeaseAnswer::NotTaken => {
+                self.id = None;
+                None
+            }
+            // Dropped here: released as never confirmed.
+            LeaseAnswer::Unknown => None,
         }
     }
 
     /// Starts giving the lease back, for `cause`; later calls (and the drop) do nothing.
-    pub fn release(&mut self, cause: ReleaseCause) {
-        let Some(id) = self.id.take() else {
-            return;
-        };
-        self.decider.metrics().lease_releasing(cause);
+    /// What it returns is told when Redis has answered (or the release was given up on).
+    pub fn release(&mut self, cause: ReleaseCause) -> Option<oneshot::Receiver<()>> {
+        let id = self.id.take()?;
+        let taken = self.taken;
+        if taken {
+            self.decider.metrics().lease_releasing(cause);
+        }
         // No runtime (the process is shutting down): the lease ends by its lease_ttl.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.decider
-                .metrics()
-                .lease_released(&self.rule.name, false);
-            return;
+            if taken {
+                self.decider
+                    .metrics()
+                    .lease_released(&self.rule.name, false);
+            }
+            return None;
         };
+        let (done, settled) = oneshot::channel();
         let decider = self.decider.clone();
         let rule = self.rule.clone();
         let key = std::mem::take(&mut self.key);
         runtime.spawn(async move {
             let released = decider.release(&rule, &key, &id).await;
-            decider.metrics().lease_released(&rule.name, released);
+            let metrics = decider.metrics();
+            match (taken, released) {
+                (true, released) => {
+                    metrics.lease_released(&rule.name, released != Released::Failed)
+                }
+                (false, Released::Freed) => metrics.lease_reclaimed(&rule.name),
+                (false, Released::NotHeld | Released::Failed) => {}
+            }
+            let _ = done.send(());
         });
+        Some(settled)
     }
 }
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        self.release(ReleaseCause::Dropped);
+        let _ = self.release(ReleaseCause::Dropped);
     }
 }
-
 /// A response body that gives back its request's lease (if it has one) at its end.
-pub struct Leased<B> {
+///
+/// The end (the last frame, or the end of a chunked body) is held back until Redis has
+/// answered the release, for `deadline_ms` at most: a client that sends its next request
+/// once it has read this response would otherwise often meet its own lease, still held
+/// while the spawned release is on its way (a 429 at `concurrency = 1` for a client that
+/// never has two requests in flight). The wait is bounded by the decision deadline, so a
+/// slow Redis delays no response's end by more than a decision could; the release goes on
+/// in the background after that.
+pub struct Leased<B: Body> {
     body: B,
     lease: Option<LeaseGuard>,
+    /// The release being waited for, once the body has come to its end.
+    settling: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The last frame, handed over once `settling` is done (none: the end itself).
+    held_back: Option<Frame<B::Data>>,
+    wait: std::time::Duration,
 }
 
-impl<B> Leased<B> {
-    pub fn new(body: B, lease: Option<LeaseGuard>) -> Self
-    where
-        B: Body,
-    {
-        let mut leased = Leased { body, lease };
+impl<B: Body> Leased<B> {
+    pub fn new(body: B, lease: Option<LeaseGuard>) -> Self {
+        let wait = lease
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |l| l.decider.deadline());
+        let mut leased = Leased {
+            body,
+            lease,
+            settling: None,
+            held_back: None,
+            wait,
+        };
         // A body already at its end (HEAD, 204, 304, `Content-Length: 0`) is never polled:
-        // the upstream is done with the request, so the slot is free now.
+        // the upstream is done with the request, so the slot is free now (not waited for:
+        // hyper writes such a response without asking the body).
         if leased.body.is_end_stream() {
-            leased.release(ReleaseCause::End);
+            if let Some(mut lease) = leased.lease.take() {
+                let _ = lease.release(ReleaseCause::End);
+            }
         }
         leased
     }
 
-    fn release(&mut self, cause: ReleaseCause) {
-        if let Some(mut lease) = self.lease.take() {
-            lease.release(cause);
+    /// Starts the release; when `wait`, the end is held back until it is answered.
+    fn release(&mut self, cause: ReleaseCause, wait: bool) {
+        let Some(mut lease) = self.lease.take() else {
+            return;
+        };
+        let Some(settled) = lease.release(cause) else {
+            return;
+        };
+        if wait {
+            let bound = self.wait;
+            self.settling = Some(Box::pin(async move {
+                let _ = tokio::time::timeout(bound, settled).await;
+            }));
         }
     }
 }
 
-impl<B: Body + Unpin> Body for Leased<B> {
+impl<B: Body + Unpin> Body for Leased<B>
+where
+    B::Data: Unpin,
+{
     type Data = B::Data;
     type Error = B::Error;
 
@@ -96,26 +204,54 @@ impl<B: Body + Unpin> Body for Leased<B> {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        let this = &mut *self;
+        if let Some(settling) = &mut this.settling {
+            if settling.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.settling = None;
+            return Poll::Ready(this.held_back.take().map(Ok));
+        }
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
         // The slot is free as soon as the last byte is handed over, not when hyper gets
         // round to dropping the body: with a known length, hyper asks `is_end_stream`
         // instead of polling for the end.
-        match &polled {
-            Poll::Ready(None) => self.release(ReleaseCause::End),
-            Poll::Ready(Some(Err(_))) => self.release(ReleaseCause::Error),
-            Poll::Ready(Some(Ok(_))) if self.body.is_end_stream() => {
-                self.release(ReleaseCause::End)
+        let end = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Err(_))) => {
+                // Broken off: the connection is cut, no next request to race.
+                this.release(ReleaseCause::Error, false);
+                false
             }
-            Poll::Ready(Some(Ok(_))) | Poll::Pending => {}
+            Poll::Ready(Some(Ok(_))) => this.body.is_end_stream(),
+            Poll::Pending => false,
+        };
+        if !end || this.lease.is_none() {
+            return polled;
         }
-        polled
+        this.release(ReleaseCause::End, true);
+        if this.settling.is_none() {
+            return polled;
+        }
+        this.held_back = match polled {
+            Poll::Ready(Some(Ok(frame))) => Some(frame),
+            _ => None,
+        };
+        // Polled once now, so that its answer wakes this body.
+        self.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.settling.is_none() && self.held_back.is_none() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        match &self.held_back {
+            // The last frame, still to come.
+            Some(frame) => frame.data_ref().map_or_else(SizeHint::default, |data| {
+                SizeHint::with_exact(data.remaining() as u64)
+            }),
+            None => self.body.size_hint(),
+        }
     }
 }

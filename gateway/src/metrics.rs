@@ -52,14 +52,19 @@ pub enum LeaseEvent {
     Released,
     /// The release found no Redis: the lease ends by its `lease_ttl`.
     ReleaseFailed,
+    /// Taken by Redis after the gateway stopped waiting for `RL.ACQUIRE` (the deadline
+    /// passed, the connection broke, or the client went away mid-call), and given back at
+    /// once: a slot that would otherwise have been held for `lease_ttl` by no request.
+    Reclaimed,
 }
 
 impl LeaseEvent {
-    const ALL: [LeaseEvent; 4] = [
+    const ALL: [LeaseEvent; 5] = [
         LeaseEvent::Acquired,
         LeaseEvent::Denied,
         LeaseEvent::Released,
         LeaseEvent::ReleaseFailed,
+        LeaseEvent::Reclaimed,
     ];
 
     fn label(self) -> &'static str {
@@ -68,6 +73,7 @@ impl LeaseEvent {
             LeaseEvent::Denied => "denied",
             LeaseEvent::Released => "released",
             LeaseEvent::ReleaseFailed => "release_failed",
+            LeaseEvent::Reclaimed => "reclaimed",
         }
     }
 }
@@ -250,6 +256,12 @@ impl Metrics {
         self.lease_event(rule, event);
     }
 
+    /// A lease Redis took after the gateway stopped waiting was found and given back; it
+    /// was never counted as held.
+    pub fn lease_reclaimed(&self, rule: &str) {
+        self.lease_event(rule, LeaseEvent::Reclaimed);
+    }
+
     fn lease_event(&self, rule: &str, event: LeaseEvent) {
         bump(&self.leases, rule, |counts| counts[event as usize] += 1);
     }
@@ -295,7 +307,7 @@ impl Metrics {
             "rl_gateway_leases_total",
             "counter",
             "Leases of concurrency rules, by rule and event (acquired, denied, released, \
-             release_failed).",
+             release_failed, reclaimed).",
         );
         for (rule, counts) in self.leases.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             for (event, count) in LeaseEvent::ALL.iter().zip(counts) {

@@ -7,10 +7,14 @@
 //! For the tests of requests in flight:
 //! - `hold=1`: the answer waits until `GET /__release` is asked (after the request came);
 //! - `drip_ms=M&chunks=N`: the head at once, then a body of N chunks, one every M ms (the
-//!   first at once), so that a response stays in progress for a while.
+//!   first at once), so that a response stays in progress for a while; each chunk is
+//!   `drip\n`, or `chunk_bytes=B` bytes of it repeated (a large answer that fills buffers);
+//!   `abort_after=K`: the body breaks off after K chunks (the connection is cut mid-body);
+//! - `read_body=1`: the whole request body is read before answering (as most APIs do), and
+//!   the echo ends with a `body: <bytes>` line.
 
 use bytes::Bytes;
-use http_body_util::{Either, Full};
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::{Body, Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -26,36 +30,45 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// A body of `left` chunks, one each time `every` has passed.
+/// A body of `left` chunks, one each time `every` has passed; when `abort_after` chunks
+/// have gone, an error instead, which makes hyper cut the connection mid-body.
 struct Drip {
     left: u64,
     every: Duration,
     next: Pin<Box<tokio::time::Sleep>>,
+    chunk: Bytes,
+    abort_after: Option<u64>,
 }
 
 impl Body for Drip {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = std::io::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         if self.left == 0 {
             return Poll::Ready(None);
         }
         if self.next.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }
+        if let Some(after) = &mut self.abort_after {
+            if *after == 0 {
+                return Poll::Ready(Some(Err(std::io::Error::other("abort_after"))));
+            }
+            *after -= 1;
+        }
         self.left -= 1;
         let at = tokio::time::Instant::now() + self.every;
         self.next.as_mut().reset(at);
-        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"drip\n")))))
+        Poll::Ready(Some(Ok(Frame::data(self.chunk.clone()))))
     }
 }
 
 /// The number after `prefix` (e.g. `status=`) in the query string.
-fn query_number(request: &Request<Incoming>, prefix: &str) -> Option<u64> {
+fn query_number<B>(request: &Request<B>, prefix: &str) -> Option<u64> {
     request
         .uri()
         .query()
@@ -65,10 +78,11 @@ fn query_number(request: &Request<Incoming>, prefix: &str) -> Option<u64> {
         .and_then(|n| n.parse().ok())
 }
 
-fn answer(
+fn answer<B>(
     served: &AtomicU64,
     releases: &watch::Sender<u64>,
-    request: &Request<Incoming>,
+    request: &Request<B>,
+    body_bytes: Option<usize>,
 ) -> Response<Full<Bytes>> {
     if request.uri().path() == "/__requests" {
         return Response::new(Full::new(Bytes::from(served.load(Relaxed).to_string())));
@@ -90,6 +104,9 @@ fn answer(
             "{name}: {}",
             String::from_utf8_lossy(value.as_bytes())
         );
+    }
+    if let Some(bytes) = body_bytes {
+        let _ = writeln!(body, "body: {bytes}");
     }
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
@@ -124,19 +141,52 @@ async fn main() {
         let served = served.clone();
         let releases = releases.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |request| {
+            let service = service_fn(move |request: Request<Incoming>| {
                 let delay = query_number(&request, "delay_ms=").unwrap_or(0);
                 // Subscribed before the request is counted as served, so that a release
                 // asked once it is counted always reaches it.
                 let mut released = releases.subscribe();
                 let hold = query_number(&request, "hold=").is_some_and(|h| h != 0);
-                let drip = query_number(&request, "drip_ms=").map(|every| Drip {
-                    left: query_number(&request, "chunks=").unwrap_or(1),
-                    every: Duration::from_millis(every),
-                    next: Box::pin(tokio::time::sleep(Duration::ZERO)),
+                let read_body = query_number(&request, "read_body=").is_some_and(|r| r != 0);
+                let drip = query_number(&request, "drip_ms=").map(|every| {
+                    let chunk = match query_number(&request, "chunk_bytes=") {
+                        Some(size) => Bytes::from(
+                            b"drip\n"
+                                .iter()
+                                .copied()
+                                .cycle()
+                                .take(usize::try_from(size).unwrap_or(5).clamp(1, 1 << 20))
+                                .collect::<Vec<u8>>(),
+                        ),
+                        None => Bytes::from_static(b"drip\n"),
+                    };
+                    Drip {
+                        left: query_number(&request, "chunks=").unwrap_or(1),
+                        every: Duration::from_millis(every),
+                        next: Box::pin(tokio::time::sleep(Duration::ZERO)),
+                        chunk,
+                        abort_after: query_number(&request, "abort_after="),
+                    }
                 });
-                let response = answer(&served, &releases, &request);
+                let served = served.clone();
+                let releases = releases.clone();
                 async move {
+                    let response = if read_body {
+                        let (parts, body) = request.into_parts();
+                        // A body that breaks off is answered with what arrived.
+                        let bytes = match body.collect().await {
+                            Ok(collected) => collected.to_bytes().len(),
+                            Err(_) => 0,
+                        };
+                        answer(
+                            &served,
+                            &releases,
+                            &Request::from_parts(parts, ()),
+                            Some(bytes),
+                        )
+                    } else {
+                        answer(&served, &releases, &request, None)
+                    };
                     if delay > 0 {
                         tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                     }

@@ -386,7 +386,7 @@ impl EnvoyService {
             } else {
                 let applying: SmallVec<[Applied; 4]> =
                     charging.iter().map(|(_, m)| applied(m)).collect();
-                let stacked = decider.decide(&applying).await;
+                let stacked = decider.decide(&applying, None).await;
                 if let End::Closed { rule, .. } = stacked.end {
                     closed = Some(charging[rule].1.index);
                 }

@@ -5,7 +5,7 @@
 use crate::canonical::{canonicalize, PathRefusal};
 use crate::client_ip::client_ip;
 use crate::config::{Mode, ServerSettings};
-use crate::decider::{Applied, Decider, End, RuleOutcome, Stacked};
+use crate::decider::{Applied, Decider, End, LeaseAnswer, RuleOutcome, Stacked};
 use crate::failure::Failure;
 use crate::headers;
 use crate::lease::{LeaseGuard, Leased};
@@ -179,7 +179,7 @@ impl Gateway {
                 stacked: Stacked {
                     outcomes: SmallVec::new(),
                     end: End::Unlimited,
-                    lease_id: None,
+                    lease: LeaseAnswer::NotTaken,
                 },
                 lease: None,
             });
@@ -215,17 +215,22 @@ impl Gateway {
                 cost: None,
             })
             .collect();
-        let mut stacked = self.decider.decide(&applying).await;
-        // Held from here on, so that any way out of this request gives it back.
-        let lease = match (stacked.lease_id.take(), applying.first()) {
-            (Some(id), Some(applied)) => Some(LeaseGuard::new(
+        // A lease is asked for under an id of the gateway's and guarded from before the
+        // call, so that any way out of this request gives it back: also a drop while the
+        // call is in flight, and a call unanswered in time that Redis may still run.
+        let asking = match &applying[..] {
+            [applied] if applied.rule.concurrency.is_some() => Some(LeaseGuard::asking(
                 self.decider.clone(),
                 applied.rule.clone(),
                 applied.key.clone(),
-                id,
             )),
             _ => None,
         };
+        let stacked = self
+            .decider
+            .decide(&applying, asking.as_ref().map(LeaseGuard::id))
+            .await;
+        let lease = asking.and_then(|guard| guard.answered(stacked.lease));
         for (applied, outcome) in applying.iter().zip(&stacked.outcomes) {
             let rule = &applied.rule;
             let outcome = match outcome {
@@ -560,7 +565,7 @@ fn too_many(
 /// Starts giving back the request's lease, if it holds one.
 fn release(lease: &mut Option<LeaseGuard>, cause: ReleaseCause) {
     if let Some(mut lease) = lease.take() {
-        lease.release(cause);
+        let _ = lease.release(cause);
     }
 }
 
