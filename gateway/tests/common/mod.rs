@@ -517,7 +517,20 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// Starts one on a free port. A port found free can be taken before the upstream binds
+    /// it (by a client socket's ephemeral port, or another process): then another is tried.
     pub fn start() -> Upstream {
+        let mut tries = 0;
+        loop {
+            match Upstream::try_start() {
+                Ok(upstream) => return upstream,
+                Err(log) if log.contains("Address already in use") && tries < 5 => tries += 1,
+                Err(log) => panic!("{log}"),
+            }
+        }
+    }
+
+    fn try_start() -> Result<Upstream, String> {
         let dir = tempfile::Builder::new()
             .prefix("rl-upstream-")
             .tempdir()
@@ -554,14 +567,14 @@ impl Upstream {
             }
             let exited = upstream.child.try_wait().ok().flatten();
             if exited.is_some() || Instant::now() > deadline {
-                panic!(
+                return Err(format!(
                     "demo-upstream on port {port} did not start ({exited:?}); log:\n{}",
                     tail(&upstream.log, 30)
-                );
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        upstream
+        Ok(upstream)
     }
 
     /// `upstream = "http://127.0.0.1:<port>"`, a line for `[server]`.
