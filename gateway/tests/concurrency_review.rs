@@ -336,6 +336,22 @@ fn a_sequence_of_requests_on_one_connection_never_meets_its_own_lease() {
 }
 
 #[test]
+fn a_sequence_of_bodiless_answers_never_meets_its_own_lease() {
+    // A 204 (like a HEAD's answer) has no body to hold back: its lease is given back
+    // before the answer is sent.
+    let (redis, _upstream, gateway) = stack(Flavor::Redis, &rule("/seq", 1, ""));
+    let mut stream = connect(&gateway);
+    for i in 0..50 {
+        stream
+            .write_all(b"GET /seq?status=204 HTTP/1.1\r\nHost: t\r\n\r\n")
+            .expect("send");
+        assert_eq!(read_response(&mut stream), 204, "request {i}");
+    }
+    drop(stream);
+    assert_all_given_back(&redis, &gateway, &["llm"], "bodiless sequence");
+}
+
+#[test]
 fn expect_100_continue_is_answered_only_with_a_slot() {
     let (redis, upstream, gateway) = stack(Flavor::Redis, &rule("/up", 1, ""));
     let head = "POST /up?read_body=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\

@@ -319,7 +319,20 @@ impl Gateway {
             .forward(request, peer, &rules.fail_open_header, fail_open_mark)
             .await
         {
-            Ok(response) => response.map(|body| Either::Left(Leased::new(body, lease.take()))),
+            Ok(response) => {
+                // hyper writes an answer with no body (204, 304, a HEAD's) without asking the
+                // body, so its end cannot be held back: the release is waited for here, as
+                // `Leased` waits for it at a body's end (for `deadline_ms` at most), so that
+                // the client's next request does not meet this lease.
+                if hyper::body::Body::is_end_stream(response.body()) {
+                    if let Some(settled) =
+                        lease.take().and_then(|mut l| l.release(ReleaseCause::End))
+                    {
+                        let _ = tokio::time::timeout(self.decider.deadline(), settled).await;
+                    }
+                }
+                response.map(|body| Either::Left(Leased::new(body, lease.take())))
+            }
             Err(UpstreamError::Failed(error)) => {
                 release(&mut lease, ReleaseCause::Error);
                 self.metrics().upstream_error();
