@@ -282,8 +282,12 @@ impl Decider {
                     // they were outstanding one that may not last: not cached.
                     let given_back = rule.counts_by_status()
                         || (rule.stacks_across_subjects && self.backend.is_cluster());
-                    // A denial of more than one unit says nothing of a request of one.
-                    let one_unit = applying[i].cost.is_none_or(|c| c == 1);
+                    // A denial of more than one unit says nothing of a request of one; nor
+                    // does one of a key the call holds twice (Envoy descriptors repeated),
+                    // whose denial counted the call's own other hits, none of them stored.
+                    let key = &applying[i].key;
+                    let one_unit = applying[i].cost.is_none_or(|c| c == 1)
+                        && applying.iter().filter(|a| &a.key == key).count() == 1;
                     if !given_back && one_unit && rule.deny_cache {
                         self.deny_cache
                             .remember(&applying[i].key, &verdict, Instant::now());
@@ -335,12 +339,9 @@ impl Decider {
             let joins = (!rule.shadow)
                 .then(|| {
                     // At most MAX_APPLYING keys in one call, the most RL.MHIT takes.
-                    groups.iter_mut().find(|g| {
-                        let first = &applying[g[0]];
-                        g.len() < MAX_APPLYING
-                            && !first.rule.shadow
-                            && (!cluster || same_slot(&first.key, &applying[i].key))
-                    })
+                    groups
+                        .iter_mut()
+                        .find(|g| !applying[g[0]].rule.shadow && may_join(applying, g, i, cluster))
                 })
                 .flatten();
             match joins {
@@ -464,9 +465,9 @@ impl Decider {
             if look == Look::Refund {
                 self.deny_cache.forget(&a.key);
             }
-            let joins = groups.iter_mut().find(|g| {
-                g.len() < MAX_APPLYING && (!cluster || same_slot(&applying[g[0]].key, &a.key))
-            });
+            let joins = groups
+                .iter_mut()
+                .find(|g| may_join(applying, g, i, cluster));
             match joins {
                 Some(group) => group.push(i),
                 None => groups.push(smallvec::smallvec![i]),
@@ -775,4 +776,16 @@ impl Decider {
         }
         Err((failure, text))
     }
+}
+
+/// Whether `applying[i]` may join `group` in one multi-key call: fewer than
+/// [`MAX_APPLYING`] keys (the most RL.MHIT takes), in the same slot on a cluster, and not
+/// its key again. The module refuses a key named twice (both mentions would be decided
+/// from the same state), and Envoy descriptors repeated in one request name one key twice:
+/// in calls of their own they are counted one after the other, and given back so.
+fn may_join(applying: &[Applied], group: &[usize], i: usize, cluster: bool) -> bool {
+    let key = &applying[i].key;
+    group.len() < MAX_APPLYING
+        && (!cluster || same_slot(&applying[group[0]].key, key))
+        && group.iter().all(|&j| &applying[j].key != key)
 }
