@@ -617,24 +617,45 @@ impl Decider {
             Ok(redis::Value::Int(1)) => Released::Freed,
             Ok(redis::Value::Int(_)) => Released::NotHeld,
             Ok(_) => {
-                self.release_error(rule, "a reply that is not 0 or 1");
+                self.release_error("RL.RELEASE", rule, "a reply that is not 0 or 1");
                 Released::Failed
             }
             Err((_, Some(error))) => {
-                self.release_error(rule, &error);
+                self.release_error("RL.RELEASE", rule, &error);
                 Released::Failed
             }
             Err((_, None)) => Released::Failed,
         }
     }
 
-    /// Counts an error reply to `RL.RELEASE` as the rule's module error and logs it,
+    /// Renews the lease `id` of `rule` on `key` for `ttl_ms` from now (`RL.RENEW`), like a
+    /// release whatever the breaker says: `Some(true)` if it is still held, `Some(false)`
+    /// if it is gone, `None` when Redis did not answer in time.
+    pub async fn renew(&self, rule: &Rule, key: &str, id: &str, ttl_ms: u64) -> Option<bool> {
+        let deadline = tokio::time::Instant::now() + self.deadline.max(MIN_RELEASE_DEADLINE);
+        let mut cmd = redis::cmd("RL.RENEW");
+        cmd.arg(key).arg(id).arg(format!("{ttl_ms}ms"));
+        match self.round_trip(&cmd, Some(key), deadline).await {
+            Ok(redis::Value::Int(held)) => Some(held == 1),
+            Ok(_) => {
+                self.release_error("RL.RENEW", rule, "a reply that is not 0 or 1");
+                None
+            }
+            Err((_, Some(error))) => {
+                self.release_error("RL.RENEW", rule, &error);
+                None
+            }
+            Err((_, None)) => None,
+        }
+    }
+
+    /// Counts an error reply to `RL.RELEASE` or `RL.RENEW` as the rule's module error and logs it,
     /// rate-limited per rule like the others.
-    fn release_error(&self, rule: &Rule, error: &str) {
+    fn release_error(&self, command: &str, rule: &Rule, error: &str) {
         self.metrics.module_error(&rule.name);
         if let Some(unlogged) = self.module_errors.record(&rule.name, Instant::now()) {
             log!(
-                "rule '{}': RL.RELEASE answered an error; the lease ends by its lease_ttl: \
+                "rule '{}': {command} answered an error; the lease ends by its lease_ttl: \
                  {error} ({unlogged} more since the last line)",
                 rule.name
             );

@@ -56,6 +56,44 @@ pub struct LeaseGuard {
     /// Whether Redis answered that it took the lease (counted as held); until then a
     /// release only makes sure no lease of this id is left behind.
     taken: bool,
+    /// Stops the task that renews the lease while it is held (dropped: stopped).
+    renewing: Option<oneshot::Sender<()>>,
+}
+
+/// A lease shorter than this is not renewed: renewing it every half of its length would
+/// be a Redis call every few ms for one request (such a short lease_ttl is a deliberate cut
+/// off).
+const MIN_RENEWED_TTL_MS: u64 = 500;
+
+/// Renews lease `id` of `rule` on `key` every half of its `ttl_ms`, for as long as it is
+/// held: a response in flight longer than lease_ttl (a stream, a long download) keeps its
+/// slot, and lease_ttl only bounds how long the slot of a gateway that died stays taken.
+/// Ends when `stop` is told (or dropped: the lease is being given back), or when a renewal
+/// finds the lease gone (it ended while Redis could not be reached in time).
+async fn keep_renewed(
+    decider: Arc<Decider>,
+    rule: Arc<Rule>,
+    key: String,
+    id: String,
+    ttl_ms: u64,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let every = std::time::Duration::from_millis(ttl_ms / 2);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        match decider.renew(&rule, &key, &id, ttl_ms).await {
+            Some(true) => decider.metrics().lease_renewed(&rule.name),
+            Some(false) => {
+                decider.metrics().lease_lost(&rule.name);
+                return;
+            }
+            // No answer in time: the next try comes before the lease can have ended.
+            None => {}
+        }
+    }
 }
 
 impl LeaseGuard {
@@ -67,6 +105,7 @@ impl LeaseGuard {
             key,
             id: Some(new_lease_id()),
             taken: false,
+            renewing: None,
         }
     }
 
@@ -81,6 +120,7 @@ impl LeaseGuard {
         match answer {
             LeaseAnswer::Taken => {
                 self.taken = true;
+                self.start_renewing();
                 Some(self)
             }
             LeaseAnswer::NotTaken => {
@@ -92,9 +132,35 @@ impl LeaseGuard {
         }
     }
 
+    /// Spawns [`keep_renewed`] for the lease just taken, if its lease_ttl is long enough.
+    fn start_renewing(&mut self) {
+        let Some(ttl_ms) = self.rule.concurrency.as_ref().map(|c| c.lease_ttl_ms) else {
+            return;
+        };
+        let (Some(id), Ok(runtime)) = (&self.id, tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        if ttl_ms < MIN_RENEWED_TTL_MS {
+            return;
+        }
+        let (stop, stopped) = oneshot::channel();
+        runtime.spawn(keep_renewed(
+            self.decider.clone(),
+            self.rule.clone(),
+            self.key.clone(),
+            id.clone(),
+            ttl_ms,
+            stopped,
+        ));
+        self.renewing = Some(stop);
+    }
+
     /// Starts giving the lease back, for `cause`; later calls (and the drop) do nothing.
     /// What it returns is told when Redis has answered (or the release was given up on).
     pub fn release(&mut self, cause: ReleaseCause) -> Option<oneshot::Receiver<()>> {
+        // No renewal after this: one already sent runs before the release (same
+        // connection), and one that comes after it finds the lease gone and changes nothing.
+        drop(self.renewing.take());
         let id = self.id.take()?;
         let taken = self.taken;
         if taken {

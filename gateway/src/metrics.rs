@@ -56,15 +56,22 @@ pub enum LeaseEvent {
     /// passed, the connection broke, or the client went away mid-call), and given back at
     /// once: a slot that would otherwise have been held for `lease_ttl` by no request.
     Reclaimed,
+    /// Renewed while its response was still in flight (every half of lease_ttl).
+    Renewed,
+    /// Found gone by a renewal while its response was still in flight: it ended because
+    /// Redis could not be reached in time to renew it.
+    Lost,
 }
 
 impl LeaseEvent {
-    const ALL: [LeaseEvent; 5] = [
+    const ALL: [LeaseEvent; 7] = [
         LeaseEvent::Acquired,
         LeaseEvent::Denied,
         LeaseEvent::Released,
         LeaseEvent::ReleaseFailed,
         LeaseEvent::Reclaimed,
+        LeaseEvent::Renewed,
+        LeaseEvent::Lost,
     ];
 
     fn label(self) -> &'static str {
@@ -74,6 +81,8 @@ impl LeaseEvent {
             LeaseEvent::Released => "released",
             LeaseEvent::ReleaseFailed => "release_failed",
             LeaseEvent::Reclaimed => "reclaimed",
+            LeaseEvent::Renewed => "renewed",
+            LeaseEvent::Lost => "lost",
         }
     }
 }
@@ -262,6 +271,14 @@ impl Metrics {
         self.lease_event(rule, LeaseEvent::Reclaimed);
     }
 
+    pub fn lease_renewed(&self, rule: &str) {
+        self.lease_event(rule, LeaseEvent::Renewed);
+    }
+
+    pub fn lease_lost(&self, rule: &str) {
+        self.lease_event(rule, LeaseEvent::Lost);
+    }
+
     fn lease_event(&self, rule: &str, event: LeaseEvent) {
         bump(&self.leases, rule, |counts| counts[event as usize] += 1);
     }
@@ -307,7 +324,7 @@ impl Metrics {
             "rl_gateway_leases_total",
             "counter",
             "Leases of concurrency rules, by rule and event (acquired, denied, released, \
-             release_failed, reclaimed).",
+             release_failed, reclaimed, renewed, lost).",
         );
         for (rule, counts) in self.leases.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             for (event, count) in LeaseEvent::ALL.iter().zip(counts) {

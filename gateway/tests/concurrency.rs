@@ -213,6 +213,46 @@ fn a_client_gone_before_the_upstream_answers_frees_its_slot() {
 }
 
 #[test]
+fn a_response_streaming_longer_than_lease_ttl_keeps_its_slot() {
+    for flavor in FLAVORS {
+        // A 1 s lease, and a body dripped over 3 s at least (30 chunks, one per 100 ms):
+        // the gateway renews the lease while the response is in flight, so the slot stays
+        // taken, and lease_ttl only bounds how long a dead gateway's slot stays taken.
+        let (redis, upstream, gateway) = stack(flavor, &rules("/drip", 1, "1s", ""));
+        let url = gateway.url("/drip?drip_ms=100&chunks=30");
+        let agent = gateway.agent.clone();
+        // Read to its end: the body is what keeps the request in flight.
+        let streaming = std::thread::spawn(move || match agent.get(&url).call() {
+            Ok(resp) => {
+                let status = resp.status();
+                let body = resp.into_string().unwrap_or_default();
+                (status, body.matches("drip").count())
+            }
+            Err(_) => (0, 0),
+        });
+        wait_until(POLL, "the request reaches the upstream", || {
+            upstream.requests() == 1
+        });
+        // Longer than the lease; shorter than the body can take.
+        std::thread::sleep(Duration::from_millis(2_500));
+        assert_eq!(held(&redis, LEASE_KEY, 1), 1, "{flavor:?}: still held");
+        let extra = gateway.get("/drip?drip_ms=1&chunks=1");
+        assert_eq!(extra.status, 429, "{flavor:?}: the slot is still taken");
+        assert_eq!(
+            streaming.join().expect("the thread"),
+            (200, 30),
+            "{flavor:?}"
+        );
+        wait_until(POLL, "the lease is given back", || {
+            held(&redis, LEASE_KEY, 1) == 0
+        });
+        assert!(lease_metric(&gateway, "renewed") >= 1.0, "{flavor:?}");
+        assert_eq!(lease_metric(&gateway, "lost"), 0.0, "{flavor:?}");
+        assert_eq!(leases_held(&gateway), 0.0, "{flavor:?}");
+    }
+}
+
+#[test]
 fn a_killed_gateway_leaves_its_slot_for_lease_ttl_at_most() {
     const TTL_MS: i64 = 8_000;
     for flavor in FLAVORS {
