@@ -47,19 +47,6 @@ fn lease_metric(gateway: &Gateway, event: &str) -> f64 {
     )
 }
 
-fn release_cause(gateway: &Gateway, cause: &str) -> f64 {
-    gateway
-        .metrics()
-        .counter("rl_gateway_lease_releases_total", &[("cause", cause)])
-}
-
-fn leases_held(gateway: &Gateway) -> f64 {
-    gateway
-        .metrics()
-        .value("rl_gateway_leases_held", &[])
-        .expect("the gauge is always there")
-}
-
 /// Sends `GET path` on its own thread; the answer's status (0 when the connection broke).
 fn in_flight(gateway: &Gateway, path: &str) -> std::thread::JoinHandle<u16> {
     let url = gateway.url(path);

@@ -43,19 +43,6 @@ fn lease_metric(gateway: &Gateway, rule: &str, event: &str) -> f64 {
     )
 }
 
-fn release_cause(gateway: &Gateway, cause: &str) -> f64 {
-    gateway
-        .metrics()
-        .counter("rl_gateway_lease_releases_total", &[("cause", cause)])
-}
-
-fn leases_held(gateway: &Gateway) -> f64 {
-    gateway
-        .metrics()
-        .value("rl_gateway_leases_held", &[])
-        .expect("the gauge is always there")
-}
-
 /// Nothing held in Redis, the gauge at 0, and every lease taken given back or given up on:
 /// the gauge neither drifted nor went below zero.
 fn assert_all_given_back(redis: &Server, gateway: &Gateway, rules: &[&str], what: &str) {
@@ -313,19 +300,23 @@ fn pipelined_requests_take_the_slot_one_after_another() {
     assert_all_given_back(&redis, &gateway, &["llm"], "pipelining");
 }
 
+/// 50 `GET target` one after another on one connection, each sent once the last answer
+/// is read: every one answered `status`.
+fn fifty_in_a_row(gateway: &Gateway, target: &str, status: u16) {
+    let mut stream = connect(gateway);
+    let request = format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n");
+    for i in 0..50 {
+        stream.write_all(request.as_bytes()).expect("send");
+        assert_eq!(read_response(&mut stream), status, "request {i}");
+    }
+}
+
 #[test]
 fn a_sequence_of_requests_on_one_connection_never_meets_its_own_lease() {
     // A client that sends its next request once it has its answer: the lease of the answer
     // it has is given back before it can ask again, on one connection and pipelined.
     let (redis, _upstream, gateway) = stack(Flavor::Redis, &rule("/seq", 1, ""));
-    let mut stream = connect(&gateway);
-    for i in 0..50 {
-        stream
-            .write_all(b"GET /seq HTTP/1.1\r\nHost: t\r\n\r\n")
-            .expect("send");
-        assert_eq!(read_response(&mut stream), 200, "request {i}");
-    }
-    drop(stream);
+    fifty_in_a_row(&gateway, "/seq", 200);
     let mut stream = connect(&gateway);
     let mut pipelined = b"GET /seq HTTP/1.1\r\nHost: t\r\n\r\n".repeat(20);
     pipelined.extend_from_slice(b"GET /seq HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
@@ -340,14 +331,7 @@ fn a_sequence_of_bodiless_answers_never_meets_its_own_lease() {
     // A 204 (like a HEAD's answer) has no body to hold back: its lease is given back
     // before the answer is sent.
     let (redis, _upstream, gateway) = stack(Flavor::Redis, &rule("/seq", 1, ""));
-    let mut stream = connect(&gateway);
-    for i in 0..50 {
-        stream
-            .write_all(b"GET /seq?status=204 HTTP/1.1\r\nHost: t\r\n\r\n")
-            .expect("send");
-        assert_eq!(read_response(&mut stream), 204, "request {i}");
-    }
-    drop(stream);
+    fifty_in_a_row(&gateway, "/seq?status=204", 204);
     assert_all_given_back(&redis, &gateway, &["llm"], "bodiless sequence");
 }
 

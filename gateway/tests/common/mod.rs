@@ -922,3 +922,18 @@ pub fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     let value = f();
     (value, start.elapsed())
 }
+
+/// `rl_gateway_lease_releases_total{cause}`: lease releases started for `cause`.
+pub fn release_cause(gateway: &Gateway, cause: &str) -> f64 {
+    gateway
+        .metrics()
+        .counter("rl_gateway_lease_releases_total", &[("cause", cause)])
+}
+
+/// The gauge `rl_gateway_leases_held`: leases the gateway holds now.
+pub fn leases_held(gateway: &Gateway) -> f64 {
+    gateway
+        .metrics()
+        .value("rl_gateway_leases_held", &[])
+        .expect("the gauge is always there")
+}
