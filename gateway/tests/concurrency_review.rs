@@ -179,9 +179,14 @@ fn calls(redis: &Server, command: &str) -> u64 {
 
 #[test]
 fn every_spelling_of_one_endpoint_spends_one_budget() {
+    for flavor in FLAVORS {
+        every_spelling_of_one_endpoint_spends_one_budget_on(flavor);
+    }
+}
+
+fn every_spelling_of_one_endpoint_spends_one_budget_on(flavor: Flavor) {
     // Per endpoint, the strictest case: method and path are part of the key.
-    let (redis, upstream, gateway) =
-        stack(Flavor::Redis, &rule("/api/**", 1, "per_endpoint = true"));
+    let (redis, upstream, gateway) = stack(flavor, &rule("/api/**", 1, "per_endpoint = true"));
     let first = in_flight(&gateway, "/api/x?hold=1");
     wait_until(POLL, "the request reaches the upstream", || {
         upstream.requests() == 1
@@ -222,7 +227,13 @@ fn every_spelling_of_one_endpoint_spends_one_budget() {
 
 #[test]
 fn an_upgrade_takes_no_slot_and_escapes_none() {
-    let (redis, upstream, gateway) = stack(Flavor::Redis, &rule("/ws/**", 1, ""));
+    for flavor in FLAVORS {
+        an_upgrade_takes_no_slot_and_escapes_none_on(flavor);
+    }
+}
+
+fn an_upgrade_takes_no_slot_and_escapes_none_on(flavor: Flavor) {
+    let (redis, upstream, gateway) = stack(flavor, &rule("/ws/**", 1, ""));
     let ws = "GET /ws/chat HTTP/1.1\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
               Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==";
     // Refused before any decision: no lease is taken, so none can outlive its request, and
@@ -276,7 +287,13 @@ fn an_upgrade_takes_no_slot_and_escapes_none() {
 
 #[test]
 fn pipelined_requests_take_the_slot_one_after_another() {
-    let (redis, upstream, gateway) = stack(Flavor::Redis, &rule("/p", 1, ""));
+    for flavor in FLAVORS {
+        pipelined_requests_take_the_slot_one_after_another_on(flavor);
+    }
+}
+
+fn pipelined_requests_take_the_slot_one_after_another_on(flavor: Flavor) {
+    let (redis, upstream, gateway) = stack(flavor, &rule("/p", 1, ""));
     let mut stream = connect(&gateway);
     stream
         .write_all(
@@ -313,9 +330,15 @@ fn fifty_in_a_row(gateway: &Gateway, target: &str, status: u16) {
 
 #[test]
 fn a_sequence_of_requests_on_one_connection_never_meets_its_own_lease() {
+    for flavor in FLAVORS {
+        a_sequence_of_requests_on_one_connection_never_meets_its_own_lease_on(flavor);
+    }
+}
+
+fn a_sequence_of_requests_on_one_connection_never_meets_its_own_lease_on(flavor: Flavor) {
     // A client that sends its next request once it has its answer: the lease of the answer
     // it has is given back before it can ask again, on one connection and pipelined.
-    let (redis, _upstream, gateway) = stack(Flavor::Redis, &rule("/seq", 1, ""));
+    let (redis, _upstream, gateway) = stack(flavor, &rule("/seq", 1, ""));
     fifty_in_a_row(&gateway, "/seq", 200);
     let mut stream = connect(&gateway);
     let mut pipelined = b"GET /seq HTTP/1.1\r\nHost: t\r\n\r\n".repeat(20);
@@ -328,16 +351,28 @@ fn a_sequence_of_requests_on_one_connection_never_meets_its_own_lease() {
 
 #[test]
 fn a_sequence_of_bodiless_answers_never_meets_its_own_lease() {
+    for flavor in FLAVORS {
+        a_sequence_of_bodiless_answers_never_meets_its_own_lease_on(flavor);
+    }
+}
+
+fn a_sequence_of_bodiless_answers_never_meets_its_own_lease_on(flavor: Flavor) {
     // A 204 (like a HEAD's answer) has no body to hold back: its lease is given back
     // before the answer is sent.
-    let (redis, _upstream, gateway) = stack(Flavor::Redis, &rule("/seq", 1, ""));
+    let (redis, _upstream, gateway) = stack(flavor, &rule("/seq", 1, ""));
     fifty_in_a_row(&gateway, "/seq?status=204", 204);
     assert_all_given_back(&redis, &gateway, &["llm"], "bodiless sequence");
 }
 
 #[test]
 fn expect_100_continue_is_answered_only_with_a_slot() {
-    let (redis, upstream, gateway) = stack(Flavor::Redis, &rule("/up", 1, ""));
+    for flavor in FLAVORS {
+        expect_100_continue_is_answered_only_with_a_slot_on(flavor);
+    }
+}
+
+fn expect_100_continue_is_answered_only_with_a_slot_on(flavor: Flavor) {
+    let (redis, upstream, gateway) = stack(flavor, &rule("/up", 1, ""));
     let head = "POST /up?read_body=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\
                 Expect: 100-continue\r\nConnection: close\r\n\r\n";
     let mut stream = connect(&gateway);
@@ -367,7 +402,13 @@ fn expect_100_continue_is_answered_only_with_a_slot() {
 
 #[test]
 fn a_slow_upload_holds_its_slot_until_it_ends_breaks_off_or_times_out() {
-    let (redis, upstream, gateway) = stack(Flavor::Redis, &rule("/up", 1, ""));
+    for flavor in FLAVORS {
+        a_slow_upload_holds_its_slot_until_it_ends_breaks_off_or_times_out_on(flavor);
+    }
+}
+
+fn a_slow_upload_holds_its_slot_until_it_ends_breaks_off_or_times_out_on(flavor: Flavor) {
+    let (redis, upstream, gateway) = stack(flavor, &rule("/up", 1, ""));
     let head = "POST /up?read_body=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\
                 Connection: close\r\n\r\n";
     // The request is in flight while its body arrives: it holds its slot.
@@ -412,7 +453,13 @@ fn a_slow_upload_holds_its_slot_until_it_ends_breaks_off_or_times_out() {
 
 #[test]
 fn a_client_that_stops_reading_loses_its_connection_and_its_slot() {
-    let redis = ServerConfig::new(Flavor::Redis).start();
+    for flavor in FLAVORS {
+        a_client_that_stops_reading_loses_its_connection_and_its_slot_on(flavor);
+    }
+}
+
+fn a_client_that_stops_reading_loses_its_connection_and_its_slot_on(flavor: Flavor) {
+    let redis = ServerConfig::new(flavor).start();
     let upstream = Upstream::start();
     let gateway = Gateway::start(
         &upstream.server_line(),
@@ -449,7 +496,13 @@ fn a_client_that_stops_reading_loses_its_connection_and_its_slot() {
 
 #[test]
 fn upstream_failures_give_the_lease_back() {
-    let redis = ServerConfig::new(Flavor::Redis).start();
+    for flavor in FLAVORS {
+        upstream_failures_give_the_lease_back_on(flavor);
+    }
+}
+
+fn upstream_failures_give_the_lease_back_on(flavor: Flavor) {
+    let redis = ServerConfig::new(flavor).start();
     let upstream = Upstream::start();
     let gateway = Gateway::start(
         &format!("{}upstream_timeout_ms = 1000\n", upstream.server_line()),
@@ -494,7 +547,13 @@ fn upstream_failures_give_the_lease_back() {
 
 #[test]
 fn a_reload_gives_back_leases_under_the_key_they_were_taken_with() {
-    let (redis, upstream, gateway) = stack(Flavor::Redis, &rule("/slow", 2, ""));
+    for flavor in FLAVORS {
+        a_reload_gives_back_leases_under_the_key_they_were_taken_with_on(flavor);
+    }
+}
+
+fn a_reload_gives_back_leases_under_the_key_they_were_taken_with_on(flavor: Flavor) {
+    let (redis, upstream, gateway) = stack(flavor, &rule("/slow", 2, ""));
     let first: Vec<_> = (0..2)
         .map(|_| in_flight(&gateway, "/slow?hold=1"))
         .collect();
@@ -533,9 +592,15 @@ fn a_reload_gives_back_leases_under_the_key_they_were_taken_with() {
 
 #[test]
 fn a_client_gone_while_its_lease_is_being_taken_leaves_no_slot_held() {
+    for flavor in FLAVORS {
+        a_client_gone_while_its_lease_is_being_taken_leaves_no_slot_held_on(flavor);
+    }
+}
+
+fn a_client_gone_while_its_lease_is_being_taken_leaves_no_slot_held_on(flavor: Flavor) {
     // A deadline long enough that the gateway is still waiting for RL.ACQUIRE when the
     // client goes: the request is dropped with the call in flight.
-    let redis = ServerConfig::new(Flavor::Redis).start();
+    let redis = ServerConfig::new(flavor).start();
     let upstream = Upstream::start();
     let gateway = Gateway::start(
         &upstream.server_line(),
@@ -578,8 +643,14 @@ fn a_client_gone_while_its_lease_is_being_taken_leaves_no_slot_held() {
 
 #[test]
 fn a_lease_redis_takes_after_the_deadline_is_given_back() {
+    for flavor in FLAVORS {
+        a_lease_redis_takes_after_the_deadline_is_given_back_on(flavor);
+    }
+}
+
+fn a_lease_redis_takes_after_the_deadline_is_given_back_on(flavor: Flavor) {
     for failure in ["open", "closed"] {
-        let redis = ServerConfig::new(Flavor::Redis).start();
+        let redis = ServerConfig::new(flavor).start();
         let upstream = Upstream::start();
         let gateway = Gateway::start(
             &upstream.server_line(),
@@ -613,8 +684,8 @@ fn a_lease_redis_takes_after_the_deadline_is_given_back() {
 
 /// Rule `llm` (`concurrency = n`) on `/slow` and a plain rule on `/plain`, whose timed-out
 /// decisions open the breaker (5 in a row), which then stays open for 20 s.
-fn breaker_stack(n: u64) -> (Server, Upstream, Gateway) {
-    let redis = ServerConfig::new(Flavor::Redis).start();
+fn breaker_stack(flavor: Flavor, n: u64) -> (Server, Upstream, Gateway) {
+    let redis = ServerConfig::new(flavor).start();
     let upstream = Upstream::start();
     let gateway = Gateway::start(
         &upstream.server_line(),
@@ -632,7 +703,13 @@ fn breaker_stack(n: u64) -> (Server, Upstream, Gateway) {
 
 #[test]
 fn releases_while_redis_is_stopped_neither_pile_up_nor_hold_slots() {
-    let (redis, upstream, gateway) = breaker_stack(3);
+    for flavor in FLAVORS {
+        releases_while_redis_is_stopped_neither_pile_up_nor_hold_slots_on(flavor);
+    }
+}
+
+fn releases_while_redis_is_stopped_neither_pile_up_nor_hold_slots_on(flavor: Flavor) {
+    let (redis, upstream, gateway) = breaker_stack(flavor, 3);
     let requests: Vec<_> = (0..3)
         .map(|_| in_flight(&gateway, "/slow?hold=1"))
         .collect();
@@ -663,7 +740,13 @@ fn releases_while_redis_is_stopped_neither_pile_up_nor_hold_slots() {
 
 #[test]
 fn releases_due_while_the_breaker_is_open_still_reach_redis() {
-    let (redis, upstream, gateway) = breaker_stack(1);
+    for flavor in FLAVORS {
+        releases_due_while_the_breaker_is_open_still_reach_redis_on(flavor);
+    }
+}
+
+fn releases_due_while_the_breaker_is_open_still_reach_redis_on(flavor: Flavor) {
+    let (redis, upstream, gateway) = breaker_stack(flavor, 1);
     let request = in_flight(&gateway, "/slow?hold=1");
     wait_until(POLL, "it reaches the upstream", || upstream.requests() == 1);
     let stopped = Stopped::new(redis.pid());
