@@ -1,8 +1,9 @@
 //! An attacker's review of `concurrency = N` rules: a client trying to hold more than N
 //! requests in flight, to leak slots so that others are locked out, or to make the gateway
-//! hold leases for good. Every test runs Redis 7.0 and then Valkey 8.1 with the module, the demo upstream and the
-//! gateway binary, and ends by checking that `RL.LEASES` shows nothing held and that
-//! `rl_gateway_leases_held` came back to 0 with every lease accounted for.
+//! hold leases for good. Every test runs Redis 7.0 and then Valkey 8.1 with the module,
+//! the demo upstream and the gateway binary, and ends by checking that `RL.LEASES` shows
+//! nothing held and that `rl_gateway_leases_held` came back to 0 with every lease
+//! accounted for.
 //!
 //! Nothing waits for a time to pass and then asserts: each wait is a poll with a deadline,
 //! and a lease_ttl of 300 s (far beyond every poll) tells a slot the gateway gave back from
