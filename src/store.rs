@@ -3,11 +3,12 @@
 //! Writes go through the low-level key API (fast, no command dispatch), which neither
 //! propagates nor keeps a key's TTL on `StringSet`. So every write here sets the absolute
 //! expiry itself and propagates its effect as `SET key <state> PXAT <expiry>` (or `DEL
-//! key`): replicas and AOF replay then store the same bytes and the same absolute expiry
-//! without reading any clock, and can do so without the module loaded.
+//! key`, or for a large value changed in a few bytes `SETRANGE` of them and `PEXPIREAT`):
+//! replicas and AOF replay then store the same bytes and the same absolute expiry without
+//! reading any clock, and can do so without the module loaded.
 
 use crate::listeners;
-use crate::server::context::{self, replicate1, replicate4, replicate_all};
+use crate::server::context::{self, replicate1, replicate2, replicate3, replicate4, replicate_all};
 use crate::server::key::{Key, Mode};
 use crate::server::string::{ServerStr, ServerString};
 use crate::{metrics, strings};
@@ -17,6 +18,10 @@ use redis_module::raw;
 use redis_module::Context;
 use std::borrow::Cow;
 use std::cell::Cell;
+
+/// The smallest value a write may be propagated as a patch of ([`StoredKey::patch`]):
+/// below it, `SET` of the whole value costs about what the patch's two commands do.
+const PATCH_MIN_BYTES: usize = 1024;
 
 /// The error for a string value that this module did not write.
 pub const NOT_OURS: &str = "ERR key holds a string that is not a ratelimit state";
@@ -131,7 +136,10 @@ impl<'a> StoredKey<'a> {
                 expires_at_ms,
             } => {
                 let fresh = self.key.is_empty();
-                if propagate {
+                if let Some((offset, bytes)) = self.patch(value).filter(|_| propagate) {
+                    self.propagate_patch(offset, bytes, *expires_at_ms)?;
+                    self.write_value(value, *expires_at_ms, None);
+                } else if propagate {
                     let string = if fresh {
                         ValueString::Made(ServerString::new(value))
                     } else {
@@ -194,6 +202,59 @@ impl<'a> StoredKey<'a> {
     fn create_value(&mut self, string: ServerStr, expires_at_ms: i64) {
         self.key.set(string);
         self.key.set_expiry(expires_at_ms);
+    }
+
+    /// When `value` replaces a value of its length of at least [`PATCH_MIN_BYTES`] in a run
+    /// of at most a quarter of it (a lease renewed among thousands), that run: its offset
+    /// and bytes. Such a write is propagated as `SETRANGE` of the run (and `PEXPIREAT` when
+    /// the expiry moves) instead of the whole value in a `SET`: a replica or an AOF replay,
+    /// which holds the primary's bytes, ends with the same bytes and expiry either way.
+    fn patch<'v>(&self, value: &'v [u8]) -> Option<(usize, &'v [u8])> {
+        if value.len() < PATCH_MIN_BYTES || !crate::propagation::patches_available() {
+            return None;
+        }
+        let old = self.key.value().ok().flatten()?;
+        if old.len() != value.len() {
+            return None;
+        }
+        let differs = |(a, b): (&u8, &u8)| a != b;
+        let first = old.iter().zip(value).position(differs).unwrap_or(0);
+        let last = old
+            .iter()
+            .zip(value)
+            .rposition(differs)
+            .map_or(first, |last| last + 1);
+        let run = value.get(first..last)?;
+        (run.len() <= value.len() / 4).then_some((first, run))
+    }
+
+    /// Propagates `SETRANGE key offset bytes` (when `bytes` is not empty), then `PEXPIREAT
+    /// key expires_at_ms` when the key's expiry moves (or it has none); two calls of one
+    /// command, which the server sends as one transaction.
+    fn propagate_patch(
+        &self,
+        offset: usize,
+        bytes: &[u8],
+        expires_at_ms: i64,
+    ) -> Result<(), StoreError> {
+        let moves = self.expiry() != Some(expires_at_ms);
+        if !bytes.is_empty() || !moves {
+            let offset = ServerString::new(offset.to_string().as_bytes());
+            let run = ServerString::new(bytes);
+            let accepted = replicate3(
+                self.ctx,
+                c"SETRANGE",
+                [self.name, offset.as_str(), run.as_str()],
+            );
+            replicated(accepted, Cow::Borrowed("SETRANGE"))?;
+        }
+        if moves {
+            let accepted = strings::with_expiry(expires_at_ms, |expiry| {
+                replicate2(self.ctx, c"PEXPIREAT", [self.name, expiry])
+            });
+            replicated(accepted, Cow::Borrowed("PEXPIREAT"))?;
+        }
+        Ok(())
     }
 
     /// Propagates `SET key value PXAT expires_at_ms`.

@@ -158,3 +158,54 @@ fn without_config_the_module_loads_and_refuses_policies_it_cannot_vouch_for() {
         assert_eq!(policy_set(&mut con).as_deref(), Ok("OK"), "{flavor:?}");
     }
 }
+
+#[test]
+fn without_setrange_a_renewal_is_propagated_whole_and_the_aof_still_agrees() {
+    for flavor in FLAVORS {
+        // SETRANGE gone: the module still loads (SET and DEL are there) and propagates
+        // every write as SET, also a renewal of a large lease key it would otherwise send
+        // as a patch. The AOF then holds those SETs, and a restart on it gives the same
+        // bytes and expiry.
+        let server = renamed_away(ServerConfig::new(flavor), "SETRANGE")
+            .arg("appendonly", "yes")
+            .start();
+        let mut con = server.conn();
+        let mut ids: Vec<Vec<u8>> = Vec::new();
+        for _ in 0..100 {
+            let reply: Vec<redis::Value> = redis::cmd("RL.ACQUIRE")
+                .arg(&["big", "1000", "1h"])
+                .query(&mut con)
+                .expect("RL.ACQUIRE");
+            match reply.get(3) {
+                Some(redis::Value::BulkString(id)) => ids.push(id.clone()),
+                other => panic!("{flavor:?}: no id in {other:?}"),
+            }
+        }
+        let size: i64 = redis::cmd("STRLEN")
+            .arg("big")
+            .query(&mut con)
+            .expect("STRLEN");
+        assert!(size >= 1024, "{flavor:?}: {size} bytes, enough for a patch");
+        for (n, id) in ids.iter().enumerate() {
+            let renewed: i64 = redis::cmd("RL.RENEW")
+                .arg("big")
+                .arg(id)
+                .arg(format!("{}s", 7_200 + n))
+                .query(&mut con)
+                .expect("RL.RENEW");
+            assert_eq!(renewed, 1, "{flavor:?}");
+        }
+        let read = |con: &mut Connection| -> (Vec<u8>, i64) {
+            let value: Vec<u8> = redis::cmd("GET").arg("big").query(con).expect("GET");
+            let end: i64 = redis::cmd("PEXPIRETIME")
+                .arg("big")
+                .query(con)
+                .expect("PEXPIRETIME");
+            (value, end)
+        };
+        let before = read(&mut con);
+        drop(con);
+        let server = server.restart_on_the_aof();
+        assert_eq!(read(&mut server.conn()), before, "{flavor:?}");
+    }
+}

@@ -40,6 +40,42 @@ pub fn replicate1(ctx: &Context, command: &CStr, arg: ServerStr<'_>) -> bool {
     status == raw::REDISMODULE_OK as c_int
 }
 
+/// Propagates `command` with two arguments; whether the server accepted it.
+#[inline]
+pub fn replicate2(ctx: &Context, command: &CStr, args: [ServerStr<'_>; 2]) -> bool {
+    let [a, b] = args;
+    // SAFETY: the format `ss` takes two live server strings, each retained by the server.
+    let status = unsafe {
+        api!(RedisModule_Replicate)(
+            ctx.ctx,
+            command.as_ptr(),
+            c"ss".as_ptr(),
+            a.as_ptr(),
+            b.as_ptr(),
+        )
+    };
+    status == raw::REDISMODULE_OK as c_int
+}
+
+/// Propagates `command` with three arguments; whether the server accepted it.
+#[inline]
+pub fn replicate3(ctx: &Context, command: &CStr, args: [ServerStr<'_>; 3]) -> bool {
+    let [a, b, c] = args;
+    // SAFETY: the format `sss` takes three live server strings, each retained by the
+    // server.
+    let status = unsafe {
+        api!(RedisModule_Replicate)(
+            ctx.ctx,
+            command.as_ptr(),
+            c"sss".as_ptr(),
+            a.as_ptr(),
+            b.as_ptr(),
+            c.as_ptr(),
+        )
+    };
+    status == raw::REDISMODULE_OK as c_int
+}
+
 /// Propagates `command` with four arguments; whether the server accepted it.
 #[inline]
 pub fn replicate4(ctx: &Context, command: &CStr, args: [ServerStr<'_>; 4]) -> bool {
