@@ -395,7 +395,9 @@ fn a_replica_and_the_aof_hold_the_primarys_exact_leases() {
 
 /// A lease value of `count` leases with generated ids ending at `ends_at_ms`, written as
 /// the module writes one (`ratelimit_core::lease::layout`): filling a key through 10,000
-/// calls, each rewriting the whole value, takes half a minute in a debug build.
+/// calls, each rewriting the whole value, takes half a minute in a debug build. Built here
+/// byte by byte rather than with `layout::encode`, which never writes more than the cap:
+/// the test needs one lease over it.
 fn lease_value(count: u16, ends_at_ms: i64) -> Vec<u8> {
     let mut value = vec![0x02, 0x00];
     let mut rest = count;

@@ -17,6 +17,7 @@
 mod support;
 use support::*;
 
+use ratelimit_core::lease::{layout, LeaseId};
 use redis::{Connection, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -338,28 +339,20 @@ fn a_writable_replica_takes_leases_locally_and_its_primary_overwrites_them() {
     }
 }
 
-/// A lease value of `count` leases with `id_len`-byte ids (`n` in the last two bytes) ending
-/// at `ends_at_ms`, as `ratelimit_core::lease::layout` writes one.
+/// A lease value of `count` leases with ids of `id_len` bytes ([`lease_id`]) ending at
+/// `ends_at_ms`, encoded by the module's own `ratelimit_core::lease::layout`.
 fn lease_value(count: u16, id_len: u8, ends_at_ms: i64) -> Vec<u8> {
+    // 32 bytes could be lowercase hex, which the layout stores as the 16 bytes it spells.
     assert!((3..=64).contains(&id_len) && id_len != 32);
-    let mut value = vec![0x02, 0x00];
-    let mut rest = count;
-    loop {
-        let byte = (rest & 0x7f) as u8;
-        rest >>= 7;
-        if rest == 0 {
-            value.push(byte);
-            break;
-        }
-        value.push(byte | 0x80);
-    }
-    for n in 0..count {
-        value.push(id_len);
-        value.extend(vec![b'L'; usize::from(id_len) - 2]);
-        value.extend_from_slice(&n.to_be_bytes());
-        value.extend_from_slice(&ends_at_ms.to_le_bytes());
-    }
-    value
+    let ids: Vec<Vec<u8>> = (0..count).map(|n| lease_id(id_len, n)).collect();
+    let leases = ids
+        .iter()
+        .map(|id| layout::Lease {
+            id: LeaseId::Given(id),
+            expires_at_ms: ends_at_ms,
+        })
+        .collect();
+    layout::encode(&layout::Value { tier: None, leases }).to_vec()
 }
 
 fn lease_id(id_len: u8, n: u16) -> Vec<u8> {

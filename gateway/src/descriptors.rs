@@ -82,15 +82,15 @@ impl Unit {
 
     /// The window's length; a calendar period's nominal one.
     pub fn window_ms(self) -> u64 {
-        match self.calendar(false) {
-            Some(period) => u64::try_from(period.nominal_ms()).unwrap_or(u64::MAX),
-            None => match self {
-                Unit::Second => 1_000,
-                Unit::Minute => 60_000,
-                Unit::Hour => 3_600_000,
-                Unit::Day => 86_400_000,
-                _ => 7 * 86_400_000,
-            },
+        let nominal = |period: Period| u64::try_from(period.nominal_ms()).unwrap_or(u64::MAX);
+        match self {
+            Unit::Second => 1_000,
+            Unit::Minute => 60_000,
+            Unit::Hour => 3_600_000,
+            Unit::Day => 86_400_000,
+            Unit::Week => 7 * 86_400_000,
+            Unit::Month => nominal(Period::Month),
+            Unit::Year => nominal(Period::Year),
         }
     }
 

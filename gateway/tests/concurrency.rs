@@ -47,17 +47,6 @@ fn lease_metric(gateway: &Gateway, event: &str) -> f64 {
     )
 }
 
-/// Sends `GET path` on its own thread; the answer's status (0 when the connection broke).
-fn in_flight(gateway: &Gateway, path: &str) -> std::thread::JoinHandle<u16> {
-    let url = gateway.url(path);
-    let agent = gateway.agent.clone();
-    std::thread::spawn(move || match agent.get(&url).call() {
-        Ok(resp) => resp.status(),
-        Err(ureq::Error::Status(status, _)) => status,
-        Err(_) => 0,
-    })
-}
-
 #[test]
 fn n_requests_in_flight_then_429_until_their_bodies_end() {
     for flavor in FLAVORS {

@@ -44,6 +44,13 @@ fn lease_metric(gateway: &Gateway, rule: &str, event: &str) -> f64 {
     )
 }
 
+/// Runs `test` on Redis 7.0, then on Valkey 8.1.
+fn on_each(test: fn(Flavor)) {
+    for flavor in FLAVORS {
+        test(flavor);
+    }
+}
+
 /// Nothing held in Redis, the gauge at 0, and every lease taken given back or given up on:
 /// the gauge neither drifted nor went below zero.
 fn assert_all_given_back(redis: &Server, gateway: &Gateway, rules: &[&str], what: &str) {
@@ -131,17 +138,6 @@ fn raw(gateway: &Gateway, head: &str) -> u16 {
     statuses(&text).first().copied().unwrap_or(0)
 }
 
-/// Sends `GET path` on its own thread; the answer's status (0 when the connection broke).
-fn in_flight(gateway: &Gateway, path: &str) -> std::thread::JoinHandle<u16> {
-    let url = gateway.url(path);
-    let agent = gateway.agent.clone();
-    std::thread::spawn(move || match agent.get(&url).call() {
-        Ok(resp) => resp.status(),
-        Err(ureq::Error::Status(status, _)) => status,
-        Err(_) => 0,
-    })
-}
-
 /// The sockets of `/proc/net/tcp` whose local port is `port`: (remote port, state, bytes
 /// waiting to be read).
 fn sockets_on(port: u16) -> Vec<(u16, u8, u64)> {
@@ -180,9 +176,7 @@ fn calls(redis: &Server, command: &str) -> u64 {
 
 #[test]
 fn every_spelling_of_one_endpoint_spends_one_budget() {
-    for flavor in FLAVORS {
-        every_spelling_of_one_endpoint_spends_one_budget_on(flavor);
-    }
+    on_each(every_spelling_of_one_endpoint_spends_one_budget_on);
 }
 
 fn every_spelling_of_one_endpoint_spends_one_budget_on(flavor: Flavor) {
@@ -228,9 +222,7 @@ fn every_spelling_of_one_endpoint_spends_one_budget_on(flavor: Flavor) {
 
 #[test]
 fn an_upgrade_takes_no_slot_and_escapes_none() {
-    for flavor in FLAVORS {
-        an_upgrade_takes_no_slot_and_escapes_none_on(flavor);
-    }
+    on_each(an_upgrade_takes_no_slot_and_escapes_none_on);
 }
 
 fn an_upgrade_takes_no_slot_and_escapes_none_on(flavor: Flavor) {
@@ -288,9 +280,7 @@ fn an_upgrade_takes_no_slot_and_escapes_none_on(flavor: Flavor) {
 
 #[test]
 fn pipelined_requests_take_the_slot_one_after_another() {
-    for flavor in FLAVORS {
-        pipelined_requests_take_the_slot_one_after_another_on(flavor);
-    }
+    on_each(pipelined_requests_take_the_slot_one_after_another_on);
 }
 
 fn pipelined_requests_take_the_slot_one_after_another_on(flavor: Flavor) {
@@ -331,9 +321,7 @@ fn fifty_in_a_row(gateway: &Gateway, target: &str, status: u16) {
 
 #[test]
 fn a_sequence_of_requests_on_one_connection_never_meets_its_own_lease() {
-    for flavor in FLAVORS {
-        a_sequence_of_requests_on_one_connection_never_meets_its_own_lease_on(flavor);
-    }
+    on_each(a_sequence_of_requests_on_one_connection_never_meets_its_own_lease_on);
 }
 
 fn a_sequence_of_requests_on_one_connection_never_meets_its_own_lease_on(flavor: Flavor) {
@@ -352,9 +340,7 @@ fn a_sequence_of_requests_on_one_connection_never_meets_its_own_lease_on(flavor:
 
 #[test]
 fn a_sequence_of_bodiless_answers_never_meets_its_own_lease() {
-    for flavor in FLAVORS {
-        a_sequence_of_bodiless_answers_never_meets_its_own_lease_on(flavor);
-    }
+    on_each(a_sequence_of_bodiless_answers_never_meets_its_own_lease_on);
 }
 
 fn a_sequence_of_bodiless_answers_never_meets_its_own_lease_on(flavor: Flavor) {
@@ -367,9 +353,7 @@ fn a_sequence_of_bodiless_answers_never_meets_its_own_lease_on(flavor: Flavor) {
 
 #[test]
 fn expect_100_continue_is_answered_only_with_a_slot() {
-    for flavor in FLAVORS {
-        expect_100_continue_is_answered_only_with_a_slot_on(flavor);
-    }
+    on_each(expect_100_continue_is_answered_only_with_a_slot_on);
 }
 
 fn expect_100_continue_is_answered_only_with_a_slot_on(flavor: Flavor) {
@@ -403,9 +387,7 @@ fn expect_100_continue_is_answered_only_with_a_slot_on(flavor: Flavor) {
 
 #[test]
 fn a_slow_upload_holds_its_slot_until_it_ends_breaks_off_or_times_out() {
-    for flavor in FLAVORS {
-        a_slow_upload_holds_its_slot_until_it_ends_breaks_off_or_times_out_on(flavor);
-    }
+    on_each(a_slow_upload_holds_its_slot_until_it_ends_breaks_off_or_times_out_on);
 }
 
 fn a_slow_upload_holds_its_slot_until_it_ends_breaks_off_or_times_out_on(flavor: Flavor) {
@@ -454,9 +436,7 @@ fn a_slow_upload_holds_its_slot_until_it_ends_breaks_off_or_times_out_on(flavor:
 
 #[test]
 fn a_client_that_stops_reading_loses_its_connection_and_its_slot() {
-    for flavor in FLAVORS {
-        a_client_that_stops_reading_loses_its_connection_and_its_slot_on(flavor);
-    }
+    on_each(a_client_that_stops_reading_loses_its_connection_and_its_slot_on);
 }
 
 fn a_client_that_stops_reading_loses_its_connection_and_its_slot_on(flavor: Flavor) {
@@ -497,9 +477,7 @@ fn a_client_that_stops_reading_loses_its_connection_and_its_slot_on(flavor: Flav
 
 #[test]
 fn upstream_failures_give_the_lease_back() {
-    for flavor in FLAVORS {
-        upstream_failures_give_the_lease_back_on(flavor);
-    }
+    on_each(upstream_failures_give_the_lease_back_on);
 }
 
 fn upstream_failures_give_the_lease_back_on(flavor: Flavor) {
@@ -548,9 +526,7 @@ fn upstream_failures_give_the_lease_back_on(flavor: Flavor) {
 
 #[test]
 fn a_reload_gives_back_leases_under_the_key_they_were_taken_with() {
-    for flavor in FLAVORS {
-        a_reload_gives_back_leases_under_the_key_they_were_taken_with_on(flavor);
-    }
+    on_each(a_reload_gives_back_leases_under_the_key_they_were_taken_with_on);
 }
 
 fn a_reload_gives_back_leases_under_the_key_they_were_taken_with_on(flavor: Flavor) {
@@ -593,9 +569,7 @@ fn a_reload_gives_back_leases_under_the_key_they_were_taken_with_on(flavor: Flav
 
 #[test]
 fn a_client_gone_while_its_lease_is_being_taken_leaves_no_slot_held() {
-    for flavor in FLAVORS {
-        a_client_gone_while_its_lease_is_being_taken_leaves_no_slot_held_on(flavor);
-    }
+    on_each(a_client_gone_while_its_lease_is_being_taken_leaves_no_slot_held_on);
 }
 
 fn a_client_gone_while_its_lease_is_being_taken_leaves_no_slot_held_on(flavor: Flavor) {
@@ -644,9 +618,7 @@ fn a_client_gone_while_its_lease_is_being_taken_leaves_no_slot_held_on(flavor: F
 
 #[test]
 fn a_lease_redis_takes_after_the_deadline_is_given_back() {
-    for flavor in FLAVORS {
-        a_lease_redis_takes_after_the_deadline_is_given_back_on(flavor);
-    }
+    on_each(a_lease_redis_takes_after_the_deadline_is_given_back_on);
 }
 
 fn a_lease_redis_takes_after_the_deadline_is_given_back_on(flavor: Flavor) {
@@ -704,9 +676,7 @@ fn breaker_stack(flavor: Flavor, n: u64) -> (Server, Upstream, Gateway) {
 
 #[test]
 fn releases_while_redis_is_stopped_neither_pile_up_nor_hold_slots() {
-    for flavor in FLAVORS {
-        releases_while_redis_is_stopped_neither_pile_up_nor_hold_slots_on(flavor);
-    }
+    on_each(releases_while_redis_is_stopped_neither_pile_up_nor_hold_slots_on);
 }
 
 fn releases_while_redis_is_stopped_neither_pile_up_nor_hold_slots_on(flavor: Flavor) {
@@ -741,9 +711,7 @@ fn releases_while_redis_is_stopped_neither_pile_up_nor_hold_slots_on(flavor: Fla
 
 #[test]
 fn releases_due_while_the_breaker_is_open_still_reach_redis() {
-    for flavor in FLAVORS {
-        releases_due_while_the_breaker_is_open_still_reach_redis_on(flavor);
-    }
+    on_each(releases_due_while_the_breaker_is_open_still_reach_redis_on);
 }
 
 fn releases_due_while_the_breaker_is_open_still_reach_redis_on(flavor: Flavor) {

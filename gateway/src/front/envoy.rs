@@ -266,12 +266,7 @@ impl EnvoyService {
                 metrics.decision(&metric, Outcome::Denied);
                 continue;
             }
-            let hits = match &d.hits_addend {
-                Some(h) => h.value,
-                None if request.hits_addend == 0 => 1,
-                None => u64::from(request.hits_addend),
-            };
-            let ask = if hits == 0 {
+            let ask = if hits_of(request, i) == 0 {
                 Ask::Peek
             } else if d.is_negative_hits {
                 Ask::Refund
@@ -590,6 +585,8 @@ fn enforced(limit: &DescriptorLimit) -> bool {
     !limit.shadow && !limit.quota
 }
 
+/// The units descriptor `index` counts: its own `hits_addend`, else the request's (whose
+/// 0 is protobuf's "unset": 1).
 fn hits_of(request: &RateLimitRequest, index: usize) -> u64 {
     match &request.descriptors[index].hits_addend {
         Some(h) => h.value,

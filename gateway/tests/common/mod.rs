@@ -937,3 +937,15 @@ pub fn leases_held(gateway: &Gateway) -> f64 {
         .value("rl_gateway_leases_held", &[])
         .expect("the gauge is always there")
 }
+
+/// Sends `GET path` on its own thread, reading only the head; the answer's status (0
+/// when the connection broke).
+pub fn in_flight(gateway: &Gateway, path: &str) -> std::thread::JoinHandle<u16> {
+    let url = gateway.url(path);
+    let agent = gateway.agent.clone();
+    std::thread::spawn(move || match agent.get(&url).call() {
+        Ok(resp) => resp.status(),
+        Err(ureq::Error::Status(status, _)) => status,
+        Err(_) => 0,
+    })
+}
