@@ -4,10 +4,11 @@
 //! the caller lets the request through or, on a fail-closed route, answers 503.
 
 use crate::backend::{classify, same_slot, Backend};
-use crate::breaker::Breaker;
+use crate::breaker::{Breaker, Transition};
 use crate::config::RedisSettings;
 use crate::deny_cache::DenyCache;
 use crate::failure::Failure;
+use crate::local_limits::{LocalAnswer, LocalLimits};
 use crate::logging::log;
 use crate::metrics::Metrics;
 use crate::module_errors::ModuleErrorLog;
@@ -19,6 +20,9 @@ use std::time::{Duration, Instant};
 
 /// The least time a release may take: see [`Decider::release`].
 const MIN_RELEASE_DEADLINE: Duration = Duration::from_secs(1);
+/// The longest a refund is retried, whatever the rule's window: bounds the tasks an outage
+/// can leave waiting.
+const MAX_REFUND_RETRY: Duration = Duration::from_secs(600);
 
 /// One rule that applies to a request, with the key it charges.
 pub struct Applied {
@@ -70,6 +74,12 @@ pub enum RuleOutcome {
     },
     /// A shadow rule (or policy) would have denied; nothing was counted.
     ShadowDenied,
+    /// Redis could not decide (`failure`) and the rule's local limit did
+    /// (`on_redis_failure = "local"`): counted in the gateway's memory when allowed.
+    Local {
+        verdict: Verdict,
+        failure: Failure,
+    },
     Failed(Failure),
 }
 
@@ -134,6 +144,10 @@ struct Charged {
 pub struct Decider {
     backend: Backend,
     breaker: Breaker,
+    /// For the breaker's log lines.
+    breaker_silence: Duration,
+    breaker_open_for: Duration,
+    local: LocalLimits,
     deny_cache: DenyCache,
     deadline: Duration,
     metrics: Metrics,
@@ -144,7 +158,14 @@ impl Decider {
     pub fn new(backend: Backend, redis: &RedisSettings, deny_cache_capacity: usize) -> Self {
         Decider {
             backend,
-            breaker: Breaker::new(redis.breaker_failures, redis.breaker_open),
+            breaker: Breaker::new(
+                redis.breaker_failures,
+                redis.breaker_open,
+                redis.breaker_silence,
+            ),
+            breaker_silence: redis.breaker_silence,
+            breaker_open_for: redis.breaker_open,
+            local: LocalLimits::new(crate::local_limits::DEFAULT_CAPACITY, redis.gateways),
             deny_cache: DenyCache::new(deny_cache_capacity),
             deadline: redis.deadline,
             metrics: Metrics::default(),
@@ -169,6 +190,16 @@ impl Decider {
 
     pub fn breaker_open(&self) -> bool {
         self.breaker.is_open()
+    }
+
+    /// The limits decided in memory while Redis cannot (`on_redis_failure = "local"`).
+    pub fn local(&self) -> &LocalLimits {
+        &self.local
+    }
+
+    /// The backend, for the heartbeat.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// Charges one request to every rule in `applying` (in rule order, each with its key),
@@ -268,6 +299,19 @@ impl Decider {
                             lease: LeaseAnswer::NotTaken,
                         };
                     }
+                    if let Some(binding) =
+                        self.decide_locally(applying, &group, failure, &mut outcomes)
+                    {
+                        self.give_back(applying, &mut outcomes).await;
+                        return Stacked {
+                            outcomes,
+                            end: End::Denied {
+                                binding,
+                                cached: false,
+                            },
+                            lease: LeaseAnswer::NotTaken,
+                        };
+                    }
                     continue;
                 }
             };
@@ -325,6 +369,48 @@ impl Decider {
             end: End::Allowed,
             lease: LeaseAnswer::NotTaken,
         }
+    }
+
+    /// The rules of `group` that Redis could not decide (`failure`) and that say
+    /// `on_redis_failure = "local"`, decided by their local limits; the binding denial, if
+    /// any: the longest wait. A shadow rule stays failed open (it never denies), and so does
+    /// a policy whose definition was never read.
+    fn decide_locally(
+        &self,
+        applying: &[Applied],
+        group: &[usize],
+        failure: Failure,
+        outcomes: &mut [RuleOutcome],
+    ) -> Option<usize> {
+        let now_ms = crate::local_limits::now_ms();
+        let mut binding: Option<(usize, u64)> = None;
+        for &i in group {
+            let a = &applying[i];
+            if a.rule.shadow || !a.rule.on_failure.decides_locally(failure) {
+                continue;
+            }
+            let verdict = match self.local.hit(&a.rule, &a.key, a.cost, now_ms) {
+                LocalAnswer::Unknown => continue,
+                LocalAnswer::Allowed(verdict) => verdict,
+                LocalAnswer::Denied(verdict) => {
+                    let wait = verdict.binding().retry_after_ms;
+                    if binding.is_none_or(|(_, longest)| wait > longest) {
+                        binding = Some((i, wait));
+                    }
+                    verdict
+                }
+            };
+            outcomes[i] = RuleOutcome::Local { verdict, failure };
+        }
+        binding.map(|(i, _)| i)
+    }
+
+    /// Gives back to its local limit what a `Local` outcome counted (the request is not
+    /// served, or its status does not count).
+    pub fn refund_locally(&self, applied: &Applied) {
+        let now_ms = crate::local_limits::now_ms();
+        self.local
+            .refund(&applied.rule, &applied.key, applied.cost, now_ms);
     }
 
     /// The limited rules `indices` in groups that one call can charge, in rule order of
@@ -386,6 +472,14 @@ impl Decider {
     /// served after all), in the groups it was charged in; each rule then shows what it
     /// holds after the refund. A refund that fails leaves the hit counted: the strict side.
     async fn give_back(&self, applying: &[Applied], outcomes: &mut [RuleOutcome]) {
+        for (i, outcome) in outcomes.iter_mut().enumerate() {
+            if let RuleOutcome::Local { verdict, .. } = outcome {
+                if verdict.allowed() {
+                    self.refund_locally(&applying[i]);
+                    *outcome = RuleOutcome::Uncounted(verdict.clone());
+                }
+            }
+        }
         let charged = outcomes
             .iter()
             .enumerate()
@@ -395,17 +489,23 @@ impl Decider {
         if charged.is_empty() {
             return;
         }
-        let deadline = tokio::time::Instant::now() + self.deadline;
         for group in self.groups(applying, charged.into_iter()) {
+            let window = group
+                .iter()
+                .map(|&i| applying[i].rule.longest_window())
+                .max()
+                .unwrap_or_default();
             let after: Option<SmallVec<[Verdict; 2]>> = if let [i] = group[..] {
-                self.call("RL.REFUND", &applying[i], deadline)
+                let cmd = hit_cmd("RL.REFUND", &applying[i]);
+                self.refund_call(cmd, &applying[i].key, window)
                     .await
-                    .ok()
+                    .and_then(|v| Verdict::from_reply(&v))
                     .map(|v| SmallVec::from_elem(v, 1))
             } else {
-                self.call_multi("RL.MREFUND", applying, &group, deadline)
+                let cmd = multi_cmd("RL.MREFUND", applying, &group);
+                self.refund_call(cmd, &applying[group[0]].key, window)
                     .await
-                    .ok()
+                    .and_then(|v| MultiVerdict::from_reply(&v, group.len()))
                     .map(|m| m.keys.into_iter().collect())
             };
             for (k, &i) in group.iter().enumerate() {
@@ -425,18 +525,70 @@ impl Decider {
     }
 
     /// Gives back what [`Decider::decide`] charged to `key` for `rule`, when the response's
-    /// status does not count; the budget after the refund. A failure leaves the hit charged
-    /// (the strict side).
+    /// status does not count; the budget after the refund, when Redis answered within the
+    /// deadline. Unanswered by then, the refund goes on in the background (see
+    /// [`Decider::refund_call`]), so a correct login answered during a stall is still given
+    /// back.
     pub async fn refund(&self, rule: &Arc<Rule>, key: &str) -> Option<Verdict> {
-        let deadline = tokio::time::Instant::now() + self.deadline;
         let applied = Applied {
             rule: rule.clone(),
             key: key.to_owned(),
             cost: None,
         };
-        let verdict = self.call("RL.REFUND", &applied, deadline).await.ok()?;
-        self.metrics.refund(&rule.name);
-        Some(verdict)
+        let cmd = hit_cmd("RL.REFUND", &applied);
+        let reply = self.refund_call(cmd, key, rule.longest_window()).await?;
+        let verdict = Verdict::from_reply(&reply);
+        if verdict.is_some() {
+            self.metrics.refund(&rule.name);
+        }
+        verdict
+    }
+
+    /// Sends a refund in a task of its own, past the breaker (a refund skipped locks out
+    /// the client whose hit it was), and waits for its answer up to the deadline. The task
+    /// goes on until Redis answers or `window` is over (the hit has expired by then):
+    /// when the connection fails or the server cannot take the call now, it sends it again.
+    /// A call that went out unanswered is never sent again (Redis may still run it, and a
+    /// refund run twice would give back a hit that was not this request's).
+    async fn refund_call(
+        &self,
+        cmd: redis::Cmd,
+        route_key: &str,
+        window: Duration,
+    ) -> Option<redis::Value> {
+        let (answered, answer) = tokio::sync::oneshot::channel();
+        let backend = self.backend.clone();
+        let route_key = route_key.to_owned();
+        let give_up =
+            tokio::time::Instant::now() + window.clamp(MIN_RELEASE_DEADLINE, MAX_REFUND_RETRY);
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(20);
+            loop {
+                let call = backend.call_for_key(&cmd, &route_key);
+                match tokio::time::timeout_at(give_up, call).await {
+                    Ok(Ok(value)) => {
+                        let _ = answered.send(value);
+                        return;
+                    }
+                    // Not sent, or refused before it ran: safe to send again.
+                    Ok(Err(error))
+                        if matches!(
+                            classify(&error),
+                            Failure::Connection | Failure::Unavailable
+                        ) =>
+                    {
+                        if tokio::time::Instant::now() + pause >= give_up {
+                            log!("a refund was not answered before its window ended: {error}");
+                            return;
+                        }
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(1));
+                    }
+                    _ => return,
+                }
+            }
+        });
+        tokio::time::timeout(self.deadline, answer).await.ok()?.ok()
     }
 
     /// Looks at (`RL.PEEK`) or gives back to (`RL.REFUND`) every key of `applying`, each
@@ -692,9 +844,7 @@ impl Decider {
         deadline: tokio::time::Instant,
     ) -> Result<Verdict, Failure> {
         let rule = &applied.rule;
-        let mut cmd = redis::cmd(command);
-        cmd.arg(&applied.key);
-        applied.push_args(&mut cmd);
+        let cmd = hit_cmd(command, applied);
         match self.send(&cmd, None, deadline).await {
             Ok(value) => Verdict::from_reply(&value).ok_or_else(|| {
                 self.module_error(command, rule, "a reply that is not a decision");
@@ -719,15 +869,7 @@ impl Decider {
         group: &[usize],
         deadline: tokio::time::Instant,
     ) -> Result<MultiVerdict, Failure> {
-        let mut cmd = redis::cmd(command);
-        cmd.arg(group.len());
-        for &i in group {
-            cmd.arg(&applying[i].key);
-        }
-        for &i in group {
-            cmd.arg("SPEC");
-            applying[i].push_args(&mut cmd);
-        }
+        let cmd = multi_cmd(command, applying, group);
         let first = &applying[group[0]].key;
         let value = self
             .send(&cmd, Some(first), deadline)
@@ -774,7 +916,7 @@ impl Decider {
             Err(_elapsed) => Failure::Timeout,
             Ok(Ok(value)) => {
                 self.metrics.redis_latency(started.elapsed());
-                self.breaker.succeeded();
+                self.answered();
                 return Ok(value);
             }
             Ok(Err(error)) => {
@@ -791,12 +933,50 @@ impl Decider {
         // An error reply (a missing policy, say) is one rule's problem, not Redis's: it
         // does not count towards opening the breaker for every rule.
         if failure == Failure::Error {
-            self.breaker.succeeded();
-        } else {
-            self.breaker.failed(Instant::now());
+            self.answered();
+        } else if self.breaker.failed(started, Instant::now()) == Transition::Opened {
+            log!(
+                "circuit breaker open: Redis answered nothing for {} ms or more and calls \
+                 kept failing ({}); for the next {} ms rules decide as their \
+                 on_redis_failure says (local limits at 1/{} of each limit, open, or 503), \
+                 then one request probes",
+                self.breaker_silence.as_millis(),
+                failure.label(),
+                self.breaker_open_for.as_millis(),
+                self.local.share()
+            );
         }
         Err((failure, text))
     }
+
+    /// Redis answered a call: the breaker hears it (and closes, if it was open).
+    fn answered(&self) {
+        if self.breaker.succeeded(Instant::now()) == Transition::Closed {
+            log!("circuit breaker closed: Redis answers again; rules share its budgets again");
+        }
+    }
+}
+
+/// `command key args...` for one applying rule.
+fn hit_cmd(command: &str, applied: &Applied) -> redis::Cmd {
+    let mut cmd = redis::cmd(command);
+    cmd.arg(&applied.key);
+    applied.push_args(&mut cmd);
+    cmd
+}
+
+/// `command numkeys key ... SPEC args ...` for the rules `group` of `applying`.
+fn multi_cmd(command: &str, applying: &[Applied], group: &[usize]) -> redis::Cmd {
+    let mut cmd = redis::cmd(command);
+    cmd.arg(group.len());
+    for &i in group {
+        cmd.arg(&applying[i].key);
+    }
+    for &i in group {
+        cmd.arg("SPEC");
+        applying[i].push_args(&mut cmd);
+    }
+    cmd
 }
 
 /// Whether `applying[i]` may join `group` in one multi-key call: fewer than

@@ -16,7 +16,9 @@
 //! and `on_failure` (`ok`, `over_limit` or `unavailable`).
 
 use crate::failure::Failure;
-use crate::rules::{call_args, KeySource, Limit, OnFailure, Rule, Tier, MAX_RULE_NAME_BYTES};
+use crate::rules::{
+    call_args, KeySource, Limit, OnFailure, RedisFailure, Rule, Tier, MAX_RULE_NAME_BYTES,
+};
 use ratelimit_core::calendar::Period;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -170,6 +172,8 @@ impl OverrideMode {
 pub enum FailMode {
     /// Not limited (fail-open): code OK.
     Ok,
+    /// Decided by the gateway's own memory at the limit divided by the live gateways.
+    Local,
     /// Code OVER_LIMIT (fail-closed, the request is refused with 429).
     OverLimit,
     /// The call fails with gRPC UNAVAILABLE: Envoy's `failure_mode_deny` decides.
@@ -177,9 +181,16 @@ pub enum FailMode {
 }
 
 impl FailMode {
+    /// Whether it refuses the request (OVER_LIMIT or UNAVAILABLE) rather than letting it
+    /// through, limited locally or not.
+    pub fn refuses(self) -> bool {
+        matches!(self, FailMode::OverLimit | FailMode::Unavailable)
+    }
+
     fn parse(text: &str) -> Option<FailMode> {
         Some(match text {
             "ok" => FailMode::Ok,
+            "local" => FailMode::Local,
             "over_limit" => FailMode::OverLimit,
             "unavailable" => FailMode::Unavailable,
             _ => return None,
@@ -587,7 +598,7 @@ pub fn parse(text: &str) -> Result<Domain, String> {
 
 fn fail_mode(at: &str, text: &str) -> Result<FailMode, String> {
     FailMode::parse(text)
-        .ok_or_else(|| format!("{at}: '{text}' is not one of ok, over_limit, unavailable"))
+        .ok_or_else(|| format!("{at}: '{text}' is not one of ok, local, over_limit, unavailable"))
 }
 
 fn level(docs: &[DescriptorDoc], above: &Inherited<'_>) -> Result<Level, String> {
@@ -770,12 +781,16 @@ fn descriptor_limit(
     // decision either: its failure is reported in its own status only.
     let on_failure = if shadow {
         OnFailure {
-            redis_closed: false,
+            redis: RedisFailure::Open,
             error_closed: false,
         }
     } else {
         OnFailure {
-            redis_closed: here.on_failure != FailMode::Ok,
+            redis: match here.on_failure {
+                FailMode::Ok => RedisFailure::Open,
+                FailMode::Local => RedisFailure::Local,
+                FailMode::OverLimit | FailMode::Unavailable => RedisFailure::Closed,
+            },
             error_closed: here.on_module_error != FailMode::Ok,
         }
     };

@@ -162,6 +162,12 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
             }
         });
     }
+    rl_gateway::heartbeat::spawn(
+        gateway.clone(),
+        backend.clone(),
+        config.redis.key_prefix.clone(),
+        config.redis.heartbeat,
+    );
     reload::spawn(reload::RuleSource::new(path, config), backend, gateway);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot listen for SIGTERM: {e}"))?;

@@ -18,16 +18,22 @@ pub enum Outcome {
     ShadowDenied,
     FailOpen,
     FailClosed,
+    /// Redis could not decide; the rule's local limit allowed it.
+    LocalAllowed,
+    /// Redis could not decide; the rule's local limit denied it.
+    LocalDenied,
 }
 
 impl Outcome {
-    const ALL: [Outcome; 6] = [
+    const ALL: [Outcome; 8] = [
         Outcome::Allowed,
         Outcome::Denied,
         Outcome::DeniedCached,
         Outcome::ShadowDenied,
         Outcome::FailOpen,
         Outcome::FailClosed,
+        Outcome::LocalAllowed,
+        Outcome::LocalDenied,
     ];
 
     fn label(self) -> &'static str {
@@ -38,6 +44,8 @@ impl Outcome {
             Outcome::ShadowDenied => "shadow_denied",
             Outcome::FailOpen => "fail_open",
             Outcome::FailClosed => "fail_closed",
+            Outcome::LocalAllowed => "local_allowed",
+            Outcome::LocalDenied => "local_denied",
         }
     }
 }

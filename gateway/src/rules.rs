@@ -26,6 +26,11 @@ impl RuleSet {
         self.rules.len() + usize::from(self.default.is_some())
     }
 
+    /// Every rule, the default last.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<Rule>> {
+        self.rules.iter().chain(&self.default)
+    }
+
     /// The first rule matching `method` and `path`, else the default rule.
     pub fn find(&self, method: &str, path: &str) -> Option<&Arc<Rule>> {
         self.find_with_case(method, path, false)
@@ -154,16 +159,29 @@ impl Concurrency {
     }
 }
 
-/// What a rule does when Redis cannot decide: forward the request (open) or answer 503
-/// (closed), chosen apart for the two kinds of failure.
+/// What a rule does when Redis cannot decide: forward the request (open), decide in the
+/// gateway's memory (local) or answer 503 (closed), chosen apart for the two kinds of
+/// failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OnFailure {
     /// `on_redis_failure`: Redis unreachable, too slow, or unable to take the call now.
-    pub redis_closed: bool,
+    pub redis: RedisFailure,
     /// `on_module_error`: the module answered an error (a policy deleted in Redis, a
     /// window above the server's `ratelimit.max-window-ms`): a misconfiguration, which
     /// must not silently become "no limit".
     pub error_closed: bool,
+}
+
+/// `on_redis_failure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisFailure {
+    /// Forwarded, unlimited while Redis cannot decide.
+    Open,
+    /// Decided by the gateway's own memory at the rule's limit divided by the live
+    /// gateways ([`crate::local_limits`]).
+    Local,
+    /// 503.
+    Closed,
 }
 
 impl OnFailure {
@@ -172,9 +190,14 @@ impl OnFailure {
         match failure {
             Failure::Error => self.error_closed,
             Failure::Timeout | Failure::Connection | Failure::Unavailable | Failure::Breaker => {
-                self.redis_closed
+                self.redis == RedisFailure::Closed
             }
         }
+    }
+
+    /// Whether `failure` is decided by the local limit.
+    pub fn decides_locally(self, failure: Failure) -> bool {
+        failure != Failure::Error && self.redis == RedisFailure::Local
     }
 }
 
@@ -208,6 +231,17 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// The longest window of its limits: how long a hit may still count. A policy's
+    /// windows are in Redis: a minute is assumed.
+    pub fn longest_window(&self) -> std::time::Duration {
+        let ms = match &self.limit {
+            Limit::Unlimited => 0,
+            Limit::Tiers { tiers, .. } => tiers.iter().map(|t| t.window_ms).max().unwrap_or(0),
+            Limit::Policy { .. } => 60_000,
+        };
+        std::time::Duration::from_millis(ms)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: String,

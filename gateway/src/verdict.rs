@@ -34,6 +34,15 @@ impl Verdict {
         }
     }
 
+    /// A verdict of several tiers, `binding` leading.
+    pub fn with_tiers(binding: TierState, tiers: SmallVec<[TierState; 2]>) -> Self {
+        Verdict {
+            binding,
+            tiers,
+            shadow_denied: false,
+        }
+    }
+
     pub fn allowed(&self) -> bool {
         self.binding.allowed
     }

@@ -1,4 +1,4 @@
-//! When Redis cannot decide, a fail-open rule forwards the request with
+//! When Redis cannot decide, a fail-open rule (`on_redis_failure = "open"`) forwards the request with
 //! `X-RateLimit-Fail-Open: <reason>` added for the upstream, and the client's answer has no
 //! RateLimit headers: Redis never started (`connection`), stopped with SIGSTOP (`timeout`,
 //! every answer within the deadline plus a margin), error replies (`error` for an unknown
@@ -18,6 +18,7 @@ path = "/**"
 limits = ["100/1h"]
 algorithm = "log"
 on_module_error = "open"
+on_redis_failure = "open"
 "#;
 
 /// What a debug build on a busy machine may add to `deadline_ms` for one whole request
@@ -108,7 +109,8 @@ fn a_stopped_redis_answers_within_the_deadline_then_the_breaker_opens_and_closes
                 redis_section_with(
                     redis.port(),
                     &format!(
-                        "deadline_ms = {deadline_ms}\nbreaker_failures = 3\nbreaker_open_ms = 1000"
+                        "deadline_ms = {deadline_ms}\nbreaker_failures = 3\nbreaker_open_ms = 1000\n\
+                         breaker_silence_ms = 0"
                     )
                 )
             ),

@@ -8,7 +8,7 @@ use super::one_of;
 use super::schema::{CountSection, HeadersSection, RuleSection};
 use super::Mode;
 use crate::pattern::{PathPattern, PathPolicy};
-use crate::rules::{Counting, KeySource, OnFailure, Rule, RuleSet};
+use crate::rules::{Counting, KeySource, OnFailure, RedisFailure, Rule, RuleSet};
 use std::sync::Arc;
 
 /// The rule list, the default rule and `[headers]` of one file (or Redis key), checked for
@@ -226,7 +226,15 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
         &[("enforce", false), ("shadow", true)],
     )?;
     let on_failure = OnFailure {
-        redis_closed: open_or_closed("on_redis_failure", &section.on_redis_failure)?,
+        redis: one_of(
+            "on_redis_failure",
+            &section.on_redis_failure,
+            &[
+                ("local", RedisFailure::Local),
+                ("open", RedisFailure::Open),
+                ("closed", RedisFailure::Closed),
+            ],
+        )?,
         error_closed: open_or_closed("on_module_error", &section.on_module_error)?,
     };
     if section.stack && limit == crate::rules::Limit::Unlimited {
@@ -368,6 +376,9 @@ mod tests {
         };
         let default = rule("");
         assert!(default.closes(Failure::Error) && !default.closes(Failure::Timeout));
+        assert!(
+            default.decides_locally(Failure::Timeout) && !default.decides_locally(Failure::Error)
+        );
         let open = rule("on_module_error = \"open\"\non_redis_failure = \"closed\"");
         assert!(!open.closes(Failure::Error) && open.closes(Failure::Connection));
     }

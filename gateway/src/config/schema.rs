@@ -97,6 +97,11 @@ pub(super) struct RedisSection {
     pub(super) key_prefix: String,
     pub(super) breaker_failures: u32,
     pub(super) breaker_open_ms: u64,
+    pub(super) breaker_silence_ms: u64,
+    /// A fixed number of gateways that `on_redis_failure = "local"` divides limits by;
+    /// without it, the count of live gateways read from Redis by the heartbeat.
+    pub(super) gateways: Option<u64>,
+    pub(super) heartbeat_ms: u64,
     pub(super) rules_key: Option<String>,
     pub(super) rules_refresh_ms: u64,
 }
@@ -110,6 +115,9 @@ impl Default for RedisSection {
             key_prefix: "rl:".into(),
             breaker_failures: 5,
             breaker_open_ms: 1000,
+            breaker_silence_ms: 100,
+            gateways: None,
+            heartbeat_ms: 1000,
             rules_key: None,
             rules_refresh_ms: 5000,
         }
@@ -191,7 +199,7 @@ fn default_rule_mode() -> String {
     "enforce".into()
 }
 fn default_on_failure() -> String {
-    "open".into()
+    "local".into()
 }
 fn default_on_module_error() -> String {
     "closed".into()

@@ -97,6 +97,12 @@ pub struct RedisSettings {
     pub key_prefix: String,
     pub breaker_failures: u32,
     pub breaker_open: Duration,
+    /// The breaker opens only after Redis has answered nothing for this long.
+    pub breaker_silence: Duration,
+    /// `[redis] gateways`: what local limits are divided by, instead of the live count.
+    pub gateways: Option<u64>,
+    /// How often each gateway tells Redis it is alive and reads how many are.
+    pub heartbeat: Duration,
     /// A Redis key holding rules (`[[rule]]`, `[default]`, `[headers]`) that, while it
     /// exists, replace the file's; read every `rules_refresh`.
     pub rules_key: Option<String>,
@@ -223,6 +229,12 @@ pub(super) fn redis_settings(section: RedisSection) -> Result<RedisSettings, Str
             crate::rules::MAX_KEY_PREFIX_BYTES
         ));
     }
+    if section.gateways == Some(0) {
+        return Err("[redis] gateways must be at least 1 (or left out: counted live)".into());
+    }
+    if !(100..=60_000).contains(&section.heartbeat_ms) {
+        return Err("[redis] heartbeat_ms must be between 100 and 60000".into());
+    }
     if section.deadline_ms == 0 {
         return Err("[redis] deadline_ms must be at least 1".into());
     }
@@ -235,6 +247,9 @@ pub(super) fn redis_settings(section: RedisSection) -> Result<RedisSettings, Str
         key_prefix: section.key_prefix,
         breaker_failures: section.breaker_failures,
         breaker_open: Duration::from_millis(section.breaker_open_ms),
+        breaker_silence: Duration::from_millis(section.breaker_silence_ms),
+        gateways: section.gateways,
+        heartbeat: Duration::from_millis(section.heartbeat_ms),
         rules_key: section.rules_key.filter(|k| !k.is_empty()),
         rules_refresh: Duration::from_millis(section.rules_refresh_ms.max(100)),
     })

@@ -351,7 +351,7 @@ impl EnvoyService {
                     Ok(None) => Said::Unlimited,
                     Err(failure) => {
                         // A look that fails closed refuses the request: nothing charged.
-                        if enforced(m.limit) && m.limit.mode_for(failure) != FailMode::Ok {
+                        if enforced(m.limit) && m.limit.mode_for(failure).refuses() {
                             over_by_look = true;
                         }
                         Said::Failed(failure)
@@ -373,6 +373,8 @@ impl EnvoyService {
         let mut closed = None;
         // Per descriptor, whether a key denied it, and from the deny cache.
         let mut denied: SmallVec<[Option<bool>; 4]> = (0..count).map(|_| None).collect();
+        // Per descriptor, whether its local limit decided (counted already).
+        let mut locally: SmallVec<[bool; 4]> = (0..count).map(|_| false).collect();
         if !charging.is_empty() {
             if over_by_look {
                 for &(at, m) in &charging {
@@ -396,6 +398,16 @@ impl EnvoyService {
                             Said::Verdict(verdict)
                         }
                         RuleOutcome::ShadowDenied => Said::Over,
+                        RuleOutcome::Local { verdict, failure } => {
+                            metrics.fail_open(failure);
+                            let outcome = match verdict.allowed() {
+                                true => Outcome::LocalAllowed,
+                                false => Outcome::LocalDenied,
+                            };
+                            metrics.decision(&m.metric, outcome);
+                            locally[m.index] = true;
+                            Said::Verdict(verdict)
+                        }
                         RuleOutcome::Failed(f) => Said::Failed(f),
                     };
                     settle(&mut said, &mut source, m.index, at, new);
@@ -463,7 +475,7 @@ impl EnvoyService {
                     if denied {
                         overall_over |= over(&mut status, m.limit);
                     }
-                    if m.ask == Ask::Charge && verdict.allowed() {
+                    if m.ask == Ask::Charge && verdict.allowed() && !locally[i] {
                         metrics.decision(&m.metric, Outcome::Allowed);
                     }
                     if enforced(m.limit) {
@@ -487,8 +499,7 @@ impl EnvoyService {
                     status.current_limit =
                         m.shown().map(|(n, u)| current(&m.rule.name, n, Some(u)));
                     let mode = m.limit.mode_for(*failure);
-                    let failed_closed =
-                        enforced(m.limit) && (mode != FailMode::Ok || closed == Some(i));
+                    let failed_closed = enforced(m.limit) && (mode.refuses() || closed == Some(i));
                     if failed_closed {
                         metrics.decision(&m.metric, Outcome::FailClosed);
                     } else {
@@ -497,11 +508,11 @@ impl EnvoyService {
                     }
                     // A shadow descriptor never denies; a quota one reports its failure in
                     // its own code only; an enforced one answers as its mode says.
-                    if m.limit.quota && mode != FailMode::Ok {
+                    if m.limit.quota && mode.refuses() {
                         status.code = Code::OverLimit as i32;
                     } else if enforced(m.limit) {
                         match mode {
-                            FailMode::Ok => {}
+                            FailMode::Ok | FailMode::Local => {}
                             FailMode::OverLimit => {
                                 status.code = Code::OverLimit as i32;
                                 overall_over = true;

@@ -52,6 +52,7 @@ impl Judgement {
             .zip(&self.stacked.outcomes)
             .find_map(|(a, o)| match o {
                 RuleOutcome::Failed(f) if !a.rule.on_failure.closes(*f) => Some(*f),
+                RuleOutcome::Local { failure, .. } => Some(*failure),
                 _ => None,
             })
     }
@@ -65,7 +66,8 @@ impl Judgement {
             let verdict = match o {
                 RuleOutcome::Allowed(v)
                 | RuleOutcome::Uncounted(v)
-                | RuleOutcome::Denied { verdict: v, .. } => v,
+                | RuleOutcome::Denied { verdict: v, .. }
+                | RuleOutcome::Local { verdict: v, .. } => v,
                 _ => continue,
             };
             if a.rule.shadow || a.rule.concurrency.is_some() {
@@ -246,6 +248,13 @@ impl Gateway {
                     self.metrics().fail_open(*failure);
                     Some(Outcome::FailOpen)
                 }
+                RuleOutcome::Local { verdict, failure } => {
+                    self.metrics().fail_open(*failure);
+                    Some(match verdict.allowed() {
+                        true => Outcome::LocalAllowed,
+                        false => Outcome::LocalDenied,
+                    })
+                }
             };
             if let Some(outcome) = outcome {
                 self.metrics().decision(&rule.name, outcome);
@@ -351,6 +360,11 @@ impl Gateway {
         } = judgement;
         let mut verdicts: SmallVec<[Option<Verdict>; 2]> = SmallVec::new();
         for (applied, outcome) in applying.iter().zip(stacked.outcomes) {
+            if let RuleOutcome::Local { .. } = outcome {
+                if !applied.rule.counts(status) {
+                    self.decider.refund_locally(applied);
+                }
+            }
             let RuleOutcome::Allowed(verdict) = outcome else {
                 verdicts.push(None);
                 continue;

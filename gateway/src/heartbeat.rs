@@ -1,0 +1,218 @@
+//! Each gateway's heartbeat in Redis, every `[redis] heartbeat_ms`:
+//! - **Live gateways.** It keeps its own entry in a sorted set (`<key_prefix>gateways`,
+//!   scored by the server's clock, so the gateways' clocks do not matter), drops entries
+//!   older than three beats, and counts the rest: the local limits of
+//!   `on_redis_failure = "local"` are divided by that count. During an outage the last
+//!   count holds: gateways cut off from Redis are cut off together, or decide apart.
+//! - **Policies.** It reads the definition of every policy a rule names (`RL.POLICY GET`),
+//!   so that a policy rule has a local limit too.
+//! - **Redis's state, logged once per change.** Lost (with the reason), back (after how
+//!   long), and restarted: the server's `run_id` changed, so the counters it held are gone
+//!   unless it loaded them from RDB or AOF (or a replica took over with them).
+//!
+//! Its calls go past the circuit breaker and do not report to it.
+
+use crate::backend::Backend;
+use crate::front::http::Gateway;
+use crate::logging::log;
+use crate::rules::Limit;
+use redis::Value;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long one beat's calls may take in all.
+const BEAT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What the heartbeat knew after its last beat.
+#[derive(Default)]
+struct Known {
+    /// `Some(since)` while Redis does not answer.
+    lost_since: Option<Instant>,
+    run_id: Option<String>,
+}
+
+/// Starts beating in the background.
+pub fn spawn(gateway: Arc<Gateway>, backend: Backend, key_prefix: String, every: Duration) {
+    let id = format!("{}-{}", std::process::id(), crate::lease::new_lease_id());
+    let key = format!("{key_prefix}gateways");
+    tokio::spawn(async move {
+        let mut known = Known::default();
+        let mut ticker = tokio::time::interval(every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let beat =
+                tokio::time::timeout(BEAT_TIMEOUT, beat(&gateway, &backend, &key, &id, every));
+            let result = match beat.await {
+                Ok(result) => result,
+                Err(_) => Err(format!("no answer within {} ms", BEAT_TIMEOUT.as_millis())),
+            };
+            known.update(result, backend.is_cluster());
+        }
+    });
+}
+
+impl Known {
+    fn update(&mut self, result: Result<Option<String>, String>, cluster: bool) {
+        match result {
+            Err(reason) => {
+                if self.lost_since.is_none() {
+                    self.lost_since = Some(Instant::now());
+                    log!(
+                        "Redis does not answer ({reason}): rules decide as their \
+                         on_redis_failure says until it does"
+                    );
+                }
+            }
+            Ok(run_id) => {
+                if let Some(since) = self.lost_since.take() {
+                    log!(
+                        "Redis answers again, after about {} ms",
+                        since.elapsed().as_millis()
+                    );
+                }
+                let restarted = match (&self.run_id, &run_id) {
+                    (Some(before), Some(now)) => before != now,
+                    _ => false,
+                };
+                if restarted && !cluster {
+                    log!(
+                        "warning: Redis restarted or another server took its place (run_id \
+                         {} -> {}): unless it loaded its data (RDB, AOF) or was a replica, \
+                         every budget started afresh",
+                        self.run_id.as_deref().unwrap_or(""),
+                        run_id.as_deref().unwrap_or("")
+                    );
+                }
+                if run_id.is_some() {
+                    self.run_id = run_id;
+                }
+            }
+        }
+    }
+}
+
+/// One beat: this gateway's entry, the live count, the policies, and the server's run_id.
+async fn beat(
+    gateway: &Gateway,
+    backend: &Backend,
+    key: &str,
+    id: &str,
+    every: Duration,
+) -> Result<Option<String>, String> {
+    let call = |cmd: redis::Cmd| async move {
+        backend
+            .call_for_key(&cmd, key)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let now_ms = match call(redis::cmd("TIME")).await? {
+        Value::Array(parts) => match parts.first() {
+            Some(Value::BulkString(secs)) => std::str::from_utf8(secs)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .map(|s| s * 1000),
+            _ => None,
+        },
+        _ => None,
+    }
+    .ok_or("TIME gave no time")?;
+    let stale_before = now_ms.saturating_sub(3 * every.as_millis() as u64);
+    call(redis::cmd("ZADD").arg(key).arg(now_ms).arg(id).clone()).await?;
+    call(
+        redis::cmd("ZREMRANGEBYSCORE")
+            .arg(key)
+            .arg("-inf")
+            .arg(format!("({stale_before}"))
+            .clone(),
+    )
+    .await?;
+    call(
+        redis::cmd("PEXPIRE")
+            .arg(key)
+            .arg(3 * every.as_millis() as u64)
+            .clone(),
+    )
+    .await?;
+    if let Value::Int(live) = call(redis::cmd("ZCARD").arg(key).clone()).await? {
+        gateway
+            .decider()
+            .local()
+            .set_live(u64::try_from(live).unwrap_or(1));
+    }
+    read_policies(gateway, backend, key).await?;
+    let info = call(redis::cmd("INFO").arg("server").clone()).await?;
+    Ok(run_id(&info))
+}
+
+/// `RL.POLICY GET` for every policy the rules name.
+async fn read_policies(gateway: &Gateway, backend: &Backend, key: &str) -> Result<(), String> {
+    let rules = gateway.rules();
+    let names: BTreeSet<&str> = rules
+        .all()
+        .filter_map(|rule| match &rule.limit {
+            Limit::Policy { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    for name in names {
+        let mut cmd = redis::cmd("RL.POLICY");
+        cmd.arg("GET").arg(name);
+        // Policies live on every node of a cluster alike: any will do.
+        let words = match backend.call_for_key(&cmd, key).await {
+            Ok(Value::Array(words)) => Some(
+                words
+                    .iter()
+                    .filter_map(|w| match w {
+                        Value::BulkString(bytes) => Some(bytes.clone()),
+                        Value::SimpleString(text) => Some(text.clone().into_bytes()),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            Ok(_) => None,
+            // The module not loaded, say: the rules' own calls report it.
+            Err(error) if error.code().is_some() => continue,
+            Err(error) => return Err(error.to_string()),
+        };
+        gateway.decider().local().set_policy(name, words);
+    }
+    Ok(())
+}
+
+/// The `run_id:` of an `INFO server` reply.
+fn run_id(info: &Value) -> Option<String> {
+    let text = match info {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?,
+        Value::VerbatimString { text, .. } => text.as_str(),
+        _ => return None,
+    };
+    text.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_id_is_read_from_info() {
+        let info =
+            Value::BulkString(b"# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\n".to_vec());
+        assert_eq!(run_id(&info).as_deref(), Some("abc123"));
+        assert_eq!(run_id(&Value::Nil), None);
+    }
+
+    #[test]
+    fn a_loss_and_a_restart_change_what_is_known() {
+        let mut known = Known::default();
+        known.update(Ok(Some("a".into())), false);
+        known.update(Err("refused".into()), false);
+        assert!(known.lost_since.is_some());
+        known.update(Ok(Some("b".into())), false);
+        assert!(known.lost_since.is_none());
+        assert_eq!(known.run_id.as_deref(), Some("b"));
+    }
+}

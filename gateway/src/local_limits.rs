@@ -1,0 +1,331 @@
+//! The limits a gateway enforces in its own memory while Redis cannot decide
+//! (`on_redis_failure = "local"`): the rule's own limits divided by the number of live
+//! gateways, decided by the same pure core the module runs, so that a fleet cut off from
+//! Redis admits about the limit in all, never "unlimited".
+//!
+//! The share: `[redis] gateways` when set, else the count of live gateways that the
+//! heartbeat last read from Redis (every gateway keeps its own entry fresh while it can;
+//! the count taken before an outage holds during it), and 1 before any was read.
+//!
+//! A policy rule's limits live in Redis: they are read (`RL.POLICY GET`) by the heartbeat
+//! while Redis answers, and a policy never read is decided as `open` (logged once).
+//!
+//! The keys are bounded (`capacity`): when full, keys whose state has expired go first,
+//! then any, so an attacker's fresh keys cost memory only up to the bound.
+
+use crate::rules::{Limit, Rule};
+use crate::verdict::{TierState, Verdict};
+use ratelimit_core::args::{parse_limits, parse_policy, Mode, Settings};
+use ratelimit_core::limiter::{Action, Limits, MemoryKey};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, RwLock};
+
+/// The wall clock in ms, as the module reads the server's (the core's windows are aligned
+/// to it, so a local window ends when Redis's would).
+pub fn now_ms() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The most keys decided locally at once.
+pub const DEFAULT_CAPACITY: usize = 100_000;
+
+pub struct LocalLimits {
+    keys: Mutex<HashMap<String, MemoryKey>>,
+    capacity: usize,
+    /// `[redis] gateways`: a fixed share, which the heartbeat does not change.
+    fixed_share: Option<u64>,
+    /// The live gateways last counted (at least 1).
+    live: AtomicU64,
+    /// Each policy's definition as `RL.POLICY GET` last answered it.
+    policies: RwLock<HashMap<String, Vec<Vec<u8>>>>,
+}
+
+/// What the local limit answered.
+pub enum LocalAnswer {
+    /// Counted (or would be: a shadow policy never denies).
+    Allowed(Verdict),
+    Denied(Verdict),
+    /// No local definition (a policy not read yet): the rule fails open.
+    Unknown,
+}
+
+impl LocalLimits {
+    pub fn new(capacity: usize, fixed_share: Option<u64>) -> Self {
+        LocalLimits {
+            keys: Mutex::new(HashMap::new()),
+            capacity: capacity.max(1),
+            fixed_share,
+            live: AtomicU64::new(1),
+            policies: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The number of gateways the limits are divided by.
+    pub fn share(&self) -> u64 {
+        self.fixed_share
+            .unwrap_or_else(|| self.live.load(Relaxed))
+            .max(1)
+    }
+
+    /// The heartbeat's count of live gateways.
+    pub fn set_live(&self, gateways: u64) {
+        self.live.store(gateways.max(1), Relaxed);
+    }
+
+    /// `RL.POLICY GET name`'s answer (`None`: no such policy).
+    pub fn set_policy(&self, name: &str, definition: Option<Vec<Vec<u8>>>) {
+        let mut policies = self.policies.write().unwrap_or_else(|e| e.into_inner());
+        match definition {
+            Some(words) => policies.insert(name.to_owned(), words),
+            None => policies.remove(name),
+        };
+    }
+
+    /// Counts `cost` units of `rule` on `key` at `now_ms`, against the local share.
+    pub fn hit(&self, rule: &Rule, key: &str, cost: Option<u64>, now_ms: i64) -> LocalAnswer {
+        let Some((limits, rule_cost, shadow)) = self.limits(rule) else {
+            return LocalAnswer::Unknown;
+        };
+        let cost = cost.map_or(rule_cost, |c| i64::try_from(c).unwrap_or(i64::MAX));
+        let Some(outcome) = self.run(key, &limits, Action::Hit { cost }, now_ms) else {
+            return LocalAnswer::Unknown;
+        };
+        let verdict = verdict_of(&outcome);
+        match outcome.decision.allowed || shadow {
+            true => LocalAnswer::Allowed(verdict),
+            false => LocalAnswer::Denied(verdict),
+        }
+    }
+
+    /// Gives back what [`LocalLimits::hit`] counted for a request that is not served, or
+    /// whose status does not count.
+    pub fn refund(&self, rule: &Rule, key: &str, cost: Option<u64>, now_ms: i64) {
+        let Some((limits, rule_cost, _)) = self.limits(rule) else {
+            return;
+        };
+        let amount = cost.map_or(rule_cost, |c| i64::try_from(c).unwrap_or(i64::MAX));
+        self.run(key, &limits, Action::Refund { amount }, now_ms);
+    }
+
+    /// Forgets every key: Redis decides again, and the next outage starts afresh.
+    pub fn clear(&self) {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// How many keys are held.
+    pub fn len(&self) -> usize {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn run(
+        &self,
+        key: &str,
+        limits: &Limits,
+        action: Action,
+        now_ms: i64,
+    ) -> Option<ratelimit_core::limiter::Outcome> {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        if !keys.contains_key(key) && keys.len() >= self.capacity {
+            make_room(&mut keys, now_ms);
+        }
+        let entry = keys.entry(key.to_owned()).or_default();
+        if entry.expires_at_ms().is_some_and(|at| at <= now_ms) {
+            *entry = MemoryKey::default();
+        }
+        // A key written under another share (or other rules) starts afresh from its usage:
+        // the core's renewal, as in Redis.
+        entry.run(limits, action, now_ms).ok()
+    }
+
+    /// The rule's limits divided by the share, its cost, and whether it is a shadow policy.
+    fn limits(&self, rule: &Rule) -> Option<(Limits, i64, bool)> {
+        let settings = Settings::default();
+        let (mut limits, cost, shadow) = match &rule.limit {
+            Limit::Unlimited => return None,
+            Limit::Tiers { .. } => {
+                let words = rule.call_args.iter().map(|w| w.as_bytes());
+                let parsed = parse_limits(words, &settings).ok()?;
+                (parsed.limits, parsed.cost, false)
+            }
+            Limit::Policy { name, cost } => {
+                let policies = self.policies.read().unwrap_or_else(|e| e.into_inner());
+                let words = policies.get(name)?;
+                let parsed = parse_policy(words.iter().map(Vec::as_slice), &settings).ok()?;
+                let cost = i64::try_from(*cost).unwrap_or(i64::MAX);
+                (parsed.limits, cost, parsed.mode == Mode::Shadow)
+            }
+        };
+        let share = i64::try_from(self.share()).unwrap_or(i64::MAX);
+        for tier in &mut limits.tiers {
+            // Rounded down, so that the fleet never admits more than the limit in all; at
+            // least 1, so that a rule is never closed by the division.
+            tier.limit = (tier.limit / share).max(1);
+            tier.burst = (tier.burst / share).max(1);
+        }
+        Some((limits, cost, shadow))
+    }
+}
+
+/// Drops the expired keys, or, when none has expired, about a tenth of them.
+fn make_room(keys: &mut HashMap<String, MemoryKey>, now_ms: i64) {
+    let before = keys.len();
+    keys.retain(|_, key| key.expires_at_ms().is_none_or(|at| at > now_ms));
+    if keys.len() == before {
+        let mut dropping = before / 10 + 1;
+        keys.retain(|_, _| {
+            dropping = dropping.saturating_sub(1);
+            dropping == 0
+        });
+    }
+}
+
+fn verdict_of(outcome: &ratelimit_core::limiter::Outcome) -> Verdict {
+    let state = |d: &ratelimit_core::decision::Decision| TierState {
+        allowed: d.allowed,
+        limit: u64::try_from(d.limit).unwrap_or(0),
+        remaining: u64::try_from(d.remaining).unwrap_or(0),
+        reset_after_ms: u64::try_from(d.reset_after_ms).unwrap_or(0),
+        retry_after_ms: u64::try_from(d.retry_after_ms).unwrap_or(u64::MAX),
+    };
+    Verdict::with_tiers(
+        state(&outcome.decision),
+        outcome.tiers.iter().map(state).collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::{Counting, KeySource, OnFailure, RedisFailure, Tier};
+
+    fn rule(limit: u64, window_ms: u64, algorithm: Option<&str>) -> Rule {
+        let limit = Limit::Tiers {
+            tiers: vec![Tier {
+                limit,
+                window_ms,
+                period: None,
+            }],
+            algorithm: algorithm.map(str::to_owned),
+            burst: None,
+            tz: None,
+            anchor: None,
+            cost: 1,
+        };
+        Rule::new(
+            "r".into(),
+            vec![],
+            None,
+            KeySource::ClientIp,
+            false,
+            limit,
+            Counting::All,
+            false,
+            OnFailure {
+                redis: RedisFailure::Local,
+                error_closed: true,
+            },
+        )
+    }
+
+    fn admitted(local: &LocalLimits, rule: &Rule, key: &str, tries: u32, now_ms: i64) -> u32 {
+        (0..tries)
+            .filter(|_| matches!(local.hit(rule, key, None, now_ms), LocalAnswer::Allowed(_)))
+            .count() as u32
+    }
+
+    const NOW: i64 = 1_796_083_200_000;
+
+    #[test]
+    fn the_limit_is_divided_by_the_live_gateways() {
+        for algorithm in [
+            None,
+            Some("fixed"),
+            Some("log"),
+            Some("sliding"),
+            Some("token"),
+        ] {
+            let local = LocalLimits::new(100, None);
+            let rule = rule(100, 60_000, algorithm);
+            assert_eq!(admitted(&local, &rule, "a", 500, NOW), 100, "{algorithm:?}");
+            local.set_live(4);
+            assert_eq!(admitted(&local, &rule, "b", 500, NOW), 25, "{algorithm:?}");
+        }
+    }
+
+    #[test]
+    fn a_fixed_share_wins_over_the_heartbeat_and_never_rounds_to_zero() {
+        let local = LocalLimits::new(100, Some(7));
+        local.set_live(1);
+        assert_eq!(local.share(), 7);
+        assert_eq!(admitted(&local, &rule(100, 60_000, None), "a", 50, NOW), 14);
+        assert_eq!(admitted(&local, &rule(3, 60_000, None), "b", 50, NOW), 1);
+    }
+
+    #[test]
+    fn a_denial_says_when_to_retry_and_the_window_ends() {
+        let local = LocalLimits::new(100, None);
+        let rule = rule(2, 1000, Some("fixed"));
+        admitted(&local, &rule, "a", 2, NOW);
+        let LocalAnswer::Denied(verdict) = local.hit(&rule, "a", None, NOW) else {
+            panic!("the third hit is denied");
+        };
+        assert!(verdict.binding().retry_after_ms <= 1000);
+        assert_eq!(
+            admitted(&local, &rule, "a", 5, NOW + 1000),
+            2,
+            "a new window"
+        );
+    }
+
+    #[test]
+    fn a_refund_gives_back() {
+        let local = LocalLimits::new(100, None);
+        let rule = rule(1, 60_000, None);
+        assert_eq!(admitted(&local, &rule, "a", 3, NOW), 1);
+        local.refund(&rule, "a", None, NOW);
+        assert_eq!(admitted(&local, &rule, "a", 3, NOW), 1);
+    }
+
+    #[test]
+    fn keys_are_bounded() {
+        let local = LocalLimits::new(50, None);
+        let rule = rule(1, 60_000, None);
+        for i in 0..1000 {
+            local.hit(&rule, &format!("k{i}"), None, NOW);
+        }
+        assert!(local.len() <= 50, "{}", local.len());
+    }
+
+    #[test]
+    fn a_policy_is_known_once_read() {
+        let local = LocalLimits::new(100, None);
+        let mut policy = rule(1, 1000, None);
+        policy.limit = Limit::Policy {
+            name: "p".into(),
+            cost: 1,
+        };
+        assert!(matches!(
+            local.hit(&policy, "a", None, NOW),
+            LocalAnswer::Unknown
+        ));
+        let words = ["2", "1m", "MODE", "enforce"].map(|w| w.as_bytes().to_vec());
+        local.set_policy("p", Some(words.to_vec()));
+        assert_eq!(admitted(&local, &policy, "a", 5, NOW), 2);
+        let shadow = ["1", "1m", "MODE", "shadow"].map(|w| w.as_bytes().to_vec());
+        local.set_policy("p", Some(shadow.to_vec()));
+        assert_eq!(
+            admitted(&local, &policy, "b", 5, NOW),
+            5,
+            "a shadow never denies"
+        );
+    }
+}
