@@ -949,10 +949,40 @@ impl Decider {
         Err((failure, text))
     }
 
-    /// Redis answered a call: the breaker hears it (and closes, if it was open).
+    /// Redis answered a call: the breaker hears it (and closes, if it was open), and what
+    /// local limits admitted meanwhile is counted in Redis.
     fn answered(&self) {
         if self.breaker.succeeded(Instant::now()) == Transition::Closed {
             log!("circuit breaker closed: Redis answers again; rules share its budgets again");
+        }
+        if let Some(unsynced) = self.local.take_unsynced(crate::local_limits::now_ms()) {
+            tokio::spawn(write_back(self.backend.clone(), unsynced));
+        }
+    }
+}
+
+/// Counts in Redis what local limits admitted while it could not decide, so that its
+/// budgets do not start afresh on top of them (no burst when Redis is back). `RL.HIT`
+/// counts all of a cost or nothing: a cost denied is tried again at half, down to one
+/// unit, so about what the budget still holds is counted.
+async fn write_back(backend: Backend, unsynced: Vec<crate::local_limits::Unsynced>) {
+    for item in unsynced {
+        let mut units = item.units;
+        while units > 0 {
+            let applied = Applied {
+                rule: item.rule.clone(),
+                key: item.key.clone(),
+                cost: Some(units),
+            };
+            let cmd = hit_cmd("RL.HIT", &applied);
+            let call = backend.call_for_key(&cmd, &item.key);
+            match tokio::time::timeout(MIN_RELEASE_DEADLINE, call).await {
+                Ok(Ok(reply)) => match Verdict::from_reply(&reply) {
+                    Some(verdict) if !verdict.allowed() => units /= 2,
+                    _ => break,
+                },
+                _ => break,
+            }
         }
     }
 }

@@ -18,8 +18,8 @@ use crate::verdict::{TierState, Verdict};
 use ratelimit_core::args::{parse_limits, parse_policy, Mode, Settings};
 use ratelimit_core::limiter::{Action, Limits, MemoryKey};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// The wall clock in ms, as the module reads the server's (the core's windows are aligned
 /// to it, so a local window ends when Redis's would).
@@ -34,7 +34,9 @@ pub fn now_ms() -> i64 {
 pub const DEFAULT_CAPACITY: usize = 100_000;
 
 pub struct LocalLimits {
-    keys: Mutex<HashMap<String, MemoryKey>>,
+    keys: Mutex<HashMap<String, Entry>>,
+    /// Whether some key holds units that Redis has not been told of.
+    unsynced: AtomicBool,
     capacity: usize,
     /// `[redis] gateways`: a fixed share, which the heartbeat does not change.
     fixed_share: Option<u64>,
@@ -42,6 +44,22 @@ pub struct LocalLimits {
     live: AtomicU64,
     /// Each policy's definition as `RL.POLICY GET` last answered it.
     policies: RwLock<HashMap<String, Vec<Vec<u8>>>>,
+}
+
+/// One key decided locally.
+#[derive(Default)]
+struct Entry {
+    state: MemoryKey,
+    /// The units admitted here that Redis has not counted, and the rule they were
+    /// admitted under: written back when Redis answers again.
+    unsynced: Option<(Arc<Rule>, u64)>,
+}
+
+/// Units admitted while Redis could not decide, to be counted there now that it can.
+pub struct Unsynced {
+    pub rule: Arc<Rule>,
+    pub key: String,
+    pub units: u64,
 }
 
 /// What the local limit answered.
@@ -57,6 +75,7 @@ impl LocalLimits {
     pub fn new(capacity: usize, fixed_share: Option<u64>) -> Self {
         LocalLimits {
             keys: Mutex::new(HashMap::new()),
+            unsynced: AtomicBool::new(false),
             capacity: capacity.max(1),
             fixed_share,
             live: AtomicU64::new(1),
@@ -86,12 +105,15 @@ impl LocalLimits {
     }
 
     /// Counts `cost` units of `rule` on `key` at `now_ms`, against the local share.
-    pub fn hit(&self, rule: &Rule, key: &str, cost: Option<u64>, now_ms: i64) -> LocalAnswer {
+    pub fn hit(&self, rule: &Arc<Rule>, key: &str, cost: Option<u64>, now_ms: i64) -> LocalAnswer {
         let Some((limits, rule_cost, shadow)) = self.limits(rule) else {
             return LocalAnswer::Unknown;
         };
         let cost = cost.map_or(rule_cost, |c| i64::try_from(c).unwrap_or(i64::MAX));
-        let Some(outcome) = self.run(key, &limits, Action::Hit { cost }, now_ms) else {
+        let Some(outcome) = self.run(key, &limits, Action::Hit { cost }, now_ms, |entry| {
+            let units = entry.unsynced.as_ref().map_or(0, |(_, n)| *n);
+            entry.unsynced = Some((rule.clone(), units.saturating_add(cost as u64)));
+        }) else {
             return LocalAnswer::Unknown;
         };
         let verdict = verdict_of(&outcome);
@@ -108,7 +130,30 @@ impl LocalLimits {
             return;
         };
         let amount = cost.map_or(rule_cost, |c| i64::try_from(c).unwrap_or(i64::MAX));
-        self.run(key, &limits, Action::Refund { amount }, now_ms);
+        self.run(key, &limits, Action::Refund { amount }, now_ms, |entry| {
+            if let Some((_, units)) = &mut entry.unsynced {
+                *units = units.saturating_sub(amount as u64);
+            }
+        });
+    }
+
+    /// Takes the units admitted here that Redis has not counted, of the keys whose local
+    /// window still runs (an ended one counts nothing any more), and forgets every key:
+    /// Redis decides again. `None` (cheaply) when there is nothing to tell.
+    pub fn take_unsynced(&self, now_ms: i64) -> Option<Vec<Unsynced>> {
+        if !self.unsynced.swap(false, Relaxed) {
+            return None;
+        }
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let taken = keys
+            .drain()
+            .filter(|(_, entry)| entry.state.expires_at_ms().is_none_or(|at| at > now_ms))
+            .filter_map(|(key, entry)| {
+                let (rule, units) = entry.unsynced?;
+                (units > 0).then_some(Unsynced { rule, key, units })
+            })
+            .collect();
+        Some(taken)
     }
 
     /// Forgets every key: Redis decides again, and the next outage starts afresh.
@@ -126,24 +171,31 @@ impl LocalLimits {
         self.len() == 0
     }
 
+    /// `action` on `key`; `counted` updates the entry when the action allowed.
     fn run(
         &self,
         key: &str,
         limits: &Limits,
         action: Action,
         now_ms: i64,
+        counted: impl FnOnce(&mut Entry),
     ) -> Option<ratelimit_core::limiter::Outcome> {
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
         if !keys.contains_key(key) && keys.len() >= self.capacity {
             make_room(&mut keys, now_ms);
         }
         let entry = keys.entry(key.to_owned()).or_default();
-        if entry.expires_at_ms().is_some_and(|at| at <= now_ms) {
-            *entry = MemoryKey::default();
+        if entry.state.expires_at_ms().is_some_and(|at| at <= now_ms) {
+            *entry = Entry::default();
         }
         // A key written under another share (or other rules) starts afresh from its usage:
         // the core's renewal, as in Redis.
-        entry.run(limits, action, now_ms).ok()
+        let outcome = entry.state.run(limits, action, now_ms).ok()?;
+        if outcome.decision.allowed {
+            counted(entry);
+            self.unsynced.store(true, Relaxed);
+        }
+        Some(outcome)
     }
 
     /// The rule's limits divided by the share, its cost, and whether it is a shadow policy.
@@ -176,9 +228,9 @@ impl LocalLimits {
 }
 
 /// Drops the expired keys, or, when none has expired, about a tenth of them.
-fn make_room(keys: &mut HashMap<String, MemoryKey>, now_ms: i64) {
+fn make_room(keys: &mut HashMap<String, Entry>, now_ms: i64) {
     let before = keys.len();
-    keys.retain(|_, key| key.expires_at_ms().is_none_or(|at| at > now_ms));
+    keys.retain(|_, entry| entry.state.expires_at_ms().is_none_or(|at| at > now_ms));
     if keys.len() == before {
         let mut dropping = before / 10 + 1;
         keys.retain(|_, _| {
@@ -207,7 +259,7 @@ mod tests {
     use super::*;
     use crate::rules::{Counting, KeySource, OnFailure, RedisFailure, Tier};
 
-    fn rule(limit: u64, window_ms: u64, algorithm: Option<&str>) -> Rule {
+    fn rule(limit: u64, window_ms: u64, algorithm: Option<&str>) -> Arc<Rule> {
         let limit = Limit::Tiers {
             tiers: vec![Tier {
                 limit,
@@ -220,7 +272,7 @@ mod tests {
             anchor: None,
             cost: 1,
         };
-        Rule::new(
+        Arc::new(Rule::new(
             "r".into(),
             vec![],
             None,
@@ -233,10 +285,10 @@ mod tests {
                 redis: RedisFailure::Local,
                 error_closed: true,
             },
-        )
+        ))
     }
 
-    fn admitted(local: &LocalLimits, rule: &Rule, key: &str, tries: u32, now_ms: i64) -> u32 {
+    fn admitted(local: &LocalLimits, rule: &Arc<Rule>, key: &str, tries: u32, now_ms: i64) -> u32 {
         (0..tries)
             .filter(|_| matches!(local.hit(rule, key, None, now_ms), LocalAnswer::Allowed(_)))
             .count() as u32
@@ -296,6 +348,28 @@ mod tests {
     }
 
     #[test]
+    fn what_was_admitted_is_taken_once_for_redis() {
+        let local = LocalLimits::new(100, None);
+        let rule = rule(10, 60_000, None);
+        assert!(local.take_unsynced(NOW).is_none(), "nothing yet");
+        admitted(&local, &rule, "a", 3, NOW);
+        admitted(&local, &rule, "b", 20, NOW);
+        local.refund(&rule, "a", None, NOW);
+        let mut taken: Vec<(String, u64)> = local
+            .take_unsynced(NOW)
+            .expect("units to tell")
+            .into_iter()
+            .map(|u| (u.key, u.units))
+            .collect();
+        taken.sort();
+        assert_eq!(taken, [("a".into(), 2), ("b".into(), 10)]);
+        assert!(local.is_empty() && local.take_unsynced(NOW).is_none());
+        admitted(&local, &rule, "c", 1, NOW);
+        let ended = local.take_unsynced(NOW + 120_000).expect("a flag");
+        assert!(ended.is_empty(), "a window over counts nothing");
+    }
+
+    #[test]
     fn keys_are_bounded() {
         let local = LocalLimits::new(50, None);
         let rule = rule(1, 60_000, None);
@@ -308,11 +382,12 @@ mod tests {
     #[test]
     fn a_policy_is_known_once_read() {
         let local = LocalLimits::new(100, None);
-        let mut policy = rule(1, 1000, None);
+        let mut policy = Rule::clone(&rule(1, 1000, None));
         policy.limit = Limit::Policy {
             name: "p".into(),
             cost: 1,
         };
+        let policy = Arc::new(policy);
         assert!(matches!(
             local.hit(&policy, "a", None, NOW),
             LocalAnswer::Unknown

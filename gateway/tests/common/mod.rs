@@ -891,6 +891,8 @@ pub fn keys(server: &Server, pattern: &str) -> Vec<String> {
         .arg(pattern)
         .query(&mut server.conn())
         .expect("KEYS");
+    // The gateways' heartbeat (`<key_prefix>gateways`) is not a budget.
+    keys.retain(|key| !key.ends_with("gateways") || key.contains('{'));
     keys.sort();
     keys
 }
