@@ -130,6 +130,10 @@ pub enum Released {
     Failed,
 }
 
+/// A call still running after its deadline: its answer, when it comes.
+type Late =
+    std::pin::Pin<Box<dyn std::future::Future<Output = redis::RedisResult<redis::Value>> + Send>>;
+
 /// The rules (indexes into the applying ones) that one call charges.
 type Group = SmallVec<[usize; 2]>;
 /// A request's groups, inline for the common cases (no allocation on the request path).
@@ -273,7 +277,8 @@ impl Decider {
         let mut groups = self.groups(applying, limited().map(|(i, _)| i));
         groups.reverse();
         while let Some(group) = groups.pop() {
-            let charged = match self.charge(applying, &group, deadline).await {
+            let mut late = None;
+            let charged = match self.charge(applying, &group, deadline, &mut late).await {
                 Ok(charged) => charged,
                 Err(Failure::Error) if group.len() > 1 => {
                     // One rule's misconfiguration: each rule asked on its own names it, and
@@ -291,6 +296,17 @@ impl Decider {
                         .iter()
                         .copied()
                         .find(|&i| applying[i].rule.on_failure.closes(failure));
+                    if let Some(late) = late.take() {
+                        // The request is refused (closed) or decided by a local limit: a
+                        // hit Redis runs late must not count it again.
+                        let local = group.iter().any(|&i| {
+                            applying[i].rule.on_failure.decides_locally(failure)
+                                && !applying[i].rule.shadow
+                        });
+                        if closing.is_some() || local {
+                            self.settle_late(late, applying, &group);
+                        }
+                    }
                     if let Some(rule) = closing {
                         self.give_back(applying, &mut outcomes).await;
                         return Stacked {
@@ -371,6 +387,32 @@ impl Decider {
         }
     }
 
+    /// Waits in the background for the answer of a charge that missed its deadline, and
+    /// gives it back if Redis counted it: the request it was for is refused, or counted by
+    /// a local limit. A correct login answered 503 during a stall is thus not counted by
+    /// the hit Redis runs when it resumes (three of those would lock the user out). An
+    /// answer that never comes (the connection fails) leaves it as it is.
+    fn settle_late(&self, late: Late, applying: &[Applied], group: &[usize]) {
+        let refund = match group {
+            [i] => hit_cmd("RL.REFUND", &applying[*i]),
+            _ => multi_cmd("RL.MREFUND", applying, group),
+        };
+        let keys = group.len();
+        let route_key = applying[group[0]].key.clone();
+        let backend = self.backend.clone();
+        tokio::spawn(async move {
+            let Ok(reply) = late.await else { return };
+            let counted = match keys {
+                1 => Verdict::from_reply(&reply).map(|v| v.allowed()),
+                n => MultiVerdict::from_reply(&reply, n).map(|m| m.allowed),
+            };
+            if counted == Some(true) {
+                let call = backend.call_for_key(&refund, &route_key);
+                let _ = tokio::time::timeout(MIN_RELEASE_DEADLINE, call).await;
+            }
+        });
+    }
+
     /// The rules of `group` that Redis could not decide (`failure`) and that say
     /// `on_redis_failure = "local"`, decided by their local limits; the binding denial, if
     /// any: the longest wait. A shadow rule stays failed open (it never denies), and so does
@@ -439,22 +481,26 @@ impl Decider {
     }
 
     /// One `RL.HIT` for a group of one, else one `RL.MHIT`: every key's verdict, each
-    /// flagged when it is the binding key.
+    /// flagged when it is the binding key. A call unanswered by `deadline` is left in
+    /// `late`, still running.
     async fn charge(
         &self,
         applying: &[Applied],
         group: &[usize],
         deadline: tokio::time::Instant,
+        late: &mut Option<Late>,
     ) -> Result<Charged, Failure> {
         if let [i] = group {
-            let verdict = self.call("RL.HIT", &applying[*i], deadline).await?;
+            let verdict = self
+                .call("RL.HIT", &applying[*i], deadline, Some(late))
+                .await?;
             return Ok(Charged {
                 allowed: verdict.allowed(),
                 keys: SmallVec::from_elem((verdict, true), 1),
             });
         }
         let multi = self
-            .call_multi("RL.MHIT", applying, group, deadline)
+            .call_multi("RL.MHIT", applying, group, deadline, Some(late))
             .await?;
         let binding = multi.binding;
         Ok(Charged {
@@ -628,18 +674,21 @@ impl Decider {
         let deadline = tokio::time::Instant::now() + self.deadline;
         for group in groups {
             let result: Result<SmallVec<[Verdict; 2]>, Failure> = if let [i] = group[..] {
-                self.call(one, &applying[i], deadline)
+                self.call(one, &applying[i], deadline, None)
                     .await
                     .map(|v| SmallVec::from_elem(v, 1))
             } else {
-                match self.call_multi(many, applying, &group, deadline).await {
+                match self
+                    .call_multi(many, applying, &group, deadline, None)
+                    .await
+                {
                     Ok(multi) => Ok(multi.keys.into_iter().collect()),
                     Err(Failure::Error) => {
                         // Each on its own names the rule at fault.
                         let mut each = SmallVec::new();
                         let mut failed = None;
                         for &i in &group {
-                            match self.call(one, &applying[i], deadline).await {
+                            match self.call(one, &applying[i], deadline, None).await {
                                 Ok(v) => each.push(v),
                                 Err(f) => {
                                     failed = Some(f);
@@ -687,7 +736,7 @@ impl Decider {
             .arg(id);
         // Routed by the key itself: the cluster client's guess for a module command is
         // not to be relied on.
-        let reply = match self.send(&cmd, Some(&applied.key), deadline).await {
+        let reply = match self.send(&cmd, Some(&applied.key), deadline, None).await {
             Ok(value) => LeaseVerdict::from_reply(&value).ok_or_else(|| {
                 self.module_error("RL.ACQUIRE", rule, "a reply that is not a lease decision");
                 Failure::Error
@@ -765,7 +814,7 @@ impl Decider {
         let deadline = tokio::time::Instant::now() + self.deadline.max(MIN_RELEASE_DEADLINE);
         let mut cmd = redis::cmd("RL.RELEASE");
         cmd.arg(key).arg(id);
-        match self.round_trip(&cmd, Some(key), deadline).await {
+        match self.round_trip(&cmd, Some(key), deadline, None).await {
             Ok(redis::Value::Int(1)) => Released::Freed,
             Ok(redis::Value::Int(_)) => Released::NotHeld,
             Ok(_) => {
@@ -787,7 +836,7 @@ impl Decider {
         let deadline = tokio::time::Instant::now() + self.deadline.max(MIN_RELEASE_DEADLINE);
         let mut cmd = redis::cmd("RL.RENEW");
         cmd.arg(key).arg(id).arg(format!("{ttl_ms}ms"));
-        match self.round_trip(&cmd, Some(key), deadline).await {
+        match self.round_trip(&cmd, Some(key), deadline, None).await {
             Ok(redis::Value::Int(held)) => Some(held == 1),
             Ok(_) => {
                 self.release_error("RL.RENEW", rule, "a reply that is not 0 or 1");
@@ -842,10 +891,11 @@ impl Decider {
         command: &str,
         applied: &Applied,
         deadline: tokio::time::Instant,
+        late: Option<&mut Option<Late>>,
     ) -> Result<Verdict, Failure> {
         let rule = &applied.rule;
         let cmd = hit_cmd(command, applied);
-        match self.send(&cmd, None, deadline).await {
+        match self.send(&cmd, None, deadline, late).await {
             Ok(value) => Verdict::from_reply(&value).ok_or_else(|| {
                 self.module_error(command, rule, "a reply that is not a decision");
                 Failure::Error
@@ -868,11 +918,12 @@ impl Decider {
         applying: &[Applied],
         group: &[usize],
         deadline: tokio::time::Instant,
+        late: Option<&mut Option<Late>>,
     ) -> Result<MultiVerdict, Failure> {
         let cmd = multi_cmd(command, applying, group);
         let first = &applying[group[0]].key;
         let value = self
-            .send(&cmd, Some(first), deadline)
+            .send(&cmd, Some(first), deadline, late)
             .await
             .map_err(|(failure, _)| failure)?;
         MultiVerdict::from_reply(&value, group.len()).ok_or_else(|| {
@@ -889,27 +940,47 @@ impl Decider {
         cmd: &redis::Cmd,
         route_key: Option<&str>,
         deadline: tokio::time::Instant,
+        late: Option<&mut Option<Late>>,
     ) -> Result<redis::Value, (Failure, Option<String>)> {
         if !self.breaker.allows(Instant::now()) {
             return Err((Failure::Breaker, None));
         }
-        self.round_trip(cmd, route_key, deadline).await
+        self.round_trip(cmd, route_key, deadline, late).await
     }
 
     /// `cmd` before `deadline`, whatever the breaker says; what came of it is reported to
     /// the breaker.
+    ///
+    /// With `late`, a call unanswered by `deadline` is not dropped but handed back there,
+    /// still running, so that the caller can learn what Redis did with it.
     async fn round_trip(
         &self,
         cmd: &redis::Cmd,
         route_key: Option<&str>,
         deadline: tokio::time::Instant,
+        late: Option<&mut Option<Late>>,
     ) -> Result<redis::Value, (Failure, Option<String>)> {
         let started = Instant::now();
-        let reply = match route_key {
-            Some(key) => {
+        let reply = match (late, route_key) {
+            (Some(late), _) => {
+                let backend = self.backend.clone();
+                let (cmd, key) = (cmd.clone(), route_key.map(str::to_owned));
+                let mut call: Late = Box::pin(async move {
+                    match key {
+                        Some(key) => backend.call_for_key(&cmd, &key).await,
+                        None => backend.call(&cmd).await,
+                    }
+                });
+                let reply = tokio::time::timeout_at(deadline, &mut call).await;
+                if reply.is_err() {
+                    *late = Some(call);
+                }
+                reply
+            }
+            (None, Some(key)) => {
                 tokio::time::timeout_at(deadline, self.backend.call_for_key(cmd, key)).await
             }
-            None => tokio::time::timeout_at(deadline, self.backend.call(cmd)).await,
+            (None, None) => tokio::time::timeout_at(deadline, self.backend.call(cmd)).await,
         };
         let mut text = None;
         let failure = match reply {

@@ -272,6 +272,7 @@ fn redis_down_closes_a_request_when_any_applying_rule_fails_closed() {
         &upstream.server_line(),
         &format!(
             "{}[[rule]]\nname = \"lenient\"\npath = \"/**\"\nlimits = [\"5/1h\"]\nstack = true\n\
+             on_redis_failure = \"open\"\n\
              [[rule]]\nname = \"strict\"\npath = \"/strict\"\nkey = \"global\"\nlimits = [\"5/1h\"]\n\
              on_redis_failure = \"closed\"\n",
             redis_section(nobody, "")
