@@ -145,6 +145,33 @@ fn a_method_query_parameter_naming_another_method_is_refused() {
             assert_eq!(answer.status, 200, "{flavor:?}: {answer:?}");
         }
 
+        // Check mode: the query of the URI the proxy reports.
+        let checked = ServerConfig::new(flavor).start();
+        let checker = Gateway::start(
+            "mode = \"check\"\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
+            &format!(
+                "{}[[rule]]\nname = \"delete\"\nmethods = [\"DELETE\"]\npath = \"/items/*\"\n\
+                 limits = [\"1/1m\"]\n[default]\nlimits = [\"5/1m\"]\n",
+                redis_section(checked.port(), "")
+            ),
+        );
+        assert_spent(
+            &format!("{flavor:?}: check mode"),
+            &checked,
+            None,
+            ["/items/1?%5Fmethod=DELETE", "/items/1?a=1&_method=delete#x"],
+            |uri| {
+                let lines = format!("X-Original-Method: POST\r\nX-Original-URI: {uri}\r\n");
+                raw_http::request(checker.port, b"GET", b"/_ratelimit", lines.as_bytes()).status
+            },
+            Spent {
+                statuses: &[400, 400],
+                served: None,
+                pattern: "*",
+                keys: &[],
+            },
+        );
+
         // `keep`: passed on as before, for an upstream that ignores it.
         let (_redis, _upstream, gateway) = stack(
             flavor,
