@@ -15,6 +15,7 @@ pub mod deny_cache;
 pub mod descriptors;
 pub mod failure;
 pub mod front;
+pub mod header_names;
 pub mod headers;
 pub mod heartbeat;
 pub mod lease;

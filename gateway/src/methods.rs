@@ -5,8 +5,9 @@
 //! (IANA's HTTP Method Registry) nor named by a rule is refused, so that no made-up
 //! method can reach a key or an upstream that would treat it as something else.
 
+use crate::header_names;
 use crate::rules::RuleSet;
-use hyper::header::HeaderMap;
+use hyper::header::{HeaderMap, HeaderName};
 use hyper::Method;
 
 /// The longest method a request or a rule may have (the longest registered one,
@@ -66,12 +67,20 @@ pub enum MethodRefusal {
     Unknown,
     /// A method-override header names another method: 400.
     Overridden,
+    /// A `_method` query parameter names another method: 400.
+    OverriddenByQuery,
+    /// `CONNECT`: 400. The gateway is no forward proxy, and a CONNECT forwarded would ask
+    /// the upstream for a tunnel on a budget counted as a request.
+    Connect,
 }
 
 impl MethodRefusal {
     pub fn status(self) -> u16 {
         match self {
-            MethodRefusal::Malformed | MethodRefusal::Overridden => 400,
+            MethodRefusal::Malformed
+            | MethodRefusal::Overridden
+            | MethodRefusal::OverriddenByQuery
+            | MethodRefusal::Connect => 400,
             MethodRefusal::Unknown => 501,
         }
     }
@@ -84,8 +93,13 @@ impl MethodRefusal {
             MethodRefusal::Unknown => "Not Implemented: unknown method\n",
             MethodRefusal::Overridden => {
                 "Bad Request: a method-override header names another method than the \
-                 request's\n"
+                 request's (see [requests] method_override_headers)\n"
             }
+            MethodRefusal::OverriddenByQuery => {
+                "Bad Request: a _method query parameter names another method than the \
+                 request's (see [requests] method_override_headers)\n"
+            }
+            MethodRefusal::Connect => "Bad Request: CONNECT is not supported\n",
         }
     }
 }
@@ -99,8 +113,8 @@ const OVERRIDE_HEADERS: [&str; 3] = [
     "x-method-override",
 ];
 
-/// What to do with a method-override header that names another method
-/// (`[requests] method_override_headers`).
+/// What to do with a method-override header, or a `_method` query parameter, that names
+/// another method (`[requests] method_override_headers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MethodOverrides {
     /// Refused with 400: deciding on the header's method instead would let a POST escape
@@ -120,9 +134,11 @@ pub fn check_overrides(
     if policy == MethodOverrides::Keep {
         return Ok(());
     }
+    // Every spelling of each name: with `headers_with_underscores_action = "allow"`,
+    // `X_HTTP_Method_Override` reaches a CGI-style upstream as this header.
     let other = OVERRIDE_HEADERS
         .iter()
-        .flat_map(|name| headers.get_all(*name))
+        .flat_map(|name| header_names::get_all(headers, &HeaderName::from_static(name)))
         .any(|value| {
             !value
                 .as_bytes()
@@ -131,6 +147,93 @@ pub fn check_overrides(
         });
     match other {
         true => Err(MethodRefusal::Overridden),
+        false => Ok(()),
+    }
+}
+
+/// Refuses, under [`MethodOverrides::Reject`], a request whose query (the bytes after
+/// `?`, as sent) has a `_method` parameter naming another method than `method`: Rack's
+/// `MethodOverride`, Symfony, Laravel and Express's `method-override` read it there.
+/// The parameter is found as those parsers would find it: pairs split at `&` and `;`
+/// (older Rack and Python split at both), name and value percent-decoded with `+` as a
+/// space, the name compared regardless of case and with PHP's renaming of `.` and ` `
+/// (and an unclosed `[`) to `_` and its dropping of leading spaces, the value trimmed and
+/// compared regardless of case. Every occurrence counts, since parsers differ in whether
+/// the first or the last wins. Like an override header, an empty value is refused too.
+pub fn check_query_override(
+    query: Option<&[u8]>,
+    method: &Method,
+    policy: MethodOverrides,
+) -> Result<(), MethodRefusal> {
+    let Some(query) = query else {
+        return Ok(());
+    };
+    if policy == MethodOverrides::Keep || query.is_empty() {
+        return Ok(());
+    }
+    let mut name = Vec::new();
+    let mut value = Vec::new();
+    for pair in query.split(|&b| b == b'&' || b == b';') {
+        let mut parts = pair.splitn(2, |&b| b == b'=');
+        let raw_name = parts.next().unwrap_or_default();
+        let raw_value = parts.next().unwrap_or_default();
+        form_decode(raw_name, &mut name);
+        if !is_method_parameter(&name) {
+            continue;
+        }
+        form_decode(raw_value, &mut value);
+        if !value
+            .trim_ascii()
+            .eq_ignore_ascii_case(method.as_str().as_bytes())
+        {
+            return Err(MethodRefusal::OverriddenByQuery);
+        }
+    }
+    Ok(())
+}
+
+/// Whether a decoded parameter name is `_method` to some framework.
+fn is_method_parameter(name: &[u8]) -> bool {
+    let name = name.trim_ascii();
+    const WANTED: &[u8] = b"_method";
+    name.len() == WANTED.len()
+        && name.iter().zip(WANTED).all(|(&got, &want)| {
+            let got = match got {
+                b'.' | b' ' | b'[' => b'_',
+                other => other.to_ascii_lowercase(),
+            };
+            got == want
+        })
+}
+
+/// `application/x-www-form-urlencoded` decoding into `out`: `+` is a space, `%XX` its
+/// byte; a `%` not followed by two hex digits is kept as it is, as the parsers do.
+fn form_decode(raw: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    let mut i = 0;
+    while let Some(&byte) = raw.get(i) {
+        let decoded = match byte {
+            b'+' => Some((b' ', 1)),
+            b'%' => match (raw.get(i + 1).and_then(hex), raw.get(i + 2).and_then(hex)) {
+                (Some(high), Some(low)) => Some((high << 4 | low, 3)),
+                _ => None,
+            },
+            _ => None,
+        };
+        let (byte, width) = decoded.unwrap_or((byte, 1));
+        out.push(byte);
+        i += width;
+    }
+}
+
+fn hex(digit: &u8) -> Option<u8> {
+    (*digit as char).to_digit(16).map(|d| d as u8)
+}
+
+/// Refuses `CONNECT`, whatever its target: it asks for a tunnel, not a resource.
+pub fn check_connect(method: &Method) -> Result<(), MethodRefusal> {
+    match *method == Method::CONNECT {
+        true => Err(MethodRefusal::Connect),
         false => Ok(()),
     }
 }
@@ -147,6 +250,7 @@ pub fn accepted(raw: &[u8], rules: &RuleSet) -> Result<Method, MethodRefusal> {
     }
     let upper = raw.to_ascii_uppercase();
     let method = Method::from_bytes(&upper).map_err(|_| MethodRefusal::Malformed)?;
+    check_connect(&method)?;
     if is_registered(method.as_str()) || rules.names_method(method.as_str()) {
         Ok(method)
     } else {
@@ -216,5 +320,87 @@ mod tests {
             check_overrides(&with("x-http-method", "DELETE"), &Method::POST, keep),
             Ok(())
         );
+        // The underscore spelling is the same header to a CGI-style upstream.
+        assert_eq!(
+            check_overrides(
+                &with("x_http_method_override", "DELETE"),
+                &Method::POST,
+                reject
+            ),
+            Err(MethodRefusal::Overridden)
+        );
+    }
+
+    #[test]
+    fn method_in_the_query() {
+        let check = |query: &str| {
+            check_query_override(
+                Some(query.as_bytes()),
+                &Method::POST,
+                MethodOverrides::Reject,
+            )
+        };
+        let refused = Err(MethodRefusal::OverriddenByQuery);
+        for query in [
+            "_method=DELETE",
+            "a=1&_method=delete",
+            "_method=POST&_method=DELETE",
+            "_method=DELETE&_method=POST",
+            "a=1;_method=PUT",
+            "%5Fmethod=DELETE",
+            "%5fMETHOD=DELETE",
+            "_%6Dethod=DELETE",
+            "_method=DEL%45TE",
+            "_method=%44ELETE",
+            ".method=DELETE",
+            "+_method=DELETE",
+            "_method+=DELETE",
+            "_method=",
+            "_method",
+        ] {
+            assert_eq!(check(query), refused, "{query}");
+        }
+        for query in [
+            "",
+            "_method=POST",
+            "_method=post",
+            "_method=+p%4fst+",
+            "method=DELETE",
+            "x_method=DELETE",
+            "_methods=DELETE",
+            "q=_method%3DDELETE",
+            "%=DELETE&%zz",
+        ] {
+            assert_eq!(check(query), Ok(()), "{query}");
+        }
+        assert_eq!(
+            check_query_override(None, &Method::POST, MethodOverrides::Reject),
+            Ok(())
+        );
+        assert_eq!(
+            check_query_override(
+                Some(b"_method=DELETE"),
+                &Method::POST,
+                MethodOverrides::Keep
+            ),
+            Ok(())
+        );
+        // Bytes that are no UTF-8, or a lone `%` at the end, are compared as they are.
+        assert_eq!(
+            check_query_override(
+                Some(b"_method=\xff%"),
+                &Method::POST,
+                MethodOverrides::Reject
+            ),
+            refused
+        );
+    }
+
+    #[test]
+    fn connect_is_refused_even_when_a_rule_names_it() {
+        let set = rules("[\"CONNECT\"]");
+        assert_eq!(accepted(b"CONNECT", &set), Err(MethodRefusal::Connect));
+        assert_eq!(accepted(b"connect", &set), Err(MethodRefusal::Connect));
+        assert_eq!(MethodRefusal::Connect.status(), 400);
     }
 }

@@ -5,6 +5,7 @@
 
 use crate::canonical::{EscapedSlashes, PathParameters, PathPolicy};
 use crate::config::one_of;
+use crate::header_names::UnderscoreHeaders;
 use crate::methods::MethodOverrides;
 use serde::Deserialize;
 
@@ -14,8 +15,11 @@ pub struct RequestPolicy {
     pub paths: PathPolicy,
     /// The largest request head (request line and headers); larger ones get 431.
     pub max_header_bytes: usize,
-    /// `X-HTTP-Method-Override` and its kin naming another method.
+    /// `X-HTTP-Method-Override` and its kin, and a `_method` query parameter, naming
+    /// another method.
     pub method_overrides: MethodOverrides,
+    /// Request header names with `_` (see `header_names.rs`).
+    pub underscore_headers: UnderscoreHeaders,
 }
 
 impl Default for RequestPolicy {
@@ -24,6 +28,7 @@ impl Default for RequestPolicy {
             paths: PathPolicy::default(),
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             method_overrides: MethodOverrides::Reject,
+            underscore_headers: UnderscoreHeaders::Reject,
         }
     }
 }
@@ -46,6 +51,7 @@ pub struct RequestsSection {
     max_path_segments: usize,
     max_header_bytes: usize,
     method_override_headers: String,
+    headers_with_underscores_action: String,
 }
 
 impl Default for RequestsSection {
@@ -60,6 +66,7 @@ impl Default for RequestsSection {
             max_path_segments: paths.max_segments,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             method_override_headers: "reject".into(),
+            headers_with_underscores_action: "reject_request".into(),
         }
     }
 }
@@ -92,6 +99,15 @@ pub fn request_policy(section: RequestsSection) -> Result<RequestPolicy, String>
             ("keep", MethodOverrides::Keep),
         ],
     )?;
+    let underscore_headers = one_of(
+        "[requests] headers_with_underscores_action",
+        &section.headers_with_underscores_action,
+        &[
+            ("reject_request", UnderscoreHeaders::Reject),
+            ("drop_header", UnderscoreHeaders::Drop),
+            ("allow", UnderscoreHeaders::Allow),
+        ],
+    )?;
     if !SEGMENTS_RANGE.contains(&section.max_path_segments) {
         return Err(format!(
             "[requests] max_path_segments must be {} to {}",
@@ -117,6 +133,7 @@ pub fn request_policy(section: RequestsSection) -> Result<RequestPolicy, String>
         },
         max_header_bytes: section.max_header_bytes,
         method_overrides,
+        underscore_headers,
     })
 }
 
@@ -141,7 +158,8 @@ mod tests {
              path_with_escaped_slashes_action = \"unescape_and_forward\"\n\
              path_parameters = \"keep\"\ncase_insensitive_paths = true\n\
              max_path_segments = 9\nmax_header_bytes = 4096\n\
-             method_override_headers = \"keep\"\n",
+             method_override_headers = \"keep\"\n\
+             headers_with_underscores_action = \"drop_header\"\n",
         )
         .unwrap();
         assert_eq!(
@@ -157,12 +175,20 @@ mod tests {
                 },
                 max_header_bytes: 4096,
                 method_overrides: MethodOverrides::Keep,
+                underscore_headers: UnderscoreHeaders::Drop,
             }
         );
+        let allow = parse("headers_with_underscores_action = \"allow\"").unwrap();
+        assert_eq!(allow.underscore_headers, UnderscoreHeaders::Allow);
         for (text, expected) in [
             ("path_with_escaped_slashes_action = \"x\"", "reject_request"),
             ("path_parameters = \"drop\"", "strip"),
             ("method_override_headers = \"honour\"", "reject"),
+            (
+                "headers_with_underscores_action = \"ignore\"",
+                "headers_with_underscores_action 'ignore' must be \"reject_request\", \
+                 \"drop_header\" or \"allow\"",
+            ),
             ("max_path_segments = 0", "max_path_segments"),
             ("max_header_bytes = 100", "max_header_bytes"),
             ("max_header_bytes = 10000000", "max_header_bytes"),

@@ -343,9 +343,9 @@ impl Rule {
         let subject = match &self.key {
             KeySource::ClientIp => None,
             KeySource::Global => Some(("global", &b""[..])),
-            KeySource::Header(name) => request
-                .headers
-                .get(name)
+            // Any spelling with `_` for `-` too, which a CGI-style upstream reads as this
+            // header (only present under `headers_with_underscores_action = "allow"`).
+            KeySource::Header(name) => crate::header_names::get(request.headers, name)
                 .map(|value| ("h:", value.as_bytes())),
             KeySource::Segment(n) => request
                 .path

@@ -75,9 +75,10 @@ impl Upstream {
             Uri::from_parts(parts).map_err(|e| UpstreamError::Failed(e.to_string()))?;
         let headers = request.headers_mut();
         append_forwarded_for(headers, peer);
-        // The mark is the gateway's to set: one the client sent is dropped, so that an
+        // The mark is the gateway's to set: one the client sent is dropped, under every
+        // spelling a CGI-style upstream reads as it (`X_RateLimit_Fail_Open`), so that an
         // upstream that trusts it cannot be fooled.
-        headers.remove(mark_name);
+        crate::header_names::remove_all(headers, mark_name);
         if let Some(value) = mark {
             headers.insert(mark_name.clone(), value);
         }

@@ -212,3 +212,53 @@ fn the_upstream_receives_the_canonical_path_and_the_query_as_sent() {
         );
     }
 }
+
+/// What the gateway does today with a slash escaped twice (`%252F`) or spelled as an
+/// overlong UTF-8 sequence (`%c0%af`): neither is a `/` to an upstream that decodes once
+/// and follows RFC 3629, so each is one segment of its own, an endpoint of `[default]`,
+/// not the login rule, and the upstream receives it so. The hex digits after `%25` are
+/// data, so `%252F` and `%252f` are two endpoints; the overlong bytes are escapes, whose
+/// hex is upper-cased, so their two spellings are one. Only an upstream that decodes
+/// twice, or decodes overlong UTF-8, would route it to `/auth/login`: such an upstream
+/// needs a rule of its own for these spellings (see the README's canonical-path rules).
+#[test]
+fn double_encoded_and_overlong_slashes_are_default_endpoints() {
+    let rules = LOGIN.replace("[default]\n", "[default]\nper_endpoint = true\n");
+    for flavor in FLAVORS {
+        let (redis, upstream, gateway) = stack(flavor, &rules);
+        let paths = [
+            "/auth%252Flogin?status=401",
+            "/auth%252flogin?status=401",
+            "/auth%c0%aflogin?status=401",
+            "/auth%C0%AFlogin?status=401",
+        ];
+        assert_spent(
+            &format!("{flavor:?}"),
+            &redis,
+            Some(&upstream),
+            paths,
+            |path| {
+                let resp = gateway.post(path);
+                assert_eq!(rule_of(&resp), "default", "{flavor:?}: {resp:?}");
+                let sent = path.split('?').next().unwrap_or_default().to_uppercase();
+                assert_eq!(
+                    resp.upstream_request_line().to_uppercase(),
+                    format!("POST {sent}?STATUS=401"),
+                    "{flavor:?}: forwarded as sent (its escapes' hex upper-cased)"
+                );
+                resp.status
+            },
+            Spent {
+                statuses: &[401; 4],
+                served: Some(4),
+                pattern: "rl:*",
+                // (A key writes the path's `%` as `%25`.)
+                keys: &[
+                    "rl:{ip:127.0.0.1}:default:POST /auth%25252Flogin",
+                    "rl:{ip:127.0.0.1}:default:POST /auth%25252flogin",
+                    "rl:{ip:127.0.0.1}:default:POST /auth%25C0%25AFlogin",
+                ],
+            },
+        );
+    }
+}

@@ -68,6 +68,19 @@ pub fn parse(text: &str) -> Result<Config, String> {
     server.connections = file.connections.limits()?;
     server.client_prefixes = file.client_ip.prefixes()?;
     server.requests = crate::request_policy::request_policy(file.requests)?;
+    // In check mode the proxy forwards the request, headers and all: the gateway can leave
+    // a header out of its decision but not out of what the upstream gets.
+    if server.mode == Mode::Check
+        && server.requests.underscore_headers == crate::header_names::UnderscoreHeaders::Drop
+    {
+        return Err(
+            "[requests] headers_with_underscores_action = \"drop_header\" needs mode = \
+                    \"proxy\": in check mode the proxy forwards the headers; use \
+                    \"reject_request\" or \"allow\" (and have the proxy drop them: nginx's \
+                    default underscores_in_headers off does)"
+                .into(),
+        );
+    }
     let redis = redis_settings(file.redis)?;
     let rules = rule_set(
         file.headers,

@@ -7,6 +7,7 @@ use crate::client_ip::client_ip;
 use crate::config::{Mode, ServerSettings};
 use crate::decider::{Applied, Decider, End, LeaseAnswer, RuleOutcome, Stacked};
 use crate::failure::Failure;
+use crate::header_names;
 use crate::headers;
 use crate::lease::{LeaseGuard, Leased};
 use crate::methods;
@@ -191,7 +192,9 @@ impl Gateway {
         // buy a fresh budget. Refused, as check mode refuses a repeated trusted header.
         for rule in &found {
             if let Some(name) = rule.key_header() {
-                if headers.get_all(name).iter().nth(1).is_some() {
+                // Also under two spellings (`X-Api-Key` and `X_Api_Key`, with
+                // `headers_with_underscores_action = "allow"`): one header to the upstream.
+                if header_names::get_all(headers, name).len() > 1 {
                     return Err(refused_text(
                         StatusCode::BAD_REQUEST,
                         format!("Bad Request: the header {name} appears twice\n"),
@@ -268,6 +271,11 @@ impl Gateway {
     }
 
     async fn proxy(&self, peer: IpAddr, mut request: Request<Incoming>) -> Response<Body> {
+        // First: a name with `_` may be another spelling of any header read below.
+        let underscores = self.server.requests.underscore_headers;
+        if let Err(name) = header_names::screen(request.headers_mut(), underscores) {
+            return underscore_refusal(&name);
+        }
         if wants_upgrade(request.headers()) {
             // WebSocket and other upgrades are not proxied: say so rather than turning
             // them into plain requests.
@@ -282,7 +290,9 @@ impl Gateway {
         let method = match methods::accepted(request.method().as_str().as_bytes(), &rules).and_then(
             |method| {
                 let policy = self.server.requests.method_overrides;
-                methods::check_overrides(request.headers(), &method, policy).map(|()| method)
+                methods::check_overrides(request.headers(), &method, policy)?;
+                let query = request.uri().query().map(str::as_bytes);
+                methods::check_query_override(query, &method, policy).map(|()| method)
             },
         ) {
             Ok(method) => method,
@@ -389,7 +399,14 @@ impl Gateway {
         response
     }
 
-    async fn check(&self, peer: IpAddr, request: Request<Incoming>) -> Response<Body> {
+    async fn check(&self, peer: IpAddr, mut request: Request<Incoming>) -> Response<Body> {
+        // The client's headers, passed on by the proxy, reach the upstream as they are: a
+        // name with `_` is refused here as in proxy mode (`drop_header` is refused for check
+        // mode when the file loads, since only the proxy could drop it).
+        let underscores = self.server.requests.underscore_headers;
+        if let Err(name) = header_names::screen(request.headers_mut(), underscores) {
+            return underscore_refusal(&name);
+        }
         let rules = self.rules();
         let headers = request.headers();
         // The request asked about: from the headers the configured proxy sets, and only
@@ -423,9 +440,14 @@ impl Gateway {
             asked(method_header).map_or(request.method().as_str().as_bytes(), |v| v.as_bytes());
         // The proxy passes the client's headers on with the request: an override among
         // them reaches the upstream just as in proxy mode.
+        let query = match asked(uri_header) {
+            Some(uri) => query_of_target(uri.as_bytes()),
+            None => request.uri().query().map(str::as_bytes),
+        };
         let method = match methods::accepted(method, &rules).and_then(|method| {
             let policy = self.server.requests.method_overrides;
-            methods::check_overrides(headers, &method, policy).map(|()| method)
+            methods::check_overrides(headers, &method, policy)?;
+            methods::check_query_override(query, &method, policy).map(|()| method)
         }) {
             Ok(method) => method,
             Err(refusal) => return refused(refusal.status(), refusal.message()),
@@ -517,6 +539,26 @@ fn path_of_target(target: &[u8]) -> &[u8] {
         }
         None => target,
     }
+}
+
+/// The query of a request target as a proxy reports it: after the first `?`, up to a `#`.
+fn query_of_target(target: &[u8]) -> Option<&[u8]> {
+    let start = target.iter().position(|&b| b == b'?')? + 1;
+    let rest = target.get(start..)?;
+    let end = rest.iter().position(|&b| b == b'#').unwrap_or(rest.len());
+    rest.get(..end)
+}
+
+/// 400 for a header name with `_` under `headers_with_underscores_action =
+/// "reject_request"`, naming the header and the setting.
+fn underscore_refusal(name: &hyper::header::HeaderName) -> Response<Body> {
+    refused_text(
+        StatusCode::BAD_REQUEST,
+        format!(
+            "Bad Request: the header name {name} has an underscore, which CGI-style servers \
+             read as a hyphen; see [requests] headers_with_underscores_action\n"
+        ),
+    )
 }
 
 /// Makes the request's method and target the canonical ones (origin form, the query kept
