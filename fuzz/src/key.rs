@@ -9,8 +9,8 @@
 use arbitrary::{Result, Unstructured};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use rl_gateway::rules::{
-    Counting, KeySource, Limit, OnFailure, RequestFacts, Rule, MAX_KEY_BYTES, MAX_KEY_PREFIX_BYTES,
-    MAX_RULE_NAME_BYTES,
+    Counting, KeySource, Limit, OnFailure, RedisFailure, RequestFacts, Rule, MAX_KEY_BYTES,
+    MAX_KEY_PREFIX_BYTES, MAX_RULE_NAME_BYTES,
 };
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -57,7 +57,7 @@ fn fuzz_key(u: &mut Unstructured<'_>) -> Result<()> {
         Counting::All,
         false,
         OnFailure {
-            redis_closed: false,
+            redis: RedisFailure::Open,
             error_closed: true,
         },
     );
