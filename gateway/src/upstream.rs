@@ -2,7 +2,7 @@
 //! does: hop-by-hop headers dropped both ways, the client's address appended to
 //! `X-Forwarded-For`, bodies streamed, connections to the upstream pooled.
 
-use crate::request_body::{Fault, TimedBody};
+use crate::request_body::{BodyError, Fault, TimedBody};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, Uri};
@@ -101,11 +101,10 @@ impl Upstream {
                 // A body that ended in an error fails the request: whose fault it was is
                 // known from the body, not from hyper's error.
                 Ok(Err(error)) => {
-                    let text = crate::logging::with_sources(&error);
                     return Err(match body.fault() {
                         Some(Fault::TimedOut) => UpstreamError::BodyTimeout,
-                        Some(Fault::Broken) => UpstreamError::BrokenBody(text),
-                        None => UpstreamError::Failed(text),
+                        Some(Fault::Broken) => UpstreamError::BrokenBody(body_error(&error)),
+                        None => UpstreamError::Failed(crate::logging::with_sources(&error)),
                     });
                 }
                 Err(_elapsed) => return Err(UpstreamError::Timeout),
@@ -113,6 +112,19 @@ impl Upstream {
         strip_hop_by_hop(response.headers_mut());
         Ok(response)
     }
+}
+
+/// What the body said when it broke off, found among the sources of hyper's error ("client
+/// error (SendRequest): error from user's Body stream: ..." says nothing about the client).
+fn body_error(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(body) = current.downcast_ref::<BodyError>() {
+            return crate::logging::with_sources(body);
+        }
+        cause = current.source();
+    }
+    crate::logging::with_sources(error)
 }
 
 /// Whether the request asks to switch protocols (`Connection: upgrade`).

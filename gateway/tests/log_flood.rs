@@ -60,11 +60,17 @@ fn broken_chunked_bodies_write_a_line_a_second_not_a_line_a_request() {
         .lines()
         .filter(|l| l.contains("client error") || l.contains("upstream error"))
         .count();
+    eprintln!("{lines} error lines for {sent} requests");
     assert!(lines >= 1, "the first is written: {log}");
     assert!(
         lines * 10 <= sent,
         "{lines} error lines for {sent} requests:\n{log}"
     );
+    // Each is counted, however few are logged.
+    let counted = gateway
+        .metrics()
+        .counter("rl_gateway_request_body_errors_total", &[]);
+    assert_eq!(counted, sent as f64);
     assert!(log.contains(LEFT_OUT), "{log}");
     assert!(log.contains("the request body broke off"), "{log}");
     // The gateway serves on.
@@ -83,7 +89,15 @@ fn upstream_errors_write_a_line_a_second_not_a_line_a_request() {
     let sent = flood(&gateway, request, "HTTP/1.1 502");
     let log = gateway.log();
     let lines = gateway.log_lines_with("upstream error");
+    eprintln!("{lines} upstream error lines for {sent} requests");
     assert!(lines >= 1, "the first is written: {log}");
+    assert_eq!(
+        gateway
+            .metrics()
+            .counter("rl_gateway_upstream_errors_total", &[]),
+        sent as f64,
+        "each is counted, however few are logged"
+    );
     assert!(
         lines * 10 <= sent,
         "{lines} upstream error lines for {sent} requests:\n{log}"

@@ -90,6 +90,19 @@ fn a_body_sent_a_byte_at_a_time_is_cut_and_its_upstream_request_ended() {
         "{}",
         gateway.log()
     );
+    assert_eq!(
+        gateway
+            .metrics()
+            .counter("rl_gateway_request_body_timeouts_total", &[]),
+        1.0
+    );
+    assert_eq!(
+        gateway
+            .metrics()
+            .counter("rl_gateway_upstream_errors_total", &[]),
+        0.0,
+        "the client's fault, not the upstream's"
+    );
     // The gateway serves on.
     assert_eq!(gateway.get("/after").status, 200);
 }

@@ -347,16 +347,18 @@ impl Gateway {
             // the answer, since what is left of its body cannot be told from a next request.
             Err(UpstreamError::BodyTimeout) => {
                 release(&mut lease, ReleaseCause::Error);
+                self.metrics().body_timeout();
                 log_throttled!(
                     Kind::Client,
-                    "client error: {peer}: the request body did not arrive within \
+                    "client error from {peer}: the request body did not arrive within \
                      body_timeout_ms; its upstream request was cut"
                 );
                 closing(local(StatusCode::REQUEST_TIMEOUT, "Request Timeout\n"))
             }
             Err(UpstreamError::BrokenBody(error)) => {
                 release(&mut lease, ReleaseCause::Error);
-                log_throttled!(Kind::Client, "client error: {peer}: {error}");
+                self.metrics().broken_body();
+                log_throttled!(Kind::Client, "client error from {peer}: {error}");
                 closing(local(
                     StatusCode::BAD_REQUEST,
                     "Bad Request: the request body broke off\n",
