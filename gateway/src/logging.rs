@@ -6,7 +6,7 @@
 //! [`LOG_EVERY`], the next one saying how many were left out. Without that, a client
 //! sending broken requests as fast as it can writes the gateway's log as fast as it can
 //! (800 lines a second from one address), filling disks and drowning the lines that
-//! matter. Lines about the gateway's own state (start, reloads, the breaker, the Redis
+//! matter. Lines about the gateway's own state (start, stop, reloads, the Redis
 //! connection) are few by nature and always written, with [`log!`].
 
 use std::fmt;
