@@ -1,6 +1,6 @@
 //! What one client's connections may hold (`[connections]`): how many connections are
-//! served at once, how long a request head may take, and how long a kept-alive connection
-//! may sit idle. Without them, clients that open connections and never finish a request
+//! served at once, how long a request head may take, how long a request body may keep the
+//! gateway waiting, and how long a kept-alive connection may sit idle. Without them, clients that open connections and never finish a request
 //! (slowloris) would hold the gateway's sockets and memory for as long as they like.
 
 use crate::logging::log;
@@ -23,6 +23,9 @@ pub struct ConnectionLimits {
     /// `send_timeout`): a client that stops reading its response would otherwise hold its
     /// connection, and an upstream connection, for good.
     pub send_timeout: Duration,
+    /// How long, summed over the whole body, a request's body may keep the gateway (and its
+    /// upstream connection) waiting for the client's next bytes; see `request_body.rs`.
+    pub body_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -33,6 +36,10 @@ impl Default for ConnectionLimits {
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(5),
             send_timeout: Duration::from_secs(30),
+            // An API's bodies arrive in well under a second; 10 s leaves room for a few
+            // MB from a slow client while holding an upstream worker a third of the time
+            // the upstream timeout would.
+            body_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -46,6 +53,7 @@ pub struct ConnectionSection {
     head_timeout_ms: u64,
     idle_timeout_ms: u64,
     send_timeout_ms: u64,
+    body_timeout_ms: u64,
 }
 
 impl Default for ConnectionSection {
@@ -58,6 +66,7 @@ impl Default for ConnectionSection {
             head_timeout_ms: ms(limits.head_timeout),
             idle_timeout_ms: ms(limits.idle_timeout),
             send_timeout_ms: ms(limits.send_timeout),
+            body_timeout_ms: ms(limits.body_timeout),
         }
     }
 }
@@ -83,6 +92,7 @@ impl ConnectionSection {
             head_timeout: timeout("head_timeout_ms", self.head_timeout_ms)?,
             idle_timeout: timeout("idle_timeout_ms", self.idle_timeout_ms)?,
             send_timeout: timeout("send_timeout_ms", self.send_timeout_ms)?,
+            body_timeout: timeout("body_timeout_ms", self.body_timeout_ms)?,
         })
     }
 }
@@ -117,6 +127,7 @@ mod tests {
             head_timeout_ms: head,
             idle_timeout_ms: idle,
             send_timeout_ms: 1_000,
+            body_timeout_ms: 2_000,
         }
     }
 
@@ -151,6 +162,7 @@ mod tests {
                 head_timeout: Duration::from_millis(250),
                 idle_timeout: Duration::from_millis(500),
                 send_timeout: Duration::from_millis(1_000),
+                body_timeout: Duration::from_millis(2_000),
             })
         );
         let no_send = ConnectionSection {
@@ -158,5 +170,16 @@ mod tests {
             ..section(1, 1, 1)
         };
         assert!(no_send.limits().unwrap_err().contains("send_timeout_ms"));
+        for body_timeout_ms in [0, LONGEST_MS + 1, u64::MAX] {
+            let body = ConnectionSection {
+                body_timeout_ms,
+                ..section(1, 1, 1)
+            };
+            let error = body.limits().unwrap_err();
+            assert_eq!(
+                error, "[connections] body_timeout_ms must be 1 to 86400000",
+                "{body_timeout_ms}"
+            );
+        }
     }
 }

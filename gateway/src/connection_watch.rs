@@ -253,6 +253,7 @@ mod tests {
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(2),
             send_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(5),
         }
     }
 

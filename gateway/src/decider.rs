@@ -857,8 +857,9 @@ impl Decider {
         if let Some(unlogged) = self.module_errors.record(&rule.name, Instant::now()) {
             log!(
                 "rule '{}': {command} answered an error; the lease ends by its lease_ttl: \
-                 {error} ({unlogged} more since the last line)",
-                rule.name
+                 {error}{}",
+                rule.name,
+                crate::logging::LeftOut(unlogged)
             );
         }
     }
@@ -872,11 +873,7 @@ impl Decider {
             } else {
                 "open: letting requests through"
             };
-            let more = if unlogged > 0 {
-                format!(" ({unlogged} more since the last line)")
-            } else {
-                String::new()
-            };
+            let more = crate::logging::LeftOut(unlogged);
             log!(
                 "rule '{}': {command} answered an error, the rule is misconfigured \
                  (on_module_error = {meaning}): {error}{more}",

@@ -27,6 +27,7 @@ pub mod module_errors;
 pub mod module_grammar;
 pub mod pattern;
 pub mod reload;
+pub mod request_body;
 pub mod request_policy;
 pub mod rules;
 pub mod server;

@@ -150,6 +150,10 @@ pub struct Metrics {
     reloads_ok: AtomicU64,
     reloads_refused: AtomicU64,
     upstream_errors: AtomicU64,
+    /// Request bodies cut for keeping the gateway waiting past `body_timeout_ms` (408).
+    body_timeouts: AtomicU64,
+    /// Request bodies that broke off (400): bad chunked framing, or the client gone.
+    broken_bodies: AtomicU64,
     /// Connections over `max_connections`, closed at once.
     connections_refused: AtomicU64,
     /// Per rule, the error replies of the module (misconfigurations, not outages).
@@ -301,6 +305,14 @@ impl Metrics {
 
     pub fn upstream_error(&self) {
         self.upstream_errors.fetch_add(1, Relaxed);
+    }
+
+    pub fn body_timeout(&self) {
+        self.body_timeouts.fetch_add(1, Relaxed);
+    }
+
+    pub fn broken_body(&self) {
+        self.broken_bodies.fetch_add(1, Relaxed);
     }
 
     /// The Prometheus text exposition of every metric.
@@ -455,6 +467,17 @@ impl Metrics {
                 "rl_gateway_upstream_errors_total",
                 "Requests the upstream could not answer (502).",
                 &self.upstream_errors,
+            ),
+            (
+                "rl_gateway_request_body_timeouts_total",
+                "Request bodies not received within body_timeout_ms, their upstream request \
+                 cut (408).",
+                &self.body_timeouts,
+            ),
+            (
+                "rl_gateway_request_body_errors_total",
+                "Request bodies that broke off (400): bad chunked framing, or the client gone.",
+                &self.broken_bodies,
             ),
             (
                 "rl_gateway_connections_refused_total",

@@ -4,12 +4,12 @@
 //! rule per second so that a busy route cannot flood the log, with the number of errors the
 //! line stands for.
 
+use crate::logging::{step, Slot};
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// The least time between two log lines about one rule.
-pub const LOG_EVERY: Duration = Duration::from_secs(1);
+pub use crate::logging::LOG_EVERY;
 
 /// Rules remembered at most: names come from the rules, but reloads may bring new ones for
 /// ever, so the memory is bounded; forgetting only allows one early line per rule.
@@ -18,7 +18,7 @@ const MAX_RULES: usize = 1024;
 #[derive(Default)]
 pub struct ModuleErrorLog {
     /// Per rule: when its last line was written, and the errors since that were not.
-    rules: Mutex<HashMap<String, (Instant, u64)>>,
+    rules: Mutex<HashMap<String, Slot>>,
 }
 
 impl ModuleErrorLog {
@@ -26,27 +26,23 @@ impl ModuleErrorLog {
     /// errors that went unlogged since the rule's previous line.
     pub fn record(&self, rule: &str, now: Instant) -> Option<u64> {
         let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((logged_at, unlogged)) = rules.get_mut(rule) {
-            if now.saturating_duration_since(*logged_at) < LOG_EVERY {
-                *unlogged += 1;
-                return None;
-            }
-            let skipped = *unlogged;
-            *logged_at = now;
-            *unlogged = 0;
-            return Some(skipped);
+        if let Some(slot) = rules.get_mut(rule) {
+            return step(slot, now);
         }
         if rules.len() >= MAX_RULES {
             rules.clear();
         }
-        rules.insert(rule.to_owned(), (now, 0));
-        Some(0)
+        let mut slot = None;
+        let due = step(&mut slot, now);
+        rules.insert(rule.to_owned(), slot);
+        due
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn one_line_per_rule_per_second_counting_the_rest() {

@@ -6,7 +6,7 @@
 use crate::client_connections::ClientConnections;
 use crate::connection_watch::{Tracked, Watch, WatchedIo};
 use crate::front::http::{Body, Gateway};
-use crate::logging::log;
+use crate::logging::{log_throttled, Kind};
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -43,8 +43,9 @@ where
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(error) => {
-                // Out of file descriptors, say: wait a little instead of spinning.
-                log!("accept failed: {error}");
+                // Out of file descriptors, say: wait a little instead of spinning, and say
+                // so at most once a second however long it lasts.
+                log_throttled!(Kind::Accept, "accept failed: {error}");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             }

@@ -2,6 +2,7 @@
 //! does: hop-by-hop headers dropped both ways, the client's address appended to
 //! `X-Forwarded-For`, bodies streamed, connections to the upstream pooled.
 
+use crate::request_body::{BodyError, Fault, TimedBody};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, Uri};
@@ -12,10 +13,12 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 pub struct Upstream {
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, TimedBody<Incoming>>,
     base: Uri,
     /// How long the upstream may take to start its answer.
     timeout: Duration,
+    /// How long the client's body may keep the upstream connection waiting.
+    body_timeout: Duration,
 }
 
 pub enum UpstreamError {
@@ -23,6 +26,11 @@ pub enum UpstreamError {
     Timeout,
     /// Refused, reset, or not HTTP (502).
     Failed(String),
+    /// The client's body did not arrive within `body_timeout_ms` (408); the upstream
+    /// connection it held is closed.
+    BodyTimeout,
+    /// The client's body broke off (400): bad chunked framing, or the client gone.
+    BrokenBody(String),
 }
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -42,7 +50,7 @@ const HOP_BY_HOP: [&str; 9] = [
 ];
 
 impl Upstream {
-    pub fn new(base: Uri, timeout: Duration) -> Self {
+    pub fn new(base: Uri, timeout: Duration, body_timeout: Duration) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
@@ -52,6 +60,7 @@ impl Upstream {
             client,
             base,
             timeout,
+            body_timeout,
         }
     }
 
@@ -82,15 +91,41 @@ impl Upstream {
         if let Some(value) = mark {
             headers.insert(mark_name.clone(), value);
         }
+        let (request, body) = {
+            let (parts, body) = request.into_parts();
+            let (body, outcome) = TimedBody::new(body, self.body_timeout);
+            (Request::from_parts(parts, body), outcome)
+        };
         let mut response =
             match tokio::time::timeout(self.timeout, self.client.request(request)).await {
                 Ok(Ok(response)) => response,
-                Ok(Err(error)) => return Err(UpstreamError::Failed(error.to_string())),
+                // A body that ended in an error fails the request: whose fault it was is
+                // known from the body, not from hyper's error.
+                Ok(Err(error)) => {
+                    return Err(match body.fault() {
+                        Some(Fault::TimedOut) => UpstreamError::BodyTimeout,
+                        Some(Fault::Broken) => UpstreamError::BrokenBody(body_error(&error)),
+                        None => UpstreamError::Failed(crate::logging::with_sources(&error)),
+                    });
+                }
                 Err(_elapsed) => return Err(UpstreamError::Timeout),
             };
         strip_hop_by_hop(response.headers_mut());
         Ok(response)
     }
+}
+
+/// What the body said when it broke off, found among the sources of hyper's error ("client
+/// error (SendRequest): error from user's Body stream: ..." says nothing about the client).
+fn body_error(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(body) = current.downcast_ref::<BodyError>() {
+            return crate::logging::with_sources(body);
+        }
+        cause = current.source();
+    }
+    crate::logging::with_sources(error)
 }
 
 /// Whether the request asks to switch protocols (`Connection: upgrade`).

@@ -2,7 +2,9 @@
 //! with the status in its `status` query parameter (200 without one), after the
 //! milliseconds in `delay_ms` if given, with a body that echoes what arrived:
 //! `METHOD path?query`, then one `name: value` line per header.
-//! `GET /__requests` answers how many requests it has served (itself not counted).
+//! `GET /__requests` answers how many requests it has served (itself not counted), and
+//! `GET /__broken_bodies` how many `read_body=1` bodies broke off before their end (their
+//! connection closed mid-body: what a gateway that gives up on a body makes the upstream see).
 //!
 //! For the tests of requests in flight:
 //! - `hold=1`: the answer waits until `GET /__release` is asked (after the request came);
@@ -80,12 +82,16 @@ fn query_number<B>(request: &Request<B>, prefix: &str) -> Option<u64> {
 
 fn answer<B>(
     served: &AtomicU64,
+    broken: &AtomicU64,
     releases: &watch::Sender<u64>,
     request: &Request<B>,
     body_bytes: Option<usize>,
 ) -> Response<Full<Bytes>> {
     if request.uri().path() == "/__requests" {
         return Response::new(Full::new(Bytes::from(served.load(Relaxed).to_string())));
+    }
+    if request.uri().path() == "/__broken_bodies" {
+        return Response::new(Full::new(Bytes::from(broken.load(Relaxed).to_string())));
     }
     if request.uri().path() == "/__release" {
         releases.send_modify(|n| *n += 1);
@@ -132,6 +138,7 @@ async fn main() {
     };
     eprintln!("demo-upstream: listening on {listen}");
     let served = Arc::new(AtomicU64::new(0));
+    let broken = Arc::new(AtomicU64::new(0));
     let releases = Arc::new(watch::channel(0u64).0);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -139,6 +146,7 @@ async fn main() {
         };
         let _ = stream.set_nodelay(true);
         let served = served.clone();
+        let broken = broken.clone();
         let releases = releases.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<Incoming>| {
@@ -169,6 +177,7 @@ async fn main() {
                     }
                 });
                 let served = served.clone();
+                let broken = broken.clone();
                 let releases = releases.clone();
                 async move {
                     let response = if read_body {
@@ -176,16 +185,20 @@ async fn main() {
                         // A body that breaks off is answered with what arrived.
                         let bytes = match body.collect().await {
                             Ok(collected) => collected.to_bytes().len(),
-                            Err(_) => 0,
+                            Err(_) => {
+                                broken.fetch_add(1, Relaxed);
+                                0
+                            }
                         };
                         answer(
                             &served,
+                            &broken,
                             &releases,
                             &Request::from_parts(parts, ()),
                             Some(bytes),
                         )
                     } else {
-                        answer(&served, &releases, &request, None)
+                        answer(&served, &broken, &releases, &request, None)
                     };
                     if delay > 0 {
                         tokio::time::sleep(std::time::Duration::from_millis(delay)).await;

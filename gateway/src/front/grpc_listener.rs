@@ -118,8 +118,12 @@ pub fn incoming(
             let stream = match listener.accept().await {
                 Ok((stream, _)) => stream,
                 Err(error) => {
-                    // EMFILE and the like: wait a little rather than spin.
-                    crate::logging::log!("the Envoy gRPC listener cannot accept: {error}");
+                    // EMFILE and the like: wait a little rather than spin, and say so at
+                    // most once a second however long it lasts.
+                    crate::logging::log_throttled!(
+                        crate::logging::Kind::Accept,
+                        "the Envoy gRPC listener cannot accept: {error}"
+                    );
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }

@@ -10,6 +10,7 @@ use crate::failure::Failure;
 use crate::header_names;
 use crate::headers;
 use crate::lease::{LeaseGuard, Leased};
+use crate::logging::{log_throttled, Kind};
 use crate::methods;
 use crate::metrics::{Metrics, Outcome, ReleaseCause};
 use crate::rules::{RequestFacts, Rule, RuleSet};
@@ -18,7 +19,7 @@ use crate::verdict::Verdict;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderValue, CONNECTION, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use smallvec::SmallVec;
 use std::net::IpAddr;
@@ -115,10 +116,13 @@ impl Gateway {
         rules: RuleSet,
         decider: Decider,
     ) -> Self {
-        let upstream = server
-            .upstream
-            .clone()
-            .map(|base| Upstream::new(base, server.upstream_timeout));
+        let upstream = server.upstream.clone().map(|base| {
+            Upstream::new(
+                base,
+                server.upstream_timeout,
+                server.connections.body_timeout,
+            )
+        });
         Gateway {
             server,
             key_prefix,
@@ -355,8 +359,29 @@ impl Gateway {
             Err(UpstreamError::Failed(error)) => {
                 release(&mut lease, ReleaseCause::Error);
                 self.metrics().upstream_error();
-                crate::logging::log!("upstream error: {error}");
+                log_throttled!(Kind::Upstream, "upstream error: {error}");
                 local(StatusCode::BAD_GATEWAY, "Bad Gateway\n")
+            }
+            // The client's body, not the upstream, failed: its connection is closed after
+            // the answer, since what is left of its body cannot be told from a next request.
+            Err(UpstreamError::BodyTimeout) => {
+                release(&mut lease, ReleaseCause::Error);
+                self.metrics().body_timeout();
+                log_throttled!(
+                    Kind::Client,
+                    "client error from {peer}: the request body did not arrive within \
+                     body_timeout_ms; its upstream request was cut"
+                );
+                closing(local(StatusCode::REQUEST_TIMEOUT, "Request Timeout\n"))
+            }
+            Err(UpstreamError::BrokenBody(error)) => {
+                release(&mut lease, ReleaseCause::Error);
+                self.metrics().broken_body();
+                log_throttled!(Kind::Client, "client error from {peer}: {error}");
+                closing(local(
+                    StatusCode::BAD_REQUEST,
+                    "Bad Request: the request body broke off\n",
+                ))
             }
             Err(UpstreamError::Timeout) => {
                 release(&mut lease, ReleaseCause::Error);
@@ -636,6 +661,14 @@ fn release(lease: &mut Option<LeaseGuard>, cause: ReleaseCause) {
     if let Some(mut lease) = lease.take() {
         let _ = lease.release(cause);
     }
+}
+
+/// `response` with `Connection: close`.
+fn closing(mut response: Response<Body>) -> Response<Body> {
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 fn unavailable() -> Response<Body> {
