@@ -9,7 +9,7 @@ use crate::config::RedisSettings;
 use crate::deny_cache::DenyCache;
 use crate::failure::Failure;
 use crate::local_limits::{LocalAnswer, LocalLimits};
-use crate::logging::log;
+use crate::logging::{log, log_throttled, Kind};
 use crate::metrics::Metrics;
 use crate::module_errors::ModuleErrorLog;
 use crate::rules::{Concurrency, Limit, Rule, MAX_APPLYING};
@@ -624,7 +624,10 @@ impl Decider {
                         ) =>
                     {
                         if tokio::time::Instant::now() + pause >= give_up {
-                            log!("a refund was not answered before its window ended: {error}");
+                            log_throttled!(
+                                Kind::Refund,
+                                "a refund was not answered before its window ended: {error}"
+                            );
                             return;
                         }
                         tokio::time::sleep(pause).await;

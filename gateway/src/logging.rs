@@ -60,6 +60,8 @@ pub enum Kind {
     Client,
     /// A listener could not accept (out of file descriptors, say).
     Accept,
+    /// A refund Redis never answered before its window ended.
+    Refund,
 }
 
 impl Kind {
@@ -68,6 +70,7 @@ impl Kind {
             Kind::Upstream => 0,
             Kind::Client => 1,
             Kind::Accept => 2,
+            Kind::Refund => 3,
         }
     }
 }
@@ -96,7 +99,12 @@ pub fn step(slot: &mut Slot, now: Instant) -> Option<u64> {
     }
 }
 
-static SLOTS: [Mutex<Slot>; 3] = [Mutex::new(None), Mutex::new(None), Mutex::new(None)];
+static SLOTS: [Mutex<Slot>; 4] = [
+    Mutex::new(None),
+    Mutex::new(None),
+    Mutex::new(None),
+    Mutex::new(None),
+];
 
 /// Whether a line of `kind` is to be written now, and how many were left out before it.
 pub fn admit(kind: Kind) -> Option<u64> {
@@ -159,8 +167,8 @@ mod tests {
     #[test]
     fn kinds_are_apart() {
         // Other tests may write lines too: only that the kinds have their own slots.
-        let indices = [Kind::Upstream, Kind::Client, Kind::Accept].map(Kind::index);
-        assert_eq!(indices, [0, 1, 2]);
+        let indices = [Kind::Upstream, Kind::Client, Kind::Accept, Kind::Refund].map(Kind::index);
+        assert_eq!(indices, [0, 1, 2, 3]);
         assert_eq!(SLOTS.len(), indices.len());
     }
 }
