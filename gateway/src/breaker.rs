@@ -123,6 +123,12 @@ impl Breaker {
         Transition::None
     }
 
+    /// Whether Redis answered any call since `started`: then a call sent at `started` and
+    /// still unanswered waits in the gateway's own queues, or is one slow command.
+    pub fn answered_since(&self, started: Instant) -> bool {
+        self.state().last_answer.is_some_and(|at| at >= started)
+    }
+
     /// Open or half-open (waiting for a probe's answer): not closed.
     pub fn is_open(&self) -> bool {
         self.state().open_until.is_some()
@@ -214,6 +220,16 @@ mod tests {
             assert_eq!(breaker.failed(sent, sent + 6 * MS), Transition::None);
         }
         assert!(!breaker.is_open());
+    }
+
+    #[test]
+    fn an_answer_after_a_call_was_sent_says_redis_is_alive() {
+        let breaker = Breaker::new(1, 100 * MS, Duration::ZERO);
+        let t0 = Instant::now();
+        assert!(!breaker.answered_since(t0), "never answered");
+        breaker.succeeded(t0 + MS);
+        assert!(breaker.answered_since(t0));
+        assert!(!breaker.answered_since(t0 + 2 * MS));
     }
 
     #[test]

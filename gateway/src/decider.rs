@@ -971,7 +971,13 @@ impl Decider {
                         None => backend.call(&cmd).await,
                     }
                 });
-                let reply = tokio::time::timeout_at(deadline, &mut call).await;
+                let mut reply = tokio::time::timeout_at(deadline, &mut call).await;
+                if reply.is_err() && self.breaker.answered_since(started) {
+                    // Redis answers other calls: this one waited in the gateway's own
+                    // queues (a client's flood loads it), not on a stalled Redis. One more
+                    // deadline, rather than a failure that a load can cause at will.
+                    reply = tokio::time::timeout(self.deadline, &mut call).await;
+                }
                 if reply.is_err() {
                     *late = Some(call);
                 }
