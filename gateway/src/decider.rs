@@ -1032,6 +1032,14 @@ impl Decider {
         if self.breaker.succeeded(Instant::now()) == Transition::Closed {
             log!("circuit breaker closed: Redis answers again; rules share its budgets again");
         }
+        self.write_back_local();
+    }
+
+    /// Counts in Redis, in the background, what local limits admitted since the last time
+    /// (see [`write_back`]); nothing to do costs one atomic read. Called when a decision is
+    /// answered, and by the heartbeat, so that every gateway of a fleet writes back within
+    /// one beat of Redis's return, whatever its breaker says.
+    pub fn write_back_local(&self) {
         if let Some(unsynced) = self.local.take_unsynced(crate::local_limits::now_ms()) {
             tokio::spawn(write_back(self.backend.clone(), unsynced));
         }
@@ -1040,23 +1048,29 @@ impl Decider {
 
 /// Counts in Redis what local limits admitted while it could not decide, so that its
 /// budgets do not start afresh on top of them (no burst when Redis is back). `RL.HIT`
-/// counts all of a cost or nothing: a cost denied is tried again at half, down to one
-/// unit, so about what the budget still holds is counted.
+/// counts all of a cost or nothing: a cost denied is tried again at half, and what is left
+/// after an allowed part is tried again, so what the budget still holds (up to the units)
+/// is counted, in about log2(units) calls.
 async fn write_back(backend: Backend, unsynced: Vec<crate::local_limits::Unsynced>) {
     for item in unsynced {
-        let mut units = item.units;
-        while units > 0 {
+        let mut left = item.units;
+        let mut trying = left;
+        while left > 0 && trying > 0 {
             let applied = Applied {
                 rule: item.rule.clone(),
                 key: item.key.clone(),
-                cost: Some(units),
+                cost: Some(trying),
             };
             let cmd = hit_cmd("RL.HIT", &applied);
             let call = backend.call_for_key(&cmd, &item.key);
             match tokio::time::timeout(MIN_RELEASE_DEADLINE, call).await {
                 Ok(Ok(reply)) => match Verdict::from_reply(&reply) {
-                    Some(verdict) if !verdict.allowed() => units /= 2,
-                    _ => break,
+                    Some(verdict) if verdict.allowed() => {
+                        left -= trying;
+                        trying = trying.min(left);
+                    }
+                    Some(_) => trying /= 2,
+                    None => break,
                 },
                 _ => break,
             }

@@ -573,7 +573,7 @@ pub fn parse(text: &str) -> Result<Domain, String> {
     }
     let on_failure = match &doc.on_failure {
         Some(text) => fail_mode("on_failure", text)?,
-        None => FailMode::Ok,
+        None => FailMode::Local,
     };
     let on_module_error = match &doc.on_module_error {
         Some(text) => fail_mode("on_module_error", text)?,

@@ -1,9 +1,11 @@
 //! Each gateway's heartbeat in Redis, every `[redis] heartbeat_ms`:
 //! - **Live gateways.** It keeps its own entry in a sorted set (`<key_prefix>gateways`,
 //!   scored by the server's clock, so the gateways' clocks do not matter), drops entries
-//!   older than three beats, and counts the rest: the local limits of
+//!   older than ten beats (5 s at least), and counts the rest: the local limits of
 //!   `on_redis_failure = "local"` are divided by that count. During an outage the last
 //!   count holds: gateways cut off from Redis are cut off together, or decide apart.
+//! - **Local counts.** Once Redis answers, what local limits admitted is counted there,
+//!   whether or not this gateway's breaker has closed yet.
 //! - **Policies.** It reads the definition of every policy a rule names (`RL.POLICY GET`),
 //!   so that a policy rule has a local limit too.
 //! - **Redis's state, logged once per change.** Lost (with the reason), back (after how
@@ -20,6 +22,13 @@ use redis::Value;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How long a gateway that stopped beating still counts: ten beats, and 5 s at least. A
+/// gateway counted too long only makes the others' local shares smaller (the safe side);
+/// one dropped too soon, its beat late on a busy machine, would make them larger.
+fn stale_after(every: Duration) -> Duration {
+    (every * 10).max(Duration::from_secs(5))
+}
 
 /// How long one beat's calls may take in all.
 const BEAT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -118,7 +127,7 @@ async fn beat(
         _ => None,
     }
     .ok_or("TIME gave no time")?;
-    let stale_before = now_ms.saturating_sub(3 * every.as_millis() as u64);
+    let stale_before = now_ms.saturating_sub(stale_after(every).as_millis() as u64);
     call(redis::cmd("ZADD").arg(key).arg(now_ms).arg(id).clone()).await?;
     call(
         redis::cmd("ZREMRANGEBYSCORE")
@@ -141,6 +150,7 @@ async fn beat(
             .local()
             .set_live(u64::try_from(live).unwrap_or(1));
     }
+    gateway.decider().write_back_local();
     read_policies(gateway, backend, key).await?;
     let info = call(redis::cmd("INFO").arg("server").clone()).await?;
     Ok(run_id(&info))

@@ -138,27 +138,27 @@ impl LocalLimits {
     }
 
     /// Takes the units admitted here that Redis has not counted, of the keys whose local
-    /// window still runs (an ended one counts nothing any more), and forgets every key:
-    /// Redis decides again. `None` (cheaply) when there is nothing to tell.
+    /// window still runs (an ended one counts nothing any more). The keys keep their local
+    /// state: an outage that comes back within a window goes on from it, rather than
+    /// granting a fresh share at every flap. `None` (cheaply) when there is nothing to tell.
     pub fn take_unsynced(&self, now_ms: i64) -> Option<Vec<Unsynced>> {
         if !self.unsynced.swap(false, Relaxed) {
             return None;
         }
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.retain(|_, entry| entry.state.expires_at_ms().is_none_or(|at| at > now_ms));
         let taken = keys
-            .drain()
-            .filter(|(_, entry)| entry.state.expires_at_ms().is_none_or(|at| at > now_ms))
+            .iter_mut()
             .filter_map(|(key, entry)| {
-                let (rule, units) = entry.unsynced?;
-                (units > 0).then_some(Unsynced { rule, key, units })
+                let (rule, units) = entry.unsynced.take()?;
+                (units > 0).then(|| Unsynced {
+                    rule,
+                    key: key.clone(),
+                    units,
+                })
             })
             .collect();
         Some(taken)
-    }
-
-    /// Forgets every key: Redis decides again, and the next outage starts afresh.
-    pub fn clear(&self) {
-        self.keys.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// How many keys are held.
@@ -363,10 +363,16 @@ mod tests {
             .collect();
         taken.sort();
         assert_eq!(taken, [("a".into(), 2), ("b".into(), 10)]);
-        assert!(local.is_empty() && local.take_unsynced(NOW).is_none());
+        assert!(local.take_unsynced(NOW).is_none(), "taken once");
+        assert_eq!(
+            admitted(&local, &rule, "b", 5, NOW),
+            0,
+            "the local state stays: a second outage in the window grants nothing new"
+        );
         admitted(&local, &rule, "c", 1, NOW);
         let ended = local.take_unsynced(NOW + 120_000).expect("a flag");
         assert!(ended.is_empty(), "a window over counts nothing");
+        assert!(local.is_empty(), "and its keys are dropped");
     }
 
     #[test]
