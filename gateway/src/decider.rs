@@ -318,15 +318,7 @@ impl Decider {
                     if let Some(binding) =
                         self.decide_locally(applying, &group, failure, &mut outcomes)
                     {
-                        self.give_back(applying, &mut outcomes).await;
-                        return Stacked {
-                            outcomes,
-                            end: End::Denied {
-                                binding,
-                                cached: false,
-                            },
-                            lease: LeaseAnswer::NotTaken,
-                        };
+                        return self.denied(applying, outcomes, binding).await;
                     }
                     continue;
                 }
@@ -369,20 +361,31 @@ impl Decider {
                 };
             }
             if let Some(binding) = binding {
-                self.give_back(applying, &mut outcomes).await;
-                return Stacked {
-                    outcomes,
-                    end: End::Denied {
-                        binding,
-                        cached: false,
-                    },
-                    lease: LeaseAnswer::NotTaken,
-                };
+                return self.denied(applying, outcomes, binding).await;
             }
         }
         Stacked {
             outcomes,
             end: End::Allowed,
+            lease: LeaseAnswer::NotTaken,
+        }
+    }
+
+    /// The decision when the rule at `binding` denied: whatever was counted for the
+    /// request is given back first.
+    async fn denied(
+        &self,
+        applying: &[Applied],
+        mut outcomes: SmallVec<[RuleOutcome; 2]>,
+        binding: usize,
+    ) -> Stacked {
+        self.give_back(applying, &mut outcomes).await;
+        Stacked {
+            outcomes,
+            end: End::Denied {
+                binding,
+                cached: false,
+            },
             lease: LeaseAnswer::NotTaken,
         }
     }

@@ -27,6 +27,23 @@ limits = ["5/1m"]
 per_endpoint = true
 "#;
 
+/// Redis or Valkey, the upstream, and a gateway with [`RULES`] and `redis_extra` in its
+/// `[redis]`; `warm`: once Redis has decided a request.
+fn hiccup_stack(flavor: Flavor, redis_extra: &str, warm: bool) -> (Server, Upstream, Gateway) {
+    let redis = ServerConfig::new(flavor).start();
+    let upstream = Upstream::start();
+    let gateway = Gateway::start(
+        &upstream.server_line(),
+        &format!("{}{RULES}", redis_section_with(redis.port(), redis_extra)),
+    );
+    if warm {
+        wait_until(Duration::from_secs(20), "a decision by Redis", || {
+            gateway.get("/warm").has_ratelimit_headers()
+        });
+    }
+    (redis, upstream, gateway)
+}
+
 /// Whether the breaker opened: the gauge, sampled, or the line it logs when it opens.
 fn breaker_opened(gateway: &Gateway, sampled_open: &AtomicBool) -> bool {
     sampled_open.load(Relaxed) || gateway.log().contains("circuit breaker open")
@@ -76,15 +93,7 @@ fn flood(gateway: &Gateway, threads: usize, how_long: Duration, pause: Duration)
 #[test]
 fn one_clients_flood_never_opens_the_breaker_nor_lifts_a_limit() {
     for flavor in FLAVORS {
-        let redis = ServerConfig::new(flavor).start();
-        let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}{RULES}",
-                redis_section_with(redis.port(), "deadline_ms = 5")
-            ),
-        );
+        let (_redis, _upstream, gateway) = hiccup_stack(flavor, "deadline_ms = 5", false);
         let stop = AtomicBool::new(false);
         let seen_open = AtomicBool::new(false);
         let mut logins = Vec::new();
@@ -137,18 +146,7 @@ fn one_clients_flood_never_opens_the_breaker_nor_lifts_a_limit() {
 #[test]
 fn a_20_ms_stall_neither_opens_the_breaker_nor_lifts_a_limit() {
     for flavor in FLAVORS {
-        let redis = ServerConfig::new(flavor).start();
-        let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}{RULES}",
-                redis_section_with(redis.port(), "deadline_ms = 5")
-            ),
-        );
-        wait_until(Duration::from_secs(20), "a decision by Redis", || {
-            gateway.get("/warm").has_ratelimit_headers()
-        });
+        let (redis, _upstream, gateway) = hiccup_stack(flavor, "deadline_ms = 5", true);
         let stop = AtomicBool::new(false);
         let seen_open = AtomicBool::new(false);
         let target_passed = std::thread::scope(|scope| {
@@ -195,18 +193,8 @@ fn a_20_ms_stall_neither_opens_the_breaker_nor_lifts_a_limit() {
 #[test]
 fn correct_logins_answered_during_an_outage_are_given_back() {
     for flavor in FLAVORS {
-        let redis = ServerConfig::new(flavor).start();
-        let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}{RULES}",
-                redis_section_with(redis.port(), "deadline_ms = 5\nbreaker_open_ms = 5000")
-            ),
-        );
-        wait_until(Duration::from_secs(20), "a decision by Redis", || {
-            gateway.get("/warm").has_ratelimit_headers()
-        });
+        let (redis, _upstream, gateway) =
+            hiccup_stack(flavor, "deadline_ms = 5\nbreaker_open_ms = 5000", true);
         let login_key = || keys(&redis, "*login*");
         let mut key = None;
         let outage = std::thread::scope(|scope| {
@@ -370,18 +358,7 @@ fn four_gateways_cut_off_from_redis_admit_the_limit_in_all_and_no_burst_after() 
 #[test]
 fn redis_lost_back_and_restarted_are_logged_once_each() {
     for flavor in FLAVORS {
-        let redis = ServerConfig::new(flavor).start();
-        let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}{RULES}",
-                redis_section_with(redis.port(), "heartbeat_ms = 100")
-            ),
-        );
-        wait_until(Duration::from_secs(20), "a decision by Redis", || {
-            gateway.get("/warm").has_ratelimit_headers()
-        });
+        let (redis, _upstream, gateway) = hiccup_stack(flavor, "heartbeat_ms = 100", true);
         std::thread::sleep(Duration::from_millis(300));
         let stopped = Stopped::new(redis.pid());
         wait_until(Duration::from_secs(10), "the loss logged", || {
