@@ -13,7 +13,7 @@
 //! in `rate_limit`, `algorithm`, `burst`, `tiers` (more `n/window` tiers) and `policy` (a
 //! named policy stored in Redis); on a descriptor (or for the whole file, at the top),
 //! `quota_mode`, `subject` (which entry's key and value are the hash tag, see [`key`])
-//! and `on_failure` (`ok`, `over_limit` or `unavailable`).
+//! and `on_failure` (`local`, the default, `ok`, `over_limit` or `unavailable`).
 
 use crate::failure::Failure;
 use crate::rules::{
