@@ -103,3 +103,53 @@ fn a_stopped_redis_fails_open_closed_or_unavailable_within_the_deadline() {
         });
     }
 }
+
+/// A descriptor without `on_failure` is limited locally (`local`, the default) while Redis
+/// cannot decide: its limit divided by the live gateways (one here), OK then OVER_LIMIT,
+/// counted as `local_allowed` and `local_denied`.
+#[test]
+fn a_stopped_redis_leaves_a_descriptor_its_local_limit() {
+    const LOCAL: &str = "domain: api\ndescriptors:\n  - key: local\n    rate_limit: {unit: hour, requests_per_unit: 3}\n";
+    for flavor in FLAVORS {
+        let redis = ServerConfig::new(flavor).start();
+        let mut envoy = EnvoyGateway::start(
+            &redis_section_with(redis.port(), "deadline_ms = 30"),
+            &[("api.yaml", LOCAL)],
+        );
+        wait_until(Duration::from_secs(20), "a decision by Redis", || {
+            let answer = envoy.ask(request("api", vec![desc(&[("local", "warm")])]));
+            answer.statuses[0].current_limit.is_some() && remaining(&answer, 0) < 3
+        });
+        let stopped = Stopped::new(redis.pid());
+        let codes: Vec<Code> = (0..6)
+            .map(|_| overall(&envoy.ask(request("api", vec![desc(&[("local", "x")])]))))
+            .collect();
+        stopped.resume();
+        assert_eq!(
+            codes,
+            [
+                Code::Ok,
+                Code::Ok,
+                Code::Ok,
+                Code::OverLimit,
+                Code::OverLimit,
+                Code::OverLimit
+            ],
+            "{flavor:?}"
+        );
+        let metrics = envoy.gateway.metrics();
+        let metric = "api.local";
+        assert_eq!(
+            metrics.decisions(metric, "local_allowed"),
+            3.0,
+            "{}",
+            metrics.text
+        );
+        assert_eq!(
+            metrics.decisions(metric, "local_denied"),
+            3.0,
+            "{}",
+            metrics.text
+        );
+    }
+}
