@@ -17,6 +17,7 @@ use crate::verdict::{LeaseVerdict, MultiVerdict, Verdict};
 use smallvec::SmallVec;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+pub use transport::Transport;
 
 /// The least time a release may take: see [`Decider::release`].
 const MIN_RELEASE_DEADLINE: Duration = Duration::from_secs(1);
@@ -145,8 +146,11 @@ struct Charged {
     keys: SmallVec<[(Verdict, bool); 2]>,
 }
 
-pub struct Decider {
-    backend: Backend,
+mod transport;
+
+/// The decision path; `T` is how it reaches Redis ([`Backend`] in the service).
+pub struct Decider<T: Transport = Backend> {
+    backend: T,
     breaker: Breaker,
     /// For the breaker's log lines.
     breaker_silence: Duration,
@@ -158,8 +162,8 @@ pub struct Decider {
     module_errors: ModuleErrorLog,
 }
 
-impl Decider {
-    pub fn new(backend: Backend, redis: &RedisSettings, deny_cache_capacity: usize) -> Self {
+impl<T: Transport> Decider<T> {
+    pub fn new(backend: T, redis: &RedisSettings, deny_cache_capacity: usize) -> Self {
         Decider {
             backend,
             breaker: Breaker::new(
@@ -202,7 +206,7 @@ impl Decider {
     }
 
     /// The backend, for the heartbeat.
-    pub fn backend(&self) -> &Backend {
+    pub fn backend(&self) -> &T {
         &self.backend
     }
 
@@ -410,7 +414,7 @@ impl Decider {
                 n => MultiVerdict::from_reply(&reply, n).map(|m| m.allowed),
             };
             if counted == Some(true) {
-                let call = backend.call_for_key(&refund, &route_key);
+                let call = backend.call(&refund, Some(&route_key));
                 let _ = tokio::time::timeout(MIN_RELEASE_DEADLINE, call).await;
             }
         });
@@ -613,7 +617,7 @@ impl Decider {
         tokio::spawn(async move {
             let mut pause = Duration::from_millis(20);
             loop {
-                let call = backend.call_for_key(&cmd, &route_key);
+                let call = backend.call(&cmd, Some(&route_key));
                 match tokio::time::timeout_at(give_up, call).await {
                     Ok(Ok(value)) => {
                         let _ = answered.send(value);
@@ -968,12 +972,8 @@ impl Decider {
             (Some(late), _) => {
                 let backend = self.backend.clone();
                 let (cmd, key) = (cmd.clone(), route_key.map(str::to_owned));
-                let mut call: Late = Box::pin(async move {
-                    match key {
-                        Some(key) => backend.call_for_key(&cmd, &key).await,
-                        None => backend.call(&cmd).await,
-                    }
-                });
+                let mut call: Late =
+                    Box::pin(async move { backend.call(&cmd, key.as_deref()).await });
                 let mut reply = tokio::time::timeout_at(deadline, &mut call).await;
                 if reply.is_err() && self.breaker.answered_since(started) {
                     // Redis answers other calls: this one waited in the gateway's own
@@ -986,10 +986,9 @@ impl Decider {
                 }
                 reply
             }
-            (None, Some(key)) => {
-                tokio::time::timeout_at(deadline, self.backend.call_for_key(cmd, key)).await
+            (None, route_key) => {
+                tokio::time::timeout_at(deadline, self.backend.call(cmd, route_key)).await
             }
-            (None, None) => tokio::time::timeout_at(deadline, self.backend.call(cmd)).await,
         };
         let mut text = None;
         let failure = match reply {
@@ -1054,7 +1053,7 @@ impl Decider {
 /// counts all of a cost or nothing: a cost denied is tried again at half, and what is left
 /// after an allowed part is tried again, so what the budget still holds (up to the units)
 /// is counted, in about log2(units) calls.
-async fn write_back(backend: Backend, unsynced: Vec<crate::local_limits::Unsynced>) {
+async fn write_back<T: Transport>(backend: T, unsynced: Vec<crate::local_limits::Unsynced>) {
     for item in unsynced {
         let mut left = item.units;
         let mut trying = left;
@@ -1065,7 +1064,7 @@ async fn write_back(backend: Backend, unsynced: Vec<crate::local_limits::Unsynce
                 cost: Some(trying),
             };
             let cmd = hit_cmd("RL.HIT", &applied);
-            let call = backend.call_for_key(&cmd, &item.key);
+            let call = backend.call(&cmd, Some(&item.key));
             match tokio::time::timeout(MIN_RELEASE_DEADLINE, call).await {
                 Ok(Ok(reply)) => match Verdict::from_reply(&reply) {
                     Some(verdict) if verdict.allowed() => {
@@ -1114,3 +1113,6 @@ fn may_join(applying: &[Applied], group: &[usize], i: usize, cluster: bool) -> b
         && (!cluster || same_slot(&applying[group[0]].key, key))
         && group.iter().all(|&j| &applying[j].key != key)
 }
+
+#[cfg(test)]
+mod tests;

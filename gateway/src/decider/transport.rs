@@ -1,0 +1,35 @@
+//! The one seam between the decision and Redis: a command out, a reply (or an error) back.
+//! [`crate::backend::Backend`] is the real one; the decision's unit tests give it a
+//! scripted Redis, so that stacking, give-back, refunds, the deny cache, the breaker, local
+//! limits and leases are tested without a server.
+
+use crate::backend::Backend;
+use redis::{Cmd, RedisResult, Value};
+use std::future::Future;
+
+/// What the decider needs of Redis.
+pub trait Transport: Clone + Send + Sync + 'static {
+    /// `cmd`; in Redis Cluster sent to the primary of `route_key`'s slot when given (for
+    /// commands whose first argument is not a key, `RL.MHIT numkeys key ...`).
+    fn call(
+        &self,
+        cmd: &Cmd,
+        route_key: Option<&str>,
+    ) -> impl Future<Output = RedisResult<Value>> + Send;
+
+    /// Whether keys in different slots must go in different calls.
+    fn is_cluster(&self) -> bool;
+}
+
+impl Transport for Backend {
+    async fn call(&self, cmd: &Cmd, route_key: Option<&str>) -> RedisResult<Value> {
+        match route_key {
+            Some(key) => self.call_for_key(cmd, key).await,
+            None => Backend::call(self, cmd).await,
+        }
+    }
+
+    fn is_cluster(&self) -> bool {
+        Backend::is_cluster(self)
+    }
+}
