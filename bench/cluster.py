@@ -22,7 +22,6 @@ import argparse
 import datetime
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import machine_description
+from lib.cpu import server_cpu_seconds
+from lib.net import free_cluster_port
+from lib.redis_benchmark import parse_quiet
+from lib.report import README_LINK, machine_description
+from lib.rounds import rotated
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -48,22 +51,6 @@ COMMANDS = {
 }
 
 
-def free_port():
-    """A loopback port free now, with its cluster bus port (+10000) free too."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port > 55_000:
-            continue
-        with socket.socket() as bus:
-            try:
-                bus.bind(("127.0.0.1", port + 10_000))
-            except OSError:
-                continue
-        return port
-
-
 def cli(port, *args):
     out = subprocess.run(
         ["redis-cli", "-p", str(port), *args], capture_output=True, text=True, timeout=30
@@ -73,7 +60,7 @@ def cli(port, *args):
 
 class Node:
     def __init__(self, workdir):
-        self.port = free_port()
+        self.port = free_cluster_port()
         self.dir = Path(workdir) / str(self.port)
         self.dir.mkdir(parents=True)
         self.process = subprocess.Popen(
@@ -135,17 +122,17 @@ def benchmark(port, command, requests, cluster):
         capture_output=True, text=True, timeout=300,
     )
     text = out.stdout + out.stderr
-    found = re.findall(r"([\d.]+) requests per second", text)
-    if out.returncode != 0 or not found:
+    rps = parse_quiet(text)
+    if out.returncode != 0 or rps is None:
         raise RuntimeError(f"redis-benchmark failed: {text[-500:]}")
-    return float(found[-1])
+    return rps
 
 
 def node_cpu_seconds(node):
     """used_cpu_user + used_cpu_sys of a node (INFO cpu), in seconds."""
     info = cli(node.port, "INFO", "cpu")
     fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
+    return server_cpu_seconds(fields)
 
 
 def main():
@@ -172,7 +159,8 @@ def main():
                     benchmark(clusters[layout][0].port, command, requests // 10, layout > 1)  # warm-up
             for round_ in range(rounds):
                 for name, command in COMMANDS.items():
-                    for layout in (1, 3) if round_ % 2 == 0 else (3, 1):
+                    # Which layout runs first alternates from round to round.
+                    for layout in rotated((1, 3), round_):
                         nodes = clusters[layout]
                         cpu_before = [node_cpu_seconds(n) for n in nodes]
                         rps = benchmark(nodes[0].port, command, requests, layout > 1)
@@ -193,6 +181,8 @@ def main():
     version = re.search(r"v=([\d.]+)", version)
     lines = [
         "# RL.HIT capacity on Redis Cluster: 1 primary against 3",
+        "",
+        README_LINK,
         "",
         f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by "
         f"`python3 bench/cluster.py`{' --quick (a smoke run, not a result)' if args.quick else ''}; "

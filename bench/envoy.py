@@ -26,7 +26,6 @@ Python 3 standard library only; every process it starts is stopped by its pid.
 
 import argparse
 import datetime
-import os
 import socket
 import statistics
 import subprocess
@@ -36,7 +35,11 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from benchlib import Processes, git_commit, log, machine_description, stop_on_signals
+from lib.cpu import process_cpu_seconds
+from lib.net import free_ports
+from lib.processes import Processes, stop_on_signals
+from lib.report import README_LINK, git_commit, log, machine_description
+from lib.rounds import rotated
 
 BENCH_DIR = Path(__file__).resolve().parent
 RELEASE_DIR = BENCH_DIR.parent / "target" / "release"
@@ -44,14 +47,7 @@ MODULE = RELEASE_DIR / "libredis_ratelimit.so"
 GATEWAY = RELEASE_DIR / "rl-gateway"
 LOAD = RELEASE_DIR / "grpc-load"
 OUTPUT = BENCH_DIR / "ENVOY-RESULTS.md"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SCENARIOS = ["null", "grpc", "http"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, what: str, limit: float = 20.0) -> None:
@@ -63,11 +59,6 @@ def wait_port(port: int, what: str, limit: float = 20.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise SystemExit(f"{what} did not listen on {port}")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def run_load(args: List[str]) -> Dict[str, float]:
@@ -93,7 +84,7 @@ def main() -> int:
     processes = Processes()
     work = Path(tempfile.mkdtemp(prefix="rl-envoy-bench-"))
     try:
-        redis_port, http_port, admin_port, grpc_port, null_port = (free_port() for _ in range(5))
+        redis_port, http_port, admin_port, grpc_port, null_port = free_ports(5)
         redis = processes.start(["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port),
                                  "--save", "", "--appendonly", "no", "--dir", str(work),
                                  "--loadmodule", str(MODULE)], stdout=subprocess.DEVNULL)
@@ -145,12 +136,13 @@ response_headers = true
             run_load(args(scenario, 1)[:3] + ["0.3"] + args(scenario, 1)[4:])
         results: Dict[Tuple[str, int], List[Dict[str, float]]] = {}
         for r in range(options.rounds):
-            order = SCENARIOS[r % 3:] + SCENARIOS[:r % 3]
+            # One step further each round: every scenario runs first, second and last in turn.
+            order = rotated(SCENARIOS, r)
             for n in conns:
                 for scenario in order:
-                    before = cpu_seconds(servers[scenario])
+                    before = process_cpu_seconds(servers[scenario])
                     got = run_load(args(scenario, n))
-                    got["cpu_us"] = (cpu_seconds(servers[scenario]) - before) * 1e6 / max(got["calls"], 1)
+                    got["cpu_us"] = (process_cpu_seconds(servers[scenario]) - before) * 1e6 / max(got["calls"], 1)
                     got["rps"] = got["calls"] / got["seconds"]
                     if got["errors"]:
                         raise SystemExit(f"{scenario} x{n}: {got['errors']:.0f} errors")
@@ -160,6 +152,8 @@ response_headers = true
                   for key, runs in results.items()}
         lines = [
             "# rl-gateway as Envoy's rate limit service: gRPC against the HTTP check mode",
+            "",
+            README_LINK,
             "",
             f"Run by `bench/envoy.py` (`make bench-gateway`) on {datetime.date.today()}, "
             f"commit {git_commit()}, {machine_description()}; {options.rounds} rounds of "

@@ -23,7 +23,8 @@ same rounds as (b0), so that a change to the gateway is measured against the old
 Each round runs every scenario at every connection count once, the order rotated from round
 to round, so that the noise of a shared machine hits every scenario alike; the report gives
 the median over the rounds. It prints a Markdown report and writes it to
-bench/GATEWAY-RESULTS.md, keeping that file's hand-written "## Profile" section, if any.
+bench/GATEWAY-RESULTS.md, all of it generated: the hand-written profile and analysis are in
+bench/README.md.
 
     python3 bench/gateway.py            # what `make bench-gateway` runs, after `make build`
     python3 bench/gateway.py --quick    # a fast smoke run of the script itself (not a result)
@@ -42,7 +43,6 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,8 +52,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from benchlib import (Processes, format_duration, git_commit, log, machine_busy_seconds,
-                      machine_description, markdown_cell, send_signal, stop_on_signals)
+from lib.cpu import (CpuSnapshot, cpus_for_pinning, process_cpu_seconds, rusage_cpu_seconds,
+                     taskset_failure, taskset_prefix)
+from lib.net import free_ports
+from lib.processes import Processes, send_signal, stop_on_signals
+from lib.report import (README_LINK, format_duration, git_commit, log, machine_description,
+                        markdown_cell)
+from lib.resp import ping
+from lib.rounds import round_order
+from lib.wrk import parse_wrk
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -88,23 +95,7 @@ WRK_TIMEOUT = "2s"  # wrk's own per-request timeout; a request slower than this 
 
 
 # ----------------------------------------------------------------------------------------
-# Processes: every one is tracked and stopped by its pid
-
-
-
-def free_ports(count: int) -> List[int]:
-    """Ports the kernel calls free right now, all different (the servers bind them a moment
-    later; a port taken in between makes that server's start fail and the script retry)."""
-    trials = []
-    try:
-        for _ in range(count):
-            trial = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            trials.append(trial)
-            trial.bind(("127.0.0.1", 0))
-        return [trial.getsockname()[1] for trial in trials]
-    finally:
-        for trial in trials:
-            trial.close()
+# The servers' logs, for the message when one fails
 
 
 def log_tail(path: Path, characters: int = 2000) -> str:
@@ -115,27 +106,7 @@ def log_tail(path: Path, characters: int = 2000) -> str:
 
 
 # ----------------------------------------------------------------------------------------
-# Talking to the servers: one Redis command, one HTTP request, the gateway's metrics
-
-
-def redis_call(port: int, *args: str, timeout: float = 2.0) -> bytes:
-    """Sends one command in RESP and returns the raw reply (enough for PING and INFO)."""
-    payload = b"*%d\r\n" % len(args) + b"".join(
-        b"$%d\r\n%s\r\n" % (len(arg.encode()), arg.encode()) for arg in args)
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
-        connection.sendall(payload)
-        reply = b""
-        while True:
-            chunk = connection.recv(65536)
-            if not chunk:
-                return reply
-            reply += chunk
-            if reply.startswith(b"$"):  # a bulk string: complete once its length has arrived
-                header, _, body = reply.partition(b"\r\n")
-                if len(body) >= int(header[1:]) + 2:
-                    return reply
-            elif reply.endswith(b"\r\n"):
-                return reply
+# Talking to the servers: one HTTP request, the gateway's metrics (Redis: lib/resp.py)
 
 
 def http_get(port: int, path: str = "/", timeout: float = 2.0) -> Tuple[int, Dict[str, str], bytes]:
@@ -233,21 +204,18 @@ def choose_pinning(name: str) -> Pinning:
     if name == "none":
         return Pinning(name, [], [], "none: wrk, rl-gateway, demo-upstream and redis-server share "
                                      "both CPUs as the kernel schedules them")
-    if shutil.which("taskset") is None:
-        return Pinning("none", [], [], f"none (asked for {name}, but taskset is not installed)")
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return Pinning("none", [], [], f"none (asked for {name}, but only {len(cpus)} CPU is available)")
+    cpus, problem = cpus_for_pinning()
+    if problem is not None:
+        return Pinning("none", [], [], f"none (asked for {name}, but {problem})")
     first, last = cpus[0], cpus[-1]
-    for cpu in (first, last):
-        trial = subprocess.run(["taskset", "-c", str(cpu), "true"], capture_output=True, text=True)
-        if trial.returncode != 0:
-            return Pinning("none", [], [], f"none (asked for {name}, but taskset -c {cpu} failed)")
-    wrk = ["taskset", "-c", str(last)]
+    failure = taskset_failure((first, last))
+    if failure is not None:
+        return Pinning("none", [], [], f"none (asked for {name}, but taskset -c {failure[0]} failed)")
+    wrk = taskset_prefix(last)
     if name == "wrk":
         return Pinning(name, [], wrk, f"wrk: wrk on CPU {last} (taskset); the servers unpinned, "
                                       "so they share that CPU with wrk too")
-    return Pinning(name, ["taskset", "-c", str(first)], wrk,
+    return Pinning(name, taskset_prefix(first), wrk,
                    f"split (taskset): wrk alone on CPU {last}; redis-server, demo-upstream, nginx and "
                    f"the rl-gateway instances together on CPU {first}. So the whole server side "
                    "has one core (the gateway's and the upstream's tokio runtimes each run one "
@@ -322,7 +290,7 @@ def start_redis(processes: Processes, workdir: Path, pinning: Pinning) -> Server
         ]
 
     def ready(ports: List[int]) -> Callable[[], bool]:
-        return lambda: redis_call(ports[0], "PING").startswith(b"+PONG")
+        return lambda: ping(ports[0])
 
     process, ports = start_with_retries(processes, "redis-server", workdir, 1, command, ready)
     return Server(process, ports[0])
@@ -588,64 +556,26 @@ class WrkResult:
         return sum(self.socket_errors.values())
 
 
-UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
-LATENCY_LINE = re.compile(r"^\s*(50|99)(?:\.0+)?%\s+([\d.]+)(us|ms|s|m|h)\s*$", re.MULTILINE)
-
-
-def parse_wrk(output: str) -> Tuple[float, float, float, int, int, Dict[str, int]]:
-    """requests/s, p50 and p99 in ms, requests, non-2xx/3xx responses and socket errors from
-    the output of `wrk --latency`."""
-    rps = re.search(r"^Requests/sec:\s+([\d.]+)", output, re.MULTILINE)
-    requests = re.search(r"^\s*(\d+) requests in ", output, re.MULTILINE)
-    latencies = {int(m.group(1)): float(m.group(2)) * UNIT_MS[m.group(3)]
-                 for m in LATENCY_LINE.finditer(output)}
-    if rps is None or requests is None or 50 not in latencies or 99 not in latencies:
-        raise RuntimeError(f"cannot read the wrk output: {output.strip()[-600:]!r}")
-    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
-    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
-    errors = dict(zip(("connect", "read", "write", "timeout"),
-                      (int(n) for n in socket_errors.groups()))) if socket_errors else {}
-    return (float(rps.group(1)), latencies[50], latencies[99], int(requests.group(1)),
-            int(non_2xx.group(1)) if non_2xx else 0, errors)
-
-
 # ----------------------------------------------------------------------------------------
 # CPU: per process of the benchmark, and that of everything else on this shared machine
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """utime + stime of a running process, from /proc/<pid>/stat."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_snapshot(servers: Servers) -> CpuSnapshot:
+    """The servers' CPU by role, plus wrk (finished children) and this script."""
+    def pid_of(server: Server) -> int:
+        return server.process.pid
 
-
-
-def own_cpu_seconds(who: int) -> float:
-    usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
-
-
-@dataclass
-class CpuSnapshot:
-    wall: float
-    machine: float
-    processes: Dict[str, float]  # the servers by role, plus wrk (finished children) and us
-
-    @staticmethod
-    def take(servers: Servers) -> "CpuSnapshot":
-        processes = {
-            "gateway": process_cpu_seconds(servers.allow_gateway.process.pid)
-            + process_cpu_seconds(servers.deny_gateway.process.pid),
-            "baseline": process_cpu_seconds(servers.baseline_gateway.process.pid)
-            if servers.baseline_gateway else 0.0,
-            "nginx": process_cpu_seconds(servers.nginx["e"].process.pid),
-            "upstream": process_cpu_seconds(servers.upstream.process.pid),
-            "redis": process_cpu_seconds(servers.redis.process.pid),
-            "wrk": own_cpu_seconds(resource.RUSAGE_CHILDREN),
-            "script": own_cpu_seconds(resource.RUSAGE_SELF),
-        }
-        return CpuSnapshot(time.monotonic(), machine_busy_seconds(), processes)
+    return CpuSnapshot.take({
+        "gateway": lambda: process_cpu_seconds(pid_of(servers.allow_gateway))
+        + process_cpu_seconds(pid_of(servers.deny_gateway)),
+        "baseline": lambda: process_cpu_seconds(pid_of(servers.baseline_gateway))
+        if servers.baseline_gateway else 0.0,
+        "nginx": lambda: process_cpu_seconds(pid_of(servers.nginx["e"])),
+        "upstream": lambda: process_cpu_seconds(pid_of(servers.upstream)),
+        "redis": lambda: process_cpu_seconds(pid_of(servers.redis)),
+        "wrk": lambda: rusage_cpu_seconds(resource.RUSAGE_CHILDREN),
+        "script": lambda: rusage_cpu_seconds(resource.RUSAGE_SELF),
+    })
 
 
 CPU_ROLES = ("gateway", "baseline", "nginx", "upstream", "redis", "wrk")
@@ -671,14 +601,14 @@ def run_wrk(processes: Processes, pinning: Pinning, servers: Servers, scenario: 
     if scenario.redis_stopped:
         send_signal(servers.redis.process, signal.SIGSTOP)
     try:
-        before = CpuSnapshot.take(servers)
+        before = cpu_snapshot(servers)
         wrk = processes.start(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
         try:
             output, _ = wrk.communicate(timeout=RUN_TIMEOUT_S)
         finally:
             processes.stop(wrk)
-        after = CpuSnapshot.take(servers)
+        after = cpu_snapshot(servers)
     finally:
         if scenario.redis_stopped:
             send_signal(servers.redis.process, signal.SIGCONT)
@@ -691,12 +621,10 @@ def run_wrk(processes: Processes, pinning: Pinning, servers: Servers, scenario: 
     if wrk.returncode != 0:
         raise RuntimeError(f"wrk exit status {wrk.returncode}: {output.strip()[-600:]}")
     rps, p50, p99, requests, non_2xx, socket_errors = parse_wrk(output)
-    used = {role: after.processes[role] - before.processes[role] for role in after.processes}
-    others = (after.machine - before.machine) - sum(used.values())
+    used = after.used_since(before)
     per_request = {role: used[role] * 1e6 / max(requests, 1) for role in CPU_ROLES}
-    wall = max(after.wall - before.wall, 1e-9)
     return WrkResult(rps, p50, p99, requests, non_2xx, socket_errors, decisions, per_request,
-                     max(0.0, others / wall))
+                     after.other_cpus_since(before))
 
 
 def wait_for_redis_decisions(gateway: Server, timeout_s: float = 10.0) -> None:
@@ -723,12 +651,6 @@ class Measurements:
     rounds: int = 0
     repeated: int = 0  # runs repeated because other processes were busy during them
     not_repeated: int = 0  # noisy runs left as they were: a repeat would have overrun the budget
-
-
-def round_order(units: List[Tuple[Scenario, int]], round_index: int, rounds: int) -> List[Tuple[Scenario, int]]:
-    """Every unit once, rotated so that each scenario runs early in one round and late in another."""
-    offset = (round_index * len(units)) // max(rounds, 1)
-    return units[offset:] + units[:offset]
 
 
 # A run during which other processes kept this much CPU busy is repeated once at the end of
@@ -1097,6 +1019,8 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
     lines = [
         "# Benchmark: rl-gateway in front of a trivial upstream",
         "",
+        README_LINK,
+        "",
         f"- Date: {context.started:%Y-%m-%d %H:%M} UTC; total run time {format_duration(context.elapsed_s)}",
         f"- Machine: {machine_description()}. These 2 cores run everything: wrk, rl-gateway, "
         "demo-upstream, redis-server, the loopback network stack, and whatever else runs on "
@@ -1199,20 +1123,6 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
         "error, and in (b) Redis decided every request."]
     return "\n".join(lines) + "\n"
 
-
-
-# The report's hand-written part: a profile is taken by hand (perf needs the gateway's pid
-# while wrk runs), so a run keeps the previous report's text from this heading on.
-HAND_WRITTEN = "\n## Profile"
-
-
-def hand_written_part(output: Path) -> str:
-    try:
-        text = output.read_text()
-    except OSError:
-        return ""
-    at = text.find(HAND_WRITTEN)
-    return text[at:] if at >= 0 else ""
 
 
 # ----------------------------------------------------------------------------------------
@@ -1349,7 +1259,7 @@ def main() -> int:
                       nginx_version, baseline_gateway,
                       arguments.baseline_label or (shown_path(baseline_gateway)
                                                    if baseline_gateway else ""))
-    text = report(measurements, settings, context) + hand_written_part(arguments.output)
+    text = report(measurements, settings, context)
     print(text)
     arguments.output.write_text(text)
     log(f"wrote {arguments.output}; total run time {format_duration(context.elapsed_s)}")

@@ -20,7 +20,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from benchlib import REPO_DIR, Processes, git_commit, machine_description
+from lib import REPO_DIR
+from lib.net import free_port
+from lib.processes import Processes
+from lib.report import README_LINK, git_commit, machine_description
+from lib.resp import Connection, ReplyError, call_once, parse_info, ping
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_MODULE = REPO_DIR / "target" / "release" / "libredis_ratelimit.so"
@@ -214,21 +217,6 @@ def server_version(binary: str) -> str:
     return f"{name} {match.group(1) if match else '?'}"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as trial:
-        trial.bind(("127.0.0.1", 0))
-        return trial.getsockname()[1]
-
-
-def ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as connection:
-            connection.sendall(b"PING\r\n")
-            return connection.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 # glibc copies a block of a few KB or more with `rep movsb`, which callgrind counts as one
 # instruction per byte moved: a 20 KB copy would count about 20,000, though the CPU moves
 # it in a few hundred cycles. With the threshold out of reach, glibc copies with vector
@@ -273,68 +261,6 @@ def benchmark(port: int, args: List[str], requests: int, keyspace: int) -> None:
         raise RuntimeError(f"redis-benchmark {args}: {result.stdout}{result.stderr}")
 
 
-def one_reply(port: int, args: List[str]) -> bytes:
-    payload = b"*%d\r\n" % len(args) + b"".join(
-        b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in args)
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
-        connection.sendall(payload)
-        return connection.recv(4096)
-
-
-def encode(args: List[object]) -> bytes:
-    parts = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in parts)
-
-
-class Connection:
-    """A RESP2 connection that sends commands in batches and reads their replies: bulk
-    strings as bytes, integers as int, errors raised, arrays as lists."""
-
-    def __init__(self, port: int) -> None:
-        self.socket = socket.create_connection(("127.0.0.1", port), timeout=120)
-        self.buffer = b""
-
-    def close(self) -> None:
-        self.socket.close()
-
-    def _line(self) -> bytes:
-        while b"\r\n" not in self.buffer:
-            chunk = self.socket.recv(1 << 20)
-            if not chunk:
-                raise RuntimeError("the server closed the connection")
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\r\n", 1)
-        return line
-
-    def _exactly(self, size: int) -> bytes:
-        while len(self.buffer) < size + 2:
-            chunk = self.socket.recv(1 << 20)
-            if not chunk:
-                raise RuntimeError("the server closed the connection")
-            self.buffer += chunk
-        data, self.buffer = self.buffer[:size], self.buffer[size + 2:]
-        return data
-
-    def _reply(self) -> object:
-        line = self._line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest
-        if kind == b"-":
-            raise RuntimeError(rest.decode(errors="replace"))
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            return None if int(rest) < 0 else self._exactly(int(rest))
-        if kind == b"*":
-            return [self._reply() for _ in range(max(0, int(rest)))]
-        raise RuntimeError(f"unexpected reply {line!r}")
-
-    def batch(self, commands: List[List[object]]) -> List[object]:
-        self.socket.sendall(b"".join(encode(c) for c in commands))
-        return [self._reply() for _ in commands]
-
-
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -342,7 +268,7 @@ def now_ms() -> int:
 def build_logs(port: int, fills: List[Prefill]) -> Dict[Prefill, Tuple[bytes, int]]:
     """On a plain server with the module, fills one key per Prefill with one hit per
     distinct ms; returns each key's value and absolute expiry (ms)."""
-    connection = Connection(port)
+    connection = Connection(port, timeout=120)
     try:
         keys = {fill: f"fill:{fill.limit}:{fill.entries}" for fill in fills}
         for step in range(max(fill.entries for fill in fills)):
@@ -399,7 +325,7 @@ def prefilled_logs(binary: str, module: Path,
 def store_prefill(port: int, row: Row, value: bytes, expiry_ms: int) -> None:
     """Writes `value` into every key of the row's key space, as redis-benchmark names them
     (`__rand_int__` becomes 12 digits)."""
-    connection = Connection(port)
+    connection = Connection(port, timeout=120)
     try:
         keys = [row.args[1].replace("__rand_int__", f"{i:012d}") for i in range(row.keyspace)]
         for start in range(0, len(keys), 1000):
@@ -413,9 +339,9 @@ def counts(port: int, command: str) -> Tuple[int, int, int]:
     """Calls of `command` so far (INFO commandstats; redis-benchmark sends a few more than
     -n when it pipelines), and the module's allowed and denied decisions (INFO ratelimit)."""
     # Module commands are listed as registered (cmdstat_RL.HIT), the server's in lower case.
-    stats = {line.split(":", 1)[0].lower(): line.split(":", 1)[1]
-             for line in one_reply(port, ["INFO", "commandstats"]).decode().splitlines()
-             if line.startswith("cmdstat_")}
+    stats = {name.lower(): value for name, value in
+             parse_info(call_once(port, "INFO", "commandstats")).items()
+             if name.startswith("cmdstat_")}
     fields = dict(part.split("=", 1) for part in
                   stats.get(f"cmdstat_{command.lower()}", "").split(",") if "=" in part)
     decided = [int(info_field(port, "ratelimit", f"ratelimit_{name}") or 0)
@@ -439,11 +365,7 @@ def total_instructions(workdir: Path) -> int:
 
 
 def info_field(port: int, section: str, field: str) -> str:
-    reply = one_reply(port, ["INFO", section]).decode(errors="replace")
-    for line in reply.splitlines():
-        if line.startswith(field + ":"):
-            return line.split(":", 1)[1].strip()
-    return ""
+    return parse_info(call_once(port, "INFO", section)).get(field, "")
 
 
 def attach_replica(processes: Processes, binary: str, primary_port: int, workdir: Path) -> None:
@@ -482,9 +404,10 @@ def measure(binary: str, module: Optional[Path], row: Row, requests: int,
             attach_replica(processes, binary, port, workdir)
         # A wrong row must fail loudly, not count the cost of an error reply.
         for args in (row.args, row.warmup or row.args):
-            first = one_reply(port, [a.replace("__rand_int__", "probe") for a in args])
-            if first.startswith(b"-"):
-                raise RowRefused(f"{args}: {first!r}")
+            try:
+                call_once(port, *[a.replace("__rand_int__", "probe") for a in args])
+            except ReplyError as error:
+                raise RowRefused(f"{args}: {error.line!r}") from error
         if prefill is not None:
             store_prefill(port, row, *prefill)
         benchmark(port, row.warmup or row.args, WARMUP_REQUESTS, row.keyspace)
@@ -603,6 +526,8 @@ def main() -> int:
     labels = [label for _, label in modules]
     lines = [
         "# Instructions per request inside the server (callgrind)",
+        "",
+        README_LINK,
         "",
         f"Commit {git_commit()}, {time.strftime('%Y-%m-%d')}, `python3 bench/instructions.py"
         + "".join(f" --module {p.name}={l}" for p, l in modules if options.module)

@@ -15,15 +15,12 @@ on an error, Ctrl-C or SIGTERM.
 """
 
 import argparse
-import csv
 import datetime
 import hashlib
-import io
 import os
 import re
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,7 +31,15 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import full_log
-from benchlib import (format_duration, git_commit, log, machine_busy_seconds, machine_description, markdown_cell, Processes, stop_on_signals)
+from lib.cpu import (CpuSnapshot, cpus_for_pinning, rusage_cpu_seconds, server_cpu_seconds,
+                     taskset_failure, taskset_prefix)
+from lib.net import free_port
+from lib.processes import Processes, stop_on_signals
+from lib.redis_benchmark import parse_csv, server_errors
+from lib.report import (README_LINK, format_duration, git_commit, log, machine_description,
+                        markdown_cell)
+from lib.resp import Connection, ReplyError, encode_argument, ping
+from lib.rounds import round_order
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -187,73 +192,15 @@ class Settings:
 
 
 # ----------------------------------------------------------------------------------------
-# Processes: every one is tracked and stopped by its pid
+# What the server says about itself (the client is lib/resp.py)
 
 
-
-# ----------------------------------------------------------------------------------------
-# A minimal RESP2 client for setup and checks (the load itself comes from redis-benchmark)
-
-
-class ReplyError(Exception):
-    """The server answered with an error reply."""
+def used_memory(connection: Connection) -> int:
+    return int(connection.info("memory")["used_memory"])
 
 
-def encode_argument(arg) -> bytes:
-    data = arg if isinstance(arg, bytes) else str(arg).encode()
-    return b"$%d\r\n%s\r\n" % (len(data), data)
-
-
-def encode_command(args) -> bytes:
-    return b"*%d\r\n" % len(args) + b"".join(encode_argument(arg) for arg in args)
-
-
-class Connection:
-    def __init__(self, port: int, timeout: float = 60.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.reader = self.sock.makefile("rb")
-
-    def call(self, *args):
-        self.sock.sendall(encode_command(args))
-        return self._read_reply()
-
-    def close(self) -> None:
-        self.reader.close()
-        self.sock.close()
-
-    def _read_reply(self):
-        line = self.reader.readline()
-        if not line:
-            raise ConnectionError("the server closed the connection")
-        kind, body = line[:1], line[1:-2]
-        if kind == b"+":
-            return body.decode()
-        if kind == b"-":
-            raise ReplyError(body.decode(errors="replace"))
-        if kind == b":":
-            return int(body)
-        if kind == b"$":
-            length = int(body)
-            return None if length < 0 else self.reader.read(length + 2)[:-2]
-        if kind == b"*":
-            length = int(body)
-            return None if length < 0 else [self._read_reply() for _ in range(length)]
-        raise ConnectionError(f"unexpected reply line {line!r}")
-
-    def info(self, section: str) -> Dict[str, str]:
-        fields = {}
-        for line in self.call("INFO", section).decode().splitlines():
-            if ":" in line and not line.startswith("#"):
-                name, value = line.split(":", 1)
-                fields[name] = value
-        return fields
-
-    def used_memory(self) -> int:
-        return int(self.info("memory")["used_memory"])
-
-    def cpu_seconds(self) -> float:
-        cpu = self.info("cpu")
-        return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+def server_cpu(connection: Connection) -> float:
+    return server_cpu_seconds(connection.info("cpu"))
 
 
 # ----------------------------------------------------------------------------------------
@@ -271,29 +218,19 @@ class Pinning:
 
 def detect_pinning() -> Pinning:
     """Server on the first allowed CPU, clients on the second, when taskset works here."""
-    if shutil.which("taskset") is None:
-        return Pinning([], [], "not used (taskset is not installed): everything runs unpinned")
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return Pinning([], [], f"not used (only {len(cpus)} CPU is available): everything runs unpinned")
+    cpus, problem = cpus_for_pinning()
+    if problem is not None:
+        return Pinning([], [], f"not used ({problem}): everything runs unpinned")
     server_cpu, client_cpu = cpus[0], cpus[1]
-    for cpu in (server_cpu, client_cpu):
-        trial = subprocess.run(["taskset", "-c", str(cpu), "true"], capture_output=True, text=True)
-        if trial.returncode != 0:
-            reason = trial.stderr.strip() or f"exit status {trial.returncode}"
-            return Pinning([], [], f"not used (taskset -c {cpu} failed: {reason}): everything runs unpinned")
+    failure = taskset_failure((server_cpu, client_cpu))
+    if failure is not None:
+        cpu, reason = failure
+        return Pinning([], [], f"not used (taskset -c {cpu} failed: {reason}): everything runs unpinned")
     return Pinning(
-        ["taskset", "-c", str(server_cpu)],
-        ["taskset", "-c", str(client_cpu)],
+        taskset_prefix(server_cpu),
+        taskset_prefix(client_cpu),
         f"server on CPU {server_cpu}, redis-benchmark and redis-cli on CPU {client_cpu} (taskset)",
     )
-
-
-def free_port() -> int:
-    """A port the kernel calls free right now (the server binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as trial:
-        trial.bind(("127.0.0.1", 0))
-        return trial.getsockname()[1]
 
 
 def start_server(processes: Processes, workdir: Path, module: Path,
@@ -322,15 +259,9 @@ def start_server(processes: Processes, workdir: Path, module: Path,
 def wait_until_ready(server: subprocess.Popen, port: int, timeout_s: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and server.poll() is None:
-        try:
-            connection = Connection(port, timeout=2)
-            try:
-                if connection.call("PING") == "PONG":
-                    return True
-            finally:
-                connection.close()
-        except (OSError, ReplyError):
-            time.sleep(0.1)
+        if ping(port):
+            return True
+        time.sleep(0.1)
     return False
 
 
@@ -416,32 +347,13 @@ def pipe_commands(bench: Bench, payload_file: Path) -> Tuple[int, int]:
 # main source of noise, so every run records it.
 
 
-
-def own_cpu_seconds() -> float:
-    """CPU time of this script and of its finished children (redis-benchmark, redis-cli)."""
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
-    return total
-
-
-@dataclass
-class CpuSnapshot:
-    wall: float
-    machine: float
-    server: float
-    own: float
-
-    @staticmethod
-    def take(connection: Connection) -> "CpuSnapshot":
-        return CpuSnapshot(time.monotonic(), machine_busy_seconds(), connection.cpu_seconds(),
-                           own_cpu_seconds())
-
-    def other_cpus_since(self, before: "CpuSnapshot") -> float:
-        """CPUs kept busy by processes other than ours, on average, between the snapshots."""
-        others = (self.machine - before.machine) - (self.server - before.server) - (self.own - before.own)
-        return max(0.0, others / max(self.wall - before.wall, 1e-9))
+def cpu_snapshot(connection: Connection) -> CpuSnapshot:
+    """The server's CPU (INFO cpu), and this script's with its finished children
+    (redis-benchmark, redis-cli)."""
+    return CpuSnapshot.take({
+        "server": lambda: server_cpu(connection),
+        "own": lambda: rusage_cpu_seconds(resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN),
+    })
 
 
 # ----------------------------------------------------------------------------------------
@@ -466,20 +378,6 @@ class Measurements:
     failures: Dict[Tuple[str, int], Dict[int, str]] = field(default_factory=dict)
     rounds: int = 0
     repeated: int = 0  # runs repeated because other processes were busy during them
-
-
-def parse_benchmark_csv(output: str) -> Tuple[float, Optional[float], Optional[float]]:
-    """rps, p50 and p99 (ms) from redis-benchmark --csv (7.0 prints the latency columns)."""
-    lines = [line for line in output.splitlines() if line.startswith('"')]
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    if not rows:
-        raise RuntimeError(f"no CSV result in redis-benchmark output: {output.strip()[-300:]!r}")
-    last = rows[-1]
-
-    def column(name: str) -> Optional[float]:
-        return float(last[name]) if last.get(name) else None
-
-    return float(last["rps"]), column("p50_latency_ms"), column("p99_latency_ms")
 
 
 def prepare_keyspace(bench: Bench, row: Row) -> None:
@@ -509,31 +407,25 @@ def run_benchmark(bench: Bench, args: List[str], pipeline: int, requests: int) -
         "--csv",
     ] + args
     expired_before = expired_keys(bench.connection)
-    before = CpuSnapshot.take(bench.connection)
+    before = cpu_snapshot(bench.connection)
     benchmark = bench.processes.start(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         output, _ = benchmark.communicate(timeout=RUN_TIMEOUT_S)
     finally:
         bench.processes.stop(benchmark)
-    after = CpuSnapshot.take(bench.connection)
+    after = cpu_snapshot(bench.connection)
     expired = expired_keys(bench.connection) - expired_before
     # redis-benchmark stops at the first error reply and prints it.
-    errors = [line for line in output.splitlines() if "Error from server" in line]
+    errors = server_errors(output)
     if benchmark.returncode != 0 or errors:
         raise RuntimeError((errors or [f"redis-benchmark exit status {benchmark.returncode}"])[0])
-    ops, p50, p99 = parse_benchmark_csv(output)
-    server_us = (after.server - before.server) * 1e6 / requests
+    ops, p50, p99 = parse_csv(output)
+    server_us = after.used_since(before)["server"] * 1e6 / requests
     return RunResult(ops, p50, p99, server_us, after.other_cpus_since(before), expired / requests)
 
 
 def expired_keys(connection: Connection) -> int:
     return int(connection.info("stats")["expired_keys"])
-
-
-def round_order(units: List[Tuple[Row, int]], round_index: int, rounds: int) -> List[Tuple[Row, int]]:
-    """Every unit once, rotated so that each row runs early in one round and late in another."""
-    offset = (round_index * len(units)) // rounds
-    return units[offset:] + units[:offset]
 
 
 # A run during which other processes kept this much CPU busy is repeated once at the end of
@@ -648,7 +540,7 @@ def measure_memory_case(bench: Bench, case: MemoryCase, keys: int) -> List[Memor
     payload_file = bench.workdir / "memory.resp"
     payload_file.write_bytes(pipe_payload(command_args(bench, case.args, case.lua), keys))
     try:
-        before = bench.connection.used_memory()
+        before = used_memory(bench.connection)
         results = [write_keys_and_measure(bench, case.name, keys, before, payload_file)]
         if case.second_hit:
             name = case.name + ", after a second hit on every key"
@@ -666,7 +558,7 @@ def write_keys_and_measure(bench: Bench, name: str, keys: int, before: int,
     # Read after redis-cli has gone, so that its client buffers are no longer counted.
     connection = bench.connection
     dbsize = connection.call("DBSIZE")
-    used = connection.used_memory()
+    used = used_memory(connection)
     sample = KEY.replace(RAND_MARK, "%012d" % 0)
     encoding = connection.call("OBJECT", "ENCODING", sample)
     kind = f"{connection.call('TYPE', sample)}/{encoding.decode() if encoding else '?'}"
@@ -802,6 +694,8 @@ def report(rows: List[Row], settings: Settings, measurements: Measurements,
     requests = ", ".join(f"-n {n:,} at -P {p}" for p, n in settings.requests.items())
     lines = [
         "# Benchmark: the ratelimit module against native commands and Lua",
+        "",
+        README_LINK,
         "",
         f"- Date: {context.started:%Y-%m-%d %H:%M} UTC; total run time {format_duration(context.elapsed_s)}",
         f"- Machine: {machine_description()}",
