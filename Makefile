@@ -33,9 +33,10 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 	scripts/check-core-pure.sh
 	scripts/check-unsafe.sh
 
-unit: ## Unit and property tests of the pure core and of the gateway
+unit: ## Unit and property tests of the pure core, of the gateway, and of the benchmarks' parsers
 	cargo test -p ratelimit-core
 	cargo test -p rl-gateway --lib --bins
+	python3 -m unittest discover -s bench/lib -t .
 
 integration: ## Integration tests against real Redis 7.0 and Valkey 8.1 servers (module and gateway)
 	cargo build --lib
