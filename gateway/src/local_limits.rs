@@ -142,7 +142,8 @@ impl LocalLimits {
     /// state: an outage that comes back within a window goes on from it, rather than
     /// granting a fresh share at every flap. `None` (cheaply) when there is nothing to tell.
     pub fn take_unsynced(&self, now_ms: i64) -> Option<Vec<Unsynced>> {
-        if !self.unsynced.swap(false, Relaxed) {
+        // A load first: this runs at every answer, and a swap would write the shared line.
+        if !self.unsynced.load(Relaxed) || !self.unsynced.swap(false, Relaxed) {
             return None;
         }
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());

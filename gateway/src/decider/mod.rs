@@ -746,7 +746,7 @@ impl<T: Transport> Decider<T> {
             .arg(id);
         // Routed by the key itself: the cluster client's guess for a module command is
         // not to be relied on.
-        let reply = match self.send(&cmd, Some(&applied.key), deadline, None).await {
+        let reply = match self.send(cmd, Some(&applied.key), deadline, None).await {
             Ok(value) => LeaseVerdict::from_reply(&value).ok_or_else(|| {
                 self.module_error("RL.ACQUIRE", rule, "a reply that is not a lease decision");
                 Failure::Error
@@ -824,7 +824,7 @@ impl<T: Transport> Decider<T> {
         let deadline = tokio::time::Instant::now() + self.deadline.max(MIN_RELEASE_DEADLINE);
         let mut cmd = redis::cmd("RL.RELEASE");
         cmd.arg(key).arg(id);
-        match self.round_trip(&cmd, Some(key), deadline, None).await {
+        match self.round_trip(cmd, Some(key), deadline, None).await {
             Ok(redis::Value::Int(1)) => Released::Freed,
             Ok(redis::Value::Int(_)) => Released::NotHeld,
             Ok(_) => {
@@ -846,7 +846,7 @@ impl<T: Transport> Decider<T> {
         let deadline = tokio::time::Instant::now() + self.deadline.max(MIN_RELEASE_DEADLINE);
         let mut cmd = redis::cmd("RL.RENEW");
         cmd.arg(key).arg(id).arg(format!("{ttl_ms}ms"));
-        match self.round_trip(&cmd, Some(key), deadline, None).await {
+        match self.round_trip(cmd, Some(key), deadline, None).await {
             Ok(redis::Value::Int(held)) => Some(held == 1),
             Ok(_) => {
                 self.release_error("RL.RENEW", rule, "a reply that is not 0 or 1");
@@ -902,7 +902,7 @@ impl<T: Transport> Decider<T> {
     ) -> Result<Verdict, Failure> {
         let rule = &applied.rule;
         let cmd = hit_cmd(command, applied);
-        match self.send(&cmd, None, deadline, late).await {
+        match self.send(cmd, None, deadline, late).await {
             Ok(value) => Verdict::from_reply(&value).ok_or_else(|| {
                 self.module_error(command, rule, "a reply that is not a decision");
                 Failure::Error
@@ -930,7 +930,7 @@ impl<T: Transport> Decider<T> {
         let cmd = multi_cmd(command, applying, group);
         let first = &applying[group[0]].key;
         let value = self
-            .send(&cmd, Some(first), deadline, late)
+            .send(cmd, Some(first), deadline, late)
             .await
             .map_err(|(failure, _)| failure)?;
         MultiVerdict::from_reply(&value, group.len()).ok_or_else(|| {
@@ -944,7 +944,7 @@ impl<T: Transport> Decider<T> {
     /// `deadline`, through the breaker; a failure comes with the text of an error reply.
     async fn send(
         &self,
-        cmd: &redis::Cmd,
+        cmd: redis::Cmd,
         route_key: Option<&str>,
         deadline: tokio::time::Instant,
         late: Option<&mut Option<Late>>,
@@ -962,7 +962,7 @@ impl<T: Transport> Decider<T> {
     /// still running, so that the caller can learn what Redis did with it.
     async fn round_trip(
         &self,
-        cmd: &redis::Cmd,
+        cmd: redis::Cmd,
         route_key: Option<&str>,
         deadline: tokio::time::Instant,
         late: Option<&mut Option<Late>>,
@@ -971,7 +971,7 @@ impl<T: Transport> Decider<T> {
         let reply = match (late, route_key) {
             (Some(late), _) => {
                 let backend = self.backend.clone();
-                let (cmd, key) = (cmd.clone(), route_key.map(str::to_owned));
+                let key = route_key.map(str::to_owned);
                 let mut call: Late =
                     Box::pin(async move { backend.call(&cmd, key.as_deref()).await });
                 let mut reply = tokio::time::timeout_at(deadline, &mut call).await;
@@ -987,7 +987,7 @@ impl<T: Transport> Decider<T> {
                 reply
             }
             (None, route_key) => {
-                tokio::time::timeout_at(deadline, self.backend.call(cmd, route_key)).await
+                tokio::time::timeout_at(deadline, self.backend.call(&cmd, route_key)).await
             }
         };
         let mut text = None;
