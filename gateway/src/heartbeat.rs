@@ -14,8 +14,8 @@
 //!
 //! Its calls go past the circuit breaker and do not report to it.
 
+use crate::app::Gateway;
 use crate::backend::Backend;
-use crate::front::http::Gateway;
 use crate::logging::log;
 use crate::rules::Limit;
 use redis::Value;

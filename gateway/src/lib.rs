@@ -2,6 +2,7 @@
 //! and the benchmarks reach the same request parsing, rule matching and key building that
 //! the service runs. `src/main.rs` is the binary.
 
+pub mod app;
 pub mod backend;
 pub mod breaker;
 pub mod canonical;

@@ -4,9 +4,9 @@
 //! the seeds' "rules database cached in Redis, refreshed by a worker": while the key
 //! exists its rules are in force, and when it is deleted the file's rules come back.
 
+use crate::app::Gateway;
 use crate::backend::Backend;
 use crate::config::{self, Config};
-use crate::front::http::Gateway;
 use crate::logging::log;
 use crate::rules::RuleSet;
 use redis::Value;

@@ -25,10 +25,10 @@
 //!   shadow descriptor never denies, on a failure either; a quota one reports it in its own
 //!   status only.
 
+use crate::app::Gateway;
 use crate::decider::{Applied, End, Look, RuleOutcome};
 use crate::descriptors::{self, DescriptorLimit, Domains, FailMode, OverrideMode, Unit};
 use crate::failure::Failure;
-use crate::front::http::Gateway;
 use crate::headers;
 use crate::metrics::{EnvoyResult, Outcome};
 use crate::rules::Rule;

@@ -4,17 +4,17 @@
 
 use crate::canonical::{canonicalize, PathRefusal};
 use crate::client_ip::client_ip;
-use crate::config::{Mode, ServerSettings};
-use crate::decider::{Applied, Decider, End, LeaseAnswer, RuleOutcome, Stacked};
+use crate::config::Mode;
+use crate::decider::{Applied, End, LeaseAnswer, RuleOutcome, Stacked};
 use crate::failure::Failure;
 use crate::header_names;
 use crate::headers;
 use crate::lease::{LeaseGuard, Leased};
 use crate::logging::{log_throttled, Kind};
 use crate::methods;
-use crate::metrics::{Metrics, Outcome, ReleaseCause};
+use crate::metrics::{Outcome, ReleaseCause};
 use crate::rules::{RequestFacts, Rule, RuleSet};
-use crate::upstream::{strip_hop_by_hop, wants_upgrade, Upstream, UpstreamError};
+use crate::upstream::{strip_hop_by_hop, wants_upgrade, UpstreamError};
 use crate::verdict::Verdict;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
@@ -23,20 +23,12 @@ use hyper::header::{HeaderMap, HeaderValue, CONNECTION, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use smallvec::SmallVec;
 use std::net::IpAddr;
-use std::sync::{Arc, RwLock};
 
 /// A response body: the upstream's, streamed (with the request's lease, if it holds one),
 /// or one the gateway wrote.
 pub type Body = Either<Leased<Incoming>, Full<Bytes>>;
 
-pub struct Gateway {
-    server: ServerSettings,
-    key_prefix: String,
-    rules: RwLock<Arc<RuleSet>>,
-    /// Shared with the leases in flight, which give themselves back through it.
-    decider: Arc<Decider>,
-    upstream: Option<Upstream>,
-}
+pub use crate::app::Gateway;
 
 /// The rules that applied to the request, with their keys, and what they decided.
 struct Judgement {
@@ -110,57 +102,6 @@ fn shown_allowed<'a>(
 }
 
 impl Gateway {
-    pub fn new(
-        server: ServerSettings,
-        key_prefix: String,
-        rules: RuleSet,
-        decider: Decider,
-    ) -> Self {
-        let upstream = server.upstream.clone().map(|base| {
-            Upstream::new(
-                base,
-                server.upstream_timeout,
-                server.connections.body_timeout,
-            )
-        });
-        Gateway {
-            server,
-            key_prefix,
-            rules: RwLock::new(Arc::new(rules)),
-            decider: Arc::new(decider),
-            upstream,
-        }
-    }
-
-    /// The one decision path, which the other front ends (Envoy's gRPC service) share.
-    pub fn decider(&self) -> &Decider {
-        &self.decider
-    }
-
-    /// The counters, kept by the decider, which counts its own work too.
-    pub fn metrics(&self) -> &Metrics {
-        self.decider.metrics()
-    }
-
-    /// Whether the circuit breaker skips Redis now (`rl_gateway_breaker_open`).
-    pub fn breaker_open(&self) -> bool {
-        self.decider.breaker_open()
-    }
-
-    /// The `[server]` settings it runs on.
-    pub fn server(&self) -> &ServerSettings {
-        &self.server
-    }
-
-    pub fn rules(&self) -> Arc<RuleSet> {
-        self.rules.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    pub fn replace_rules(&self, rules: RuleSet) {
-        *self.rules.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
-        self.decider.forget_denials();
-    }
-
     pub async fn handle(&self, peer: IpAddr, request: Request<Incoming>) -> Response<Body> {
         match self.server.mode {
             Mode::Proxy => self.proxy(peer, request).await,
