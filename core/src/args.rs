@@ -244,7 +244,8 @@ impl ArgError {
     }
 }
 
-/// The reply's text without the `ERR ` that only a reply carries (see [`ArgError::message`]).
+/// The reply's text without the `ERR ` that only a reply carries (see
+/// [`ArgError::message`]).
 impl std::fmt::Display for ArgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.reason())

@@ -97,7 +97,8 @@ impl ThrottleArgError {
     }
 }
 
-/// The reply's text without the `ERR ` that only a reply carries (see [`ThrottleArgError::message`]).
+/// The reply's text without the `ERR ` that only a reply carries (see
+/// [`ThrottleArgError::message`]).
 impl std::fmt::Display for ThrottleArgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.reason())

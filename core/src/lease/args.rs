@@ -85,7 +85,8 @@ impl LeaseArgError {
     }
 }
 
-/// The reply's text without the `ERR ` that only a reply carries (see [`LeaseArgError::message`]).
+/// The reply's text without the `ERR ` that only a reply carries (see
+/// [`LeaseArgError::message`]).
 impl std::fmt::Display for LeaseArgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.reason())
