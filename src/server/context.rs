@@ -8,8 +8,8 @@ use redis_module::Context;
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
-/// The context's flags, read once and asked by name: the `REDISMODULE_CTX_FLAGS_*` bits
-/// stay in this module, so the rest of the crate asks what it means to know.
+/// The context's flags, read once and asked by name. The `REDISMODULE_CTX_FLAGS_*` bits
+/// stay in this module; the rest of the crate asks the questions below, in its own terms.
 #[derive(Debug, Clone, Copy)]
 pub struct ContextFlags(c_int);
 
