@@ -20,10 +20,9 @@
 //! propagated one is (`server::context::count_change_unpropagated`, which propagates
 //! nothing whatever listens: the `RL.*` command itself never reaches a replica or the AOF).
 
-use crate::server::context;
+use crate::server::context::ContextFlags;
 use crate::server::events::ReplicationListener;
 use crate::server::info;
-use redis_module::raw;
 use redis_module::Context;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -65,7 +64,7 @@ pub fn propagating_always() -> bool {
 /// Whether the AOF is on or being turned on (`aof_state` is not off: the server feeds it).
 #[inline]
 fn aof_on(ctx: &Context) -> bool {
-    context::flags(ctx) & raw::REDISMODULE_CTX_FLAGS_AOF as i32 != 0
+    ContextFlags::of(ctx).aof_on()
 }
 
 /// Records the server events that can give writes a listener.

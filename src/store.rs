@@ -8,13 +8,14 @@
 //! reading any clock, and can do so without the module loaded.
 
 use crate::listeners;
-use crate::server::context::{self, replicate1, replicate2, replicate3, replicate4, replicate_all};
+use crate::server::context::{
+    self, replicate1, replicate2, replicate3, replicate4, replicate_all, EventClass,
+};
 use crate::server::key::{Key, Mode};
 use crate::server::string::{ServerStr, ServerString};
 use crate::{metrics, strings};
 use ratelimit_core::encoding::decode_count;
 use ratelimit_core::limiter::Write;
-use redis_module::raw;
 use redis_module::Context;
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -23,11 +24,13 @@ use std::cell::Cell;
 /// below it, `SET` of the whole value costs about what the patch's two commands do.
 const PATCH_MIN_BYTES: usize = 1024;
 
-/// The error for a string value that this module did not write.
-pub const NOT_OURS: &str = "ERR key holds a string that is not a ratelimit state";
-
 /// Why the store could not do what it was asked; the command layer turns it into the
 /// client's error reply.
+///
+/// [`Display`](std::fmt::Display) gives the reply's text without its error code, as the
+/// core's errors do: the reply is `WRONGTYPE ` and the text for
+/// [`StoreError::WrongType`] (the server's own wording for another type), `ERR ` and the
+/// text for the others ([`StoreError::reply`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreError {
     /// The key holds another Redis type than a string.
@@ -37,14 +40,33 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The error reply's text for a failed propagation.
-    pub fn not_propagated_message(command: &str) -> String {
-        format!(
-            "ERR cannot propagate {command} to replicas and the AOF (is {command} renamed?): \
-             nothing was written"
-        )
+    /// The error reply: its error code, a space and the [`Display`](std::fmt::Display)
+    /// text.
+    pub fn reply(&self) -> String {
+        let code = match self {
+            StoreError::WrongType => "WRONGTYPE",
+            StoreError::NotPropagated(_) => "ERR",
+        };
+        format!("{code} {self}")
     }
 }
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::WrongType => {
+                f.write_str("Operation against a key holding the wrong kind of value")
+            }
+            StoreError::NotPropagated(command) => write!(
+                f,
+                "cannot propagate {command} to replicas and the AOF (is {command} renamed?): \
+                 nothing was written"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
 
 /// How a command uses its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,5 +352,5 @@ pub fn propagate_command(
 /// Fires the keyspace event `rl.denied` (class generic) on `key`, for watching abuse with
 /// `SUBSCRIBE __keyevent@<db>__:rl.denied`.
 pub fn notify_denied(ctx: &Context, key: ServerStr<'_>) {
-    context::notify_keyspace_event(ctx, raw::REDISMODULE_NOTIFY_GENERIC, c"rl.denied", key);
+    context::notify_keyspace_event(ctx, EventClass::Generic, c"rl.denied", key);
 }

@@ -8,6 +8,10 @@ use super::calendar::Calendar;
 use super::codec::{Bytes, Reader};
 use super::decision::Decision;
 
+// Defined in `checked`, below `calendar`, which needs it too (see there); re-exported
+// here, next to the trait whose functions return it.
+pub use super::checked::OutOfRange;
+
 /// The parameters of one tier: `limit` units per `window_ms`, with a `burst` capacity
 /// that only the bucket algorithms (token, gcra) use; elsewhere it equals `limit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,36 +65,6 @@ pub struct View {
     pub remaining: i64,
     /// Milliseconds until the state is the same as no state (0 if it already is).
     pub reset_after_ms: i64,
-}
-
-/// A computation left the range of `i64` (times near the ends of the clock's range).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OutOfRange;
-
-/// Checked `i128` arithmetic for the algorithms' intermediate products, with `OutOfRange`
-/// as the error.
-pub(crate) mod checked {
-    use super::OutOfRange;
-
-    /// `value` as an `i64`.
-    pub fn to_i64(value: i128) -> Result<i64, OutOfRange> {
-        i64::try_from(value).map_err(|_| OutOfRange)
-    }
-
-    /// `a * b`.
-    pub fn mul(a: i128, b: i128) -> Result<i128, OutOfRange> {
-        a.checked_mul(b).ok_or(OutOfRange)
-    }
-
-    /// `a + b`.
-    pub fn add(a: i128, b: i128) -> Result<i128, OutOfRange> {
-        a.checked_add(b).ok_or(OutOfRange)
-    }
-
-    /// `a - b`.
-    pub fn sub(a: i128, b: i128) -> Result<i128, OutOfRange> {
-        a.checked_sub(b).ok_or(OutOfRange)
-    }
 }
 
 /// One rate-limiting algorithm. Implemented by unit structs; `limiter` is generic over it.

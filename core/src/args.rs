@@ -51,7 +51,12 @@ pub struct LimitArgs {
     pub cost: i64,
 }
 
-/// Why the arguments were refused. [`ArgError::message`] gives the reply text.
+/// Why the arguments were refused.
+///
+/// [`Display`](std::fmt::Display) gives the reply's text without its error code; the module
+/// replies `ERR ` and that text ([`ArgError::message`]), so that the gateway and a SPEC's
+/// error quote it as it is. [`ArgError::WrongArity`] is the one the module answers with the
+/// server's own arity error instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArgError {
     /// Too few arguments for the command: answered with Redis's standard arity error.
@@ -138,23 +143,29 @@ pub enum ArgError {
 }
 
 impl ArgError {
-    /// The error reply, starting with `ERR` and naming the argument and the rule.
+    /// The error reply, naming the argument and the rule: `ERR ` and then the
+    /// [`Display`](std::fmt::Display) text.
     pub fn message(&self) -> Cow<'static, str> {
+        format!("ERR {self}").into()
+    }
+
+    /// The text after `ERR `: borrowed where it is fixed, so that Display copies nothing.
+    pub(crate) fn reason(&self) -> Cow<'static, str> {
         match self {
-            ArgError::WrongArity => "ERR wrong number of arguments".into(),
-            ArgError::Limit => "ERR limit must be a positive integer".into(),
+            ArgError::WrongArity => "wrong number of arguments".into(),
+            ArgError::Limit => "limit must be a positive integer".into(),
             ArgError::Window(DurationError::Malformed) => {
-                "ERR window must be a positive integer of seconds or an integer with a unit \
+                "window must be a positive integer of seconds or an integer with a unit \
                  (ms, s, m, h, d), e.g. 250ms or 5m, or a calendar period: day, week, month \
                  or year"
                     .into()
             }
             ArgError::Window(DurationError::UnknownUnit) => {
-                "ERR window has an unknown unit: use ms, s, m, h or d".into()
+                "window has an unknown unit: use ms, s, m, h or d".into()
             }
-            ArgError::Window(DurationError::TooShort) => "ERR window must be at least 1ms".into(),
+            ArgError::Window(DurationError::TooShort) => "window must be at least 1ms".into(),
             ArgError::Window(DurationError::TooLong) => {
-                ArgError::WindowAboveMax(LARGEST_WINDOW_MS).message()
+                ArgError::WindowAboveMax(LARGEST_WINDOW_MS).reason()
             }
             ArgError::WindowAboveMax(max_ms) => {
                 let max = if max_ms % DAY_MS == 0 {
@@ -162,65 +173,61 @@ impl ArgError {
                 } else {
                     format!("{max_ms}ms")
                 };
-                format!("ERR window must be at most {max} (ratelimit.max-window-ms)").into()
+                format!("window must be at most {max} (ratelimit.max-window-ms)").into()
             }
             ArgError::MissingWindow => {
-                "ERR each limit needs a window: limit window [limit window ...]".into()
+                "each limit needs a window: limit window [limit window ...]".into()
             }
-            ArgError::TooManyTiers => format!("ERR at most {MAX_TIERS} tiers per key").into(),
-            ArgError::Cost => "ERR COST must be a positive integer".into(),
-            ArgError::Burst => "ERR BURST must be a positive integer".into(),
+            ArgError::TooManyTiers => format!("at most {MAX_TIERS} tiers per key").into(),
+            ArgError::Cost => "COST must be a positive integer".into(),
+            ArgError::Burst => "BURST must be a positive integer".into(),
             ArgError::BurstNotApplicable => {
-                "ERR BURST applies to ALGO token or gcra with a single tier".into()
+                "BURST applies to ALGO token or gcra with a single tier".into()
             }
-            ArgError::Algo => format!("ERR ALGO must be one of {}", algorithm_names()).into(),
+            ArgError::Algo => format!("ALGO must be one of {}", algorithm_names()).into(),
             ArgError::LimitTooLarge(kind, max) => {
-                format!("ERR ALGO {} allows a limit of at most {max}", kind.name()).into()
+                format!("ALGO {} allows a limit of at most {max}", kind.name()).into()
             }
-            ArgError::Mode => "ERR MODE must be enforce or shadow".into(),
-            ArgError::PolicyName => "ERR POLICY needs a policy name".into(),
-            ArgError::TimeZone => "ERR TZ must be an IANA time zone name, e.g. Europe/Paris".into(),
-            ArgError::Anchor => "ERR ANCHOR must be a day of the month from 1 to 31".into(),
+            ArgError::Mode => "MODE must be enforce or shadow".into(),
+            ArgError::PolicyName => "POLICY needs a policy name".into(),
+            ArgError::TimeZone => "TZ must be an IANA time zone name, e.g. Europe/Paris".into(),
+            ArgError::Anchor => "ANCHOR must be a day of the month from 1 to 31".into(),
             ArgError::TzWithoutCalendar => {
-                "ERR TZ applies to calendar windows: day, week, month or year".into()
+                "TZ applies to calendar windows: day, week, month or year".into()
             }
-            ArgError::AnchorWithoutMonth => "ERR ANCHOR applies to a month window".into(),
+            ArgError::AnchorWithoutMonth => "ANCHOR applies to a month window".into(),
             ArgError::CalendarAlgo(kind) => format!(
-                "ERR calendar windows (day, week, month, year) count as ALGO fixed, not ALGO {}",
+                "calendar windows (day, week, month, year) count as ALGO fixed, not ALGO {}",
                 kind.name()
             )
             .into(),
             ArgError::UnknownPolicyCallOption(arg) => {
-                format!("ERR unknown option '{arg}' after POLICY name (expected COST)").into()
+                format!("unknown option '{arg}' after POLICY name (expected COST)").into()
             }
             ArgError::UnknownPolicyOption(arg) => {
-                format!("ERR unknown option '{arg}' (expected ALGO, BURST, MODE, TZ or ANCHOR)")
-                    .into()
+                format!("unknown option '{arg}' (expected ALGO, BURST, MODE, TZ or ANCHOR)").into()
             }
-            ArgError::RepeatedOption(name) => format!("ERR {name} is given more than once").into(),
+            ArgError::RepeatedOption(name) => format!("{name} is given more than once").into(),
             ArgError::UnknownOption(arg) => {
-                format!("ERR unknown option '{arg}' (expected ALGO, BURST, COST, TZ or ANCHOR)")
-                    .into()
+                format!("unknown option '{arg}' (expected ALGO, BURST, COST, TZ or ANCHOR)").into()
             }
-            ArgError::NumKeys => {
-                format!("ERR numkeys must be an integer from 1 to {MAX_KEYS}").into()
-            }
+            ArgError::NumKeys => format!("numkeys must be an integer from 1 to {MAX_KEYS}").into(),
             ArgError::FewerKeys(numkeys) => {
-                format!("ERR numkeys is {numkeys} but fewer keys follow").into()
+                format!("numkeys is {numkeys} but fewer keys follow").into()
             }
             ArgError::MissingSpec => {
-                "ERR each key needs a rule: numkeys key [key ...] SPEC rule [SPEC rule ...]".into()
+                "each key needs a rule: numkeys key [key ...] SPEC rule [SPEC rule ...]".into()
             }
             ArgError::SpecAsKey { numkeys, index } => format!(
-                "ERR numkeys is {numkeys} but SPEC comes after {index} keys: is numkeys too \
+                "numkeys is {numkeys} but SPEC comes after {index} keys: is numkeys too \
                  large? (a key named SPEC needs a SPEC of its own)"
             )
             .into(),
             ArgError::SpecCount { keys } => {
-                format!("ERR give one SPEC per key, in key order ({keys} keys)").into()
+                format!("give one SPEC per key, in key order ({keys} keys)").into()
             }
             ArgError::DuplicateKey { key, first, second } => format!(
-                "ERR key '{key}' is given twice (indexes {first} and {second}): name each key \
+                "key '{key}' is given twice (indexes {first} and {second}): name each key \
                  once, with the sum of its costs"
             )
             .into(),
@@ -229,14 +236,23 @@ impl ArgError {
                     ArgError::WrongArity => {
                         "a SPEC needs limit window [limit window ...] or POLICY name".into()
                     }
-                    ref other => other.message(),
+                    ref other => other.reason(),
                 };
-                let reason = reason.strip_prefix("ERR ").unwrap_or(&reason).to_owned();
-                format!("ERR SPEC {index} (key '{key}'): {reason}").into()
+                format!("SPEC {index} (key '{key}'): {reason}").into()
             }
         }
     }
 }
+
+/// The reply's text without the `ERR ` that only a reply carries (see
+/// [`ArgError::message`]).
+impl std::fmt::Display for ArgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason())
+    }
+}
+
+impl std::error::Error for ArgError {}
 
 fn algorithm_names() -> String {
     let names: Vec<&str> = AlgorithmKind::ALL.iter().map(|(_, name)| *name).collect();
@@ -942,5 +958,77 @@ mod tests {
                 prop_assert!(msg.bytes().all(|b| b.is_ascii_graphic() || b == b' '));
             }
         }
+    }
+
+    /// Display is the reply without `ERR `, for every variant (the reply texts themselves
+    /// are pinned by the tests above), and nests as a SPEC's error quotes it.
+    #[test]
+    fn display_is_the_reply_without_its_error_code() {
+        use ArgError::*;
+        let all = [
+            WrongArity,
+            Limit,
+            Window(DurationError::Malformed),
+            Window(DurationError::UnknownUnit),
+            Window(DurationError::TooShort),
+            Window(DurationError::TooLong),
+            WindowAboveMax(60_000),
+            MissingWindow,
+            TooManyTiers,
+            Cost,
+            Burst,
+            BurstNotApplicable,
+            Algo,
+            LimitTooLarge(AlgorithmKind::Log, 10_000),
+            Mode,
+            PolicyName,
+            TimeZone,
+            Anchor,
+            TzWithoutCalendar,
+            AnchorWithoutMonth,
+            CalendarAlgo(AlgorithmKind::Token),
+            UnknownPolicyOption("x".into()),
+            UnknownPolicyCallOption("x".into()),
+            RepeatedOption("COST"),
+            UnknownOption("x".into()),
+            NumKeys,
+            FewerKeys(3),
+            MissingSpec,
+            SpecAsKey {
+                numkeys: 2,
+                index: 1,
+            },
+            SpecCount { keys: 2 },
+            DuplicateKey {
+                key: "a".into(),
+                first: 0,
+                second: 1,
+            },
+            InSpec {
+                index: 0,
+                key: "a".into(),
+                error: Box::new(Limit),
+            },
+        ];
+        for err in all {
+            let shown = err.to_string();
+            assert_eq!(err.message(), format!("ERR {shown}"), "{err:?}");
+            assert!(!shown.starts_with("ERR"), "{err:?}");
+            // A std error: boxes into what `?` in a caller's `main` takes.
+            let _: Box<dyn std::error::Error> = Box::new(err);
+        }
+        assert_eq!(
+            Window(DurationError::UnknownUnit).to_string(),
+            "window has an unknown unit: use ms, s, m, h or d"
+        );
+        let nested = InSpec {
+            index: 1,
+            key: "b".into(),
+            error: Box::new(WrongArity),
+        };
+        assert_eq!(
+            nested.to_string(),
+            "SPEC 1 (key 'b'): a SPEC needs limit window [limit window ...] or POLICY name"
+        );
     }
 }

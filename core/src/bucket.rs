@@ -36,8 +36,8 @@
 //! denied hit that waits its `retry_after_ms` and retries is allowed if nothing else was
 //! counted meanwhile, and it is the shortest such wait in whole milliseconds.
 
-use super::algorithm::checked::{add, mul, sub, to_i64};
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
+use super::checked::{add, mul, sub, to_i64};
 use super::codec::{put_i64, Bytes, Reader};
 use super::decision::{Decision, NEVER};
 

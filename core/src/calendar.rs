@@ -25,7 +25,7 @@
 //! assert_eq!(period_end(now_ms, &month), Ok(now_ms + 1));
 //! ```
 
-use crate::algorithm::OutOfRange;
+use crate::checked::OutOfRange;
 use crate::duration::DAY_MS;
 use chrono::{DateTime, Datelike, Days, LocalResult, NaiveDate, NaiveTime, Offset, TimeZone};
 use chrono_tz::{GapInfo, Tz, TZ_VARIANTS};

@@ -46,8 +46,9 @@ pub struct Throttle {
     pub quantity: i64,
 }
 
-/// Why the arguments of CL.THROTTLE were refused. [`ThrottleArgError::message`] gives the
-/// reply text.
+/// Why the arguments of CL.THROTTLE were refused. As for [`ArgError`],
+/// [`Display`](std::fmt::Display) gives the reply's text without its error code and
+/// [`ThrottleArgError::message`] the reply (`ERR ` and that text).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ThrottleArgError {
     /// An error RL.HIT has too: only [`ArgError::WrongArity`] (not 3 or 4 arguments after
@@ -72,26 +73,39 @@ impl From<ArgError> for ThrottleArgError {
 }
 
 impl ThrottleArgError {
-    /// The error reply, starting with `ERR` and naming the argument and the rule.
+    /// The error reply: `ERR ` and then the [`Display`](std::fmt::Display) text.
     pub fn message(&self) -> Cow<'static, str> {
+        format!("ERR {self}").into()
+    }
+
+    /// The text after `ERR `: borrowed where it is fixed, so that Display copies nothing.
+    pub(crate) fn reason(&self) -> Cow<'static, str> {
         match self {
-            ThrottleArgError::Common(err) => err.message(),
-            ThrottleArgError::MaxBurst => format!(
-                "ERR max_burst must be an integer from 0 to {}",
-                i64::MAX - 1
-            )
-            .into(),
+            ThrottleArgError::Common(err) => err.reason(),
+            ThrottleArgError::MaxBurst => {
+                format!("max_burst must be an integer from 0 to {}", i64::MAX - 1).into()
+            }
             ThrottleArgError::CountPerPeriod => {
-                "ERR count_per_period must be a positive integer".into()
+                "count_per_period must be a positive integer".into()
             }
-            ThrottleArgError::Period => "ERR period must be a positive integer of seconds".into(),
+            ThrottleArgError::Period => "period must be a positive integer of seconds".into(),
             ThrottleArgError::PeriodTooLong => {
-                format!("ERR period must be at most {MAX_PERIOD_S} seconds (366 days)").into()
+                format!("period must be at most {MAX_PERIOD_S} seconds (366 days)").into()
             }
-            ThrottleArgError::Quantity => "ERR quantity must be a non-negative integer".into(),
+            ThrottleArgError::Quantity => "quantity must be a non-negative integer".into(),
         }
     }
 }
+
+/// The reply's text without the `ERR ` that only a reply carries (see
+/// [`ThrottleArgError::message`]).
+impl std::fmt::Display for ThrottleArgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason())
+    }
+}
+
+impl std::error::Error for ThrottleArgError {}
 
 /// Parses `max_burst count_per_period period [quantity]`, the arguments of CL.THROTTLE
 /// after the key.

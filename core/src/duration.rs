@@ -11,6 +11,12 @@ pub const MAX_WINDOW_MS: i64 = 366 * DAY_MS;
 pub const LARGEST_WINDOW_MS: i64 = 10 * MAX_WINDOW_MS;
 
 /// Why a duration was refused.
+///
+/// [`Display`](std::fmt::Display) says why in words about "a duration", without an error
+/// code. The module never replies with it as it is: a refused window or ttl is an argument
+/// error that names the argument and its config
+/// ([`ArgError::Window`](crate::args::ArgError::Window),
+/// [`LeaseArgError::Ttl`](crate::lease::args::LeaseArgError::Ttl)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DurationError {
     /// Not digits followed by an optional unit (empty, a sign, a fraction, spaces...).
@@ -22,6 +28,28 @@ pub enum DurationError {
     /// Above [`LARGEST_WINDOW_MS`], including numbers too big for an `i64`.
     TooLong,
 }
+
+impl std::fmt::Display for DurationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DurationError::Malformed => f.write_str(
+                "a duration must be a positive integer of seconds or an integer with a unit \
+                 (ms, s, m, h, d), e.g. 250ms or 5m",
+            ),
+            DurationError::UnknownUnit => {
+                f.write_str("a duration has an unknown unit: use ms, s, m, h or d")
+            }
+            DurationError::TooShort => f.write_str("a duration must be at least 1ms"),
+            DurationError::TooLong => write!(
+                f,
+                "a duration must be at most {}d",
+                LARGEST_WINDOW_MS / DAY_MS
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DurationError {}
 
 /// Parses a duration into milliseconds, within `1..=LARGEST_WINDOW_MS`.
 ///
@@ -129,6 +157,28 @@ mod tests {
         ];
         for (text, err) in cases {
             assert_eq!(parse_duration_ms(text), Err(*err), "{:?}", text);
+        }
+    }
+
+    #[test]
+    fn errors_say_why_in_words() {
+        use DurationError::*;
+        let texts = [
+            (
+                Malformed,
+                "a duration must be a positive integer of seconds or an integer with a unit \
+                 (ms, s, m, h, d), e.g. 250ms or 5m",
+            ),
+            (
+                UnknownUnit,
+                "a duration has an unknown unit: use ms, s, m, h or d",
+            ),
+            (TooShort, "a duration must be at least 1ms"),
+            (TooLong, "a duration must be at most 3660d"),
+        ];
+        for (err, text) in texts {
+            assert_eq!(err.to_string(), text);
+            let _: Box<dyn std::error::Error> = Box::new(err);
         }
     }
 }

@@ -55,6 +55,7 @@ pub mod args;
 pub mod bucket;
 pub mod calendar;
 pub mod cell;
+mod checked;
 pub mod codec;
 pub mod decision;
 pub mod duration;

@@ -48,6 +48,7 @@
 //! the sliding window counter gives nearly the same answers in constant memory.
 
 mod layout;
+mod pair;
 #[cfg(test)]
 mod reference;
 mod state;
@@ -55,8 +56,8 @@ mod state;
 pub use self::state::{Entry, LogState};
 
 use self::state::Corrupt;
-use super::algorithm::checked::to_i64;
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
+use super::checked::to_i64;
 use super::codec::{Bytes, Reader};
 use super::decision::{Decision, NEVER};
 use smallvec::SmallVec;

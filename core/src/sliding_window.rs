@@ -40,8 +40,8 @@
 //! the fixed window's double burst at window edges, at the fixed window's cost, and an
 //! approximation is fine. Use the sliding log when the limit must be exact.
 
-use super::algorithm::checked::{add, mul, sub, to_i64};
 use super::algorithm::{Algorithm, OutOfRange, Quota, TierCheck, View};
+use super::checked::{add, mul, sub, to_i64};
 use super::codec::{put_i64, put_varint, Bytes, Reader};
 use super::decision::{Decision, NEVER};
 use super::fixed_window::aligned_end;

@@ -12,7 +12,7 @@ use crate::store::{self, Access, StoredKey};
 use crate::{config, metrics, reply};
 use ratelimit_core::args::{parse_limits, parse_policy_call, Mode};
 use ratelimit_core::lease::is_lease;
-use ratelimit_core::limiter::{self, Action, LimiterError, Limits, Outcome};
+use ratelimit_core::limiter::{self, Action, Limits, Outcome};
 use redis_module::Context;
 
 command_handler!(rl_hit, |ctx, args| run(ctx, args, |cost| Action::Hit {
@@ -88,7 +88,7 @@ pub fn decide(
         if stored.is_some_and(is_lease) {
             return CommandError::Message(LEASES_NOT_STATE.into());
         }
-        limiter_error(err)
+        CommandError::from(err)
     })?;
     key.apply(&outcome.write)?;
     if matches!(action, Action::Hit { .. }) && !outcome.decision.allowed && config::notify_denied()
@@ -101,12 +101,3 @@ pub fn decide(
 /// The error for RL.HIT and its kin on a key that holds leases.
 const LEASES_NOT_STATE: &str =
     "ERR key holds leases (RL.ACQUIRE), not a rate-limit state: use RL.LEASES to read it";
-
-fn limiter_error(err: LimiterError) -> CommandError {
-    CommandError::Message(match err {
-        LimiterError::NotOurs => crate::store::NOT_OURS.into(),
-        LimiterError::OutOfRange => {
-            "ERR limit, window, BURST and COST are too large together for the server clock".into()
-        }
-    })
-}

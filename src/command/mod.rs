@@ -13,10 +13,12 @@ pub mod reset;
 pub mod testing;
 pub mod throttle;
 
+use crate::server::context::ContextFlags;
 use crate::server::reply::Reply;
 use crate::store::StoreError;
 use ratelimit_core::args::ArgError;
-use redis_module::{raw, Context};
+use ratelimit_core::limiter::LimiterError;
+use redis_module::Context;
 use std::borrow::Cow;
 use std::ffi::{CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -46,11 +48,16 @@ impl From<ArgError> for CommandError {
 impl From<StoreError> for CommandError {
     fn from(err: StoreError) -> Self {
         match err {
+            // Replied from a static text (`WRONGTYPE`), which a test holds to `reply`.
             StoreError::WrongType => CommandError::WrongType,
-            StoreError::NotPropagated(command) => {
-                CommandError::Message(StoreError::not_propagated_message(&command).into())
-            }
+            other => CommandError::Message(other.reply().into()),
         }
+    }
+}
+
+impl From<LimiterError> for CommandError {
+    fn from(err: LimiterError) -> Self {
+        CommandError::Message(err.message().into())
     }
 }
 
@@ -120,16 +127,36 @@ fn reply_error(ctx: &Context, err: CommandError) {
 /// Whether the command comes from this server's primary or from the AOF being loaded:
 /// such commands are obeyed as they are, never refused by local settings.
 pub fn from_primary_or_aof(ctx: &Context) -> bool {
-    let from = (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) as i32;
-    context_flags(ctx) & from != 0
+    ContextFlags::of(ctx).replicated_or_loading()
 }
 
 /// Whether this server is a read-only replica (a client may not change its policies).
 pub fn read_only_replica(ctx: &Context) -> bool {
-    let replica = (raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_READONLY) as i32;
-    context_flags(ctx) & replica == replica
+    ContextFlags::of(ctx).read_only_replica()
 }
 
-fn context_flags(ctx: &Context) -> i32 {
-    crate::server::context::flags(ctx)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store's errors reply their code and Display text; `WrongType` is replied from
+    /// the static `WRONGTYPE`, which must say the same.
+    #[test]
+    fn store_errors_reply_their_code_and_display_text() {
+        let wrong_type = StoreError::WrongType;
+        assert_eq!(
+            wrong_type.to_string(),
+            "Operation against a key holding the wrong kind of value"
+        );
+        assert_eq!(Some(wrong_type.reply().as_str()), WRONGTYPE.to_str().ok());
+        let lost = StoreError::NotPropagated("RL.X".into());
+        let text = "cannot propagate RL.X to replicas and the AOF (is RL.X renamed?): nothing \
+                    was written";
+        assert_eq!(lost.to_string(), text);
+        let CommandError::Message(reply) = CommandError::from(lost) else {
+            panic!("a failed propagation is an ERR reply");
+        };
+        assert_eq!(reply, format!("ERR {text}"));
+        let _: Box<dyn std::error::Error> = Box::new(StoreError::WrongType);
+    }
 }

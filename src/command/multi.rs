@@ -161,11 +161,5 @@ fn key_error(index: usize, key: &[u8], reason: &str) -> CommandError {
 }
 
 fn limiter_error(index: usize, key: &[u8], err: LimiterError) -> CommandError {
-    let reason = match err {
-        LimiterError::NotOurs => crate::store::NOT_OURS,
-        LimiterError::OutOfRange => {
-            "ERR limit, window, BURST and COST are too large together for the server clock"
-        }
-    };
-    key_error(index, key, reason.strip_prefix("ERR ").unwrap_or(reason))
+    key_error(index, key, &err.to_string())
 }

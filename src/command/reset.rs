@@ -2,9 +2,9 @@
 
 use super::{command_handler, Args, CommandError, CommandResult};
 use crate::reply;
-use crate::store::{Access, StoredKey, NOT_OURS};
+use crate::store::{Access, StoredKey};
 use ratelimit_core::lease::is_lease;
-use ratelimit_core::limiter::{is_state, Write};
+use ratelimit_core::limiter::{is_state, LimiterError, Write};
 use redis_module::Context;
 
 command_handler!(rl_reset, run);
@@ -23,7 +23,8 @@ fn run(ctx: &Context, args: Args<'_>) -> CommandResult {
             key.apply(&Write::Delete)?;
             true
         }
-        Some(false) => return Err(CommandError::Message(NOT_OURS.into())),
+        // The same refusal as RL.HIT's on a value this module did not write.
+        Some(false) => return Err(LimiterError::NotOurs.into()),
     };
     reply::integer(ctx, i64::from(deleted));
     Ok(())

@@ -8,11 +8,61 @@ use redis_module::Context;
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
-/// The context's flags (`REDISMODULE_CTX_FLAGS_*`).
-#[inline]
-pub fn flags(ctx: &Context) -> i32 {
-    // SAFETY: ctx is the live context of the running command.
-    unsafe { api!(RedisModule_GetContextFlags)(ctx.ctx) }
+/// The context's flags, read once and asked by name. The `REDISMODULE_CTX_FLAGS_*` bits
+/// stay in this module; the rest of the crate asks the questions below, in its own terms.
+#[derive(Debug, Clone, Copy)]
+pub struct ContextFlags(c_int);
+
+impl ContextFlags {
+    /// The flags of the running command's context.
+    #[inline]
+    pub fn of(ctx: &Context) -> Self {
+        // SAFETY: ctx is the live context of the running command.
+        ContextFlags(unsafe { api!(RedisModule_GetContextFlags)(ctx.ctx) })
+    }
+
+    /// The command comes from this server's primary (the replication stream) or from the
+    /// AOF being loaded.
+    #[inline]
+    pub fn replicated_or_loading(self) -> bool {
+        self.any(raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING)
+    }
+
+    /// This server is a replica that refuses writes from its clients (`replica-read-only`).
+    #[inline]
+    pub fn read_only_replica(self) -> bool {
+        self.all(raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_READONLY)
+    }
+
+    /// The AOF is on or being turned on (`aof_state` is not off: the server feeds it).
+    #[inline]
+    pub fn aof_on(self) -> bool {
+        self.any(raw::REDISMODULE_CTX_FLAGS_AOF)
+    }
+
+    fn any(self, bits: u32) -> bool {
+        self.0 & bits as c_int != 0
+    }
+
+    fn all(self, bits: u32) -> bool {
+        self.0 & bits as c_int == bits as c_int
+    }
+}
+
+/// The classes of keyspace events the module fires (`REDISMODULE_NOTIFY_*`): a client
+/// receives an event when `notify-keyspace-events` enables its class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventClass {
+    /// Class `g`, the generic commands' (`DEL`, `EXPIRE`, ...): the module's own events.
+    Generic,
+}
+
+impl EventClass {
+    fn bits(self) -> c_int {
+        match self {
+            EventClass::Generic => raw::REDISMODULE_NOTIFY_GENERIC as c_int,
+        }
+    }
 }
 
 /// Signals `key` as modified (for WATCH and client-side caching).
@@ -22,9 +72,10 @@ pub fn signal_modified(ctx: &Context, key: ServerStr<'_>) {
     unsafe { api!(RedisModule_SignalModifiedKey)(ctx.ctx, key.as_ptr()) };
 }
 
-/// Fires the keyspace event `event` of class `class` (`REDISMODULE_NOTIFY_*`) on `key`.
+/// Fires the keyspace event `event` of class `class` on `key`.
 #[inline]
-pub fn notify_keyspace_event(ctx: &Context, class: c_int, event: &CStr, key: ServerStr<'_>) {
+pub fn notify_keyspace_event(ctx: &Context, class: EventClass, event: &CStr, key: ServerStr<'_>) {
+    let class = class.bits();
     // SAFETY: ctx is the live context of the running command; event and key are live for
     // the call, and the server copies what it keeps.
     unsafe { api!(RedisModule_NotifyKeyspaceEvent)(ctx.ctx, class, event.as_ptr(), key.as_ptr()) };

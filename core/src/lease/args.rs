@@ -27,7 +27,9 @@ pub struct AcquireArgs<'a> {
     pub tiers: Option<LimitArgs>,
 }
 
-/// Why lease arguments were refused.
+/// Why lease arguments were refused. As for [`ArgError`], [`Display`](std::fmt::Display)
+/// gives the reply's text without its error code and [`LeaseArgError::message`] the reply
+/// (`ERR ` and that text).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseArgError {
     /// Too few arguments.
@@ -47,12 +49,17 @@ pub enum LeaseArgError {
 }
 
 impl LeaseArgError {
-    /// The error reply, starting with `ERR`.
+    /// The error reply: `ERR ` and then the [`Display`](std::fmt::Display) text.
     pub fn message(&self) -> Cow<'static, str> {
+        format!("ERR {self}").into()
+    }
+
+    /// The text after `ERR `: borrowed where it is fixed, so that Display copies nothing.
+    pub(crate) fn reason(&self) -> Cow<'static, str> {
         match self {
-            LeaseArgError::WrongArity => "ERR wrong number of arguments".into(),
+            LeaseArgError::WrongArity => "wrong number of arguments".into(),
             LeaseArgError::Max(cap) => {
-                format!("ERR max must be an integer from 1 to {cap} (ratelimit.max-leases)").into()
+                format!("max must be an integer from 1 to {cap} (ratelimit.max-leases)").into()
             }
             LeaseArgError::Ttl(max_ms) => {
                 let max = if max_ms % DAY_MS == 0 {
@@ -61,22 +68,32 @@ impl LeaseArgError {
                     format!("{max_ms}ms")
                 };
                 format!(
-                    "ERR ttl must be a positive duration (e.g. 500ms, 30s) of at most {max} \
+                    "ttl must be a positive duration (e.g. 500ms, 30s) of at most {max} \
                      (ratelimit.max-window-ms)"
                 )
                 .into()
             }
             LeaseArgError::Id => {
-                format!("ERR ID must be followed by a lease id of 1 to {MAX_ID_LEN} bytes").into()
+                format!("ID must be followed by a lease id of 1 to {MAX_ID_LEN} bytes").into()
             }
-            LeaseArgError::RepeatedId => "ERR ID is given more than once".into(),
+            LeaseArgError::RepeatedId => "ID is given more than once".into(),
             LeaseArgError::OptionsWithoutTiers => {
-                "ERR ALGO, BURST and COST apply to tiers: give limit window first".into()
+                "ALGO, BURST and COST apply to tiers: give limit window first".into()
             }
-            LeaseArgError::Tiers(err) => err.message(),
+            LeaseArgError::Tiers(err) => err.reason(),
         }
     }
 }
+
+/// The reply's text without the `ERR ` that only a reply carries (see
+/// [`LeaseArgError::message`]).
+impl std::fmt::Display for LeaseArgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason())
+    }
+}
+
+impl std::error::Error for LeaseArgError {}
 
 /// Parses `max` against the cap (`ratelimit.max-leases`).
 pub fn parse_max(arg: &[u8], cap: i64) -> Result<i64, LeaseArgError> {

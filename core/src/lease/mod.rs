@@ -110,6 +110,9 @@ fn hex_decode(text: &[u8]) -> Option<[u8; GENERATED_ID_LEN]> {
 }
 
 /// Why a lease call could not be answered; nothing is written.
+///
+/// [`Display`](std::fmt::Display) gives the reply's text without its error code and
+/// [`LeaseError::message`] the reply (`ERR ` and that text), as for the argument errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseError {
     /// The key holds a value that is not leases (an RL.HIT state, or text).
@@ -121,18 +124,28 @@ pub enum LeaseError {
 }
 
 impl LeaseError {
-    /// The error reply's text.
-    pub fn message(self) -> &'static str {
-        match self {
-            LeaseError::NotLeases => {
-                "ERR key holds a value that is not leases (a rate-limit state of RL.HIT, or \
-                 another string)"
-            }
-            LeaseError::DuplicateId => "ERR ID is already held on this key: release or renew it",
-            LeaseError::OutOfRange => "ERR ttl or the tiers are too large for the server clock",
-        }
+    /// The error reply: `ERR ` and then the [`Display`](std::fmt::Display) text.
+    pub fn message(self) -> String {
+        format!("ERR {self}")
     }
 }
+
+/// The reply's text without the `ERR ` that only a reply carries (see
+/// [`LeaseError::message`]).
+impl std::fmt::Display for LeaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LeaseError::NotLeases => {
+                "key holds a value that is not leases (a rate-limit state of RL.HIT, or \
+                 another string)"
+            }
+            LeaseError::DuplicateId => "ID is already held on this key: release or renew it",
+            LeaseError::OutOfRange => "ttl or the tiers are too large for the server clock",
+        })
+    }
+}
+
+impl std::error::Error for LeaseError {}
 
 impl From<LimiterError> for LeaseError {
     fn from(err: LimiterError) -> Self {

@@ -1,7 +1,7 @@
 use super::args::{parse_acquire, LeaseArgError};
 use super::layout::{decode, encode, GENERATED_LEASE_BYTES};
 use super::*;
-use crate::args::{parse_limits, Settings};
+use crate::args::{parse_limits, ArgError, Settings};
 use crate::limiter::MemoryKey;
 use proptest::prelude::*;
 
@@ -422,4 +422,31 @@ fn a_lower_max_waits_for_enough_leases_to_end() {
     assert_eq!(held.retry_after_ms, 300);
     let after = acquire(key.value(), T0 + 300, &ask(3, 1_000, b"z")).expect("acquire");
     assert!(after.acquired, "free at exactly that wait");
+}
+
+/// The replies of the lease commands (`message`) are `ERR ` and the Display text.
+#[test]
+fn lease_errors_display_the_reply_without_err() {
+    let texts = [
+        (
+            LeaseError::NotLeases,
+            "key holds a value that is not leases (a rate-limit state of RL.HIT, or another \
+             string)",
+        ),
+        (
+            LeaseError::DuplicateId,
+            "ID is already held on this key: release or renew it",
+        ),
+        (
+            LeaseError::OutOfRange,
+            "ttl or the tiers are too large for the server clock",
+        ),
+    ];
+    for (err, text) in texts {
+        assert_eq!(err.to_string(), text);
+        assert_eq!(err.message(), format!("ERR {text}"));
+    }
+    let tiers = LeaseArgError::Tiers(ArgError::Cost);
+    assert_eq!(tiers.to_string(), "COST must be a positive integer");
+    assert_eq!(tiers.message(), "ERR COST must be a positive integer");
 }

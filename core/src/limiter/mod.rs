@@ -106,6 +106,11 @@ pub struct Outcome {
 }
 
 /// Why a request could not be answered.
+///
+/// [`Display`](std::fmt::Display) gives the text of the module's reply to RL.HIT and its
+/// kin without its error code, and [`LimiterError::message`] the reply (`ERR ` and that
+/// text), as for the argument errors. RL.MHIT quotes the Display text after the key it is
+/// about; the lease commands answer with their own [`LeaseError`](crate::lease::LeaseError).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LimiterError {
     /// The key holds a value this module did not write.
@@ -113,6 +118,26 @@ pub enum LimiterError {
     /// The clock or a parameter is beyond what the arithmetic supports.
     OutOfRange,
 }
+
+impl LimiterError {
+    /// The error reply: `ERR ` and then the [`Display`](std::fmt::Display) text.
+    pub fn message(self) -> String {
+        format!("ERR {self}")
+    }
+}
+
+impl std::fmt::Display for LimiterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LimiterError::NotOurs => "key holds a string that is not a ratelimit state",
+            LimiterError::OutOfRange => {
+                "limit, window, BURST and COST are too large together for the server clock"
+            }
+        })
+    }
+}
+
+impl std::error::Error for LimiterError {}
 
 impl From<OutOfRange> for LimiterError {
     fn from(_: OutOfRange) -> Self {
@@ -230,5 +255,30 @@ mod tests {
         // A hit renews and writes, so its own wait is one new window.
         let hit = key.run(&second, Action::Hit { cost: 1 }, T0 + 20);
         assert_eq!(hit.decision.retry_after_ms, 980);
+    }
+
+    /// The texts the module replies with to RL.HIT and its kin (`message`), and quotes
+    /// after a key's SPEC for RL.MHIT (Display).
+    #[test]
+    fn errors_display_the_reply_without_err() {
+        let texts = [
+            (
+                LimiterError::NotOurs,
+                "key holds a string that is not a ratelimit state",
+            ),
+            (
+                LimiterError::OutOfRange,
+                "limit, window, BURST and COST are too large together for the server clock",
+            ),
+        ];
+        for (err, text) in texts {
+            assert_eq!(err.to_string(), text);
+            assert_eq!(err.message(), format!("ERR {text}"));
+            let _: Box<dyn std::error::Error> = Box::new(err);
+        }
+        assert_eq!(
+            OutOfRange.to_string(),
+            "a computation left the range of a 64-bit integer"
+        );
     }
 }

@@ -17,15 +17,13 @@
 //! header makes a check read out of bounds or believe more entries, units or time than
 //! the pairs can hold. Pairs in between are checked when a check reads them (see `state`).
 
+use super::pair::last_pair;
 use super::state::{Entry, LogState};
 use super::MAX_ENTRIES;
 use crate::codec::{put_i64, put_varint, put_varint_u128, Bytes, Reader};
 
 /// The first byte of the header layout: a count of 0, which the plain layout never writes.
 const HEADER: u8 = 0;
-
-/// Most bytes of one pair: two varints of at most 10 bytes.
-pub(super) const MAX_PAIR_LEN: usize = 20;
 
 /// Appends `state` in the header layout, or in the plain one for a state read from it and
 /// not changed since.
@@ -104,31 +102,6 @@ fn decode_header<'a>(reader: &mut Reader<'a>) -> Option<LogState<'a>> {
     // The relations between the header and the pairs are checked in one place, which the
     // drop of the oldest entry re-checks too.
     state.header_agrees().then_some(state)
-}
-
-/// The last pair of `pairs`, read from the end: its gap, its units and its length.
-pub(super) fn last_pair(pairs: &[u8]) -> Option<(i64, i64, usize)> {
-    let units_at = varint_start(pairs, pairs.len())?;
-    let gap_at = varint_start(pairs, units_at)?;
-    let mut reader = Reader::new(pairs.get(gap_at..)?);
-    let pair = (reader.varint()?, reader.varint()?);
-    reader
-        .is_empty()
-        .then_some((pair.0, pair.1, pairs.len() - gap_at))
-}
-
-/// Where the varint that ends at `end` starts: its last byte is below 0x80, the (at most
-/// nine) before it are not.
-fn varint_start(bytes: &[u8], end: usize) -> Option<usize> {
-    let last = end.checked_sub(1)?;
-    if *bytes.get(last)? >= 0x80 {
-        return None;
-    }
-    let mut start = last;
-    while start > 0 && end - start < 10 && bytes.get(start - 1).is_some_and(|&b| b >= 0x80) {
-        start -= 1;
-    }
-    Some(start)
 }
 
 /// The plain layout, entry by entry: refuses an empty log, more than the entries a state

@@ -3,8 +3,8 @@
 //! every answer and every state.
 
 use super::{Entry, Log, LogState};
-use crate::algorithm::checked::to_i64;
 use crate::algorithm::{Algorithm, OutOfRange, Quota, View};
+use crate::checked::to_i64;
 use crate::codec::{Bytes, Reader};
 use crate::decision::{Decision, NEVER};
 use proptest::prelude::*;

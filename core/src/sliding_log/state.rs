@@ -11,7 +11,7 @@
 //! Pairs that are read are checked against the rest (times that increase, units where
 //! they must be, the count and the units in all entries): a mismatch is [`Corrupt`].
 
-use super::layout::MAX_PAIR_LEN;
+use super::pair::{last_pair, MAX_PAIR_LEN};
 use crate::codec::{put_varint, varint_len, Bytes, Reader};
 
 /// Units logged at one ms.
@@ -87,7 +87,7 @@ impl<'a> Pairs<'a> {
     /// The last pair, read from the end: its gap, its units and its length.
     fn last(&self) -> Option<(i64, i64, usize)> {
         let [stored, tail] = self.parts();
-        super::layout::last_pair(if tail.is_empty() { stored } else { tail })
+        last_pair(if tail.is_empty() { stored } else { tail })
     }
 
     /// Removes the last `len` bytes: the last pair.
