@@ -33,8 +33,9 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 	scripts/check-core-pure.sh
 	scripts/check-unsafe.sh
 
-unit: ## Unit and property tests of the pure core, of the gateway, and of the benchmarks' parsers
+unit: ## Unit and property tests of the pure core, the module, the gateway, and the benchmarks' parsers
 	cargo test -p ratelimit-core
+	cargo test -p redis-ratelimit --lib
 	cargo test -p rl-gateway --lib --bins
 	python3 -m unittest discover -s bench/lib -t .
 
