@@ -1,7 +1,11 @@
 //! One decision: the deny cache, the circuit breaker, then RL.HIT (or, for several rules
-//! in one slot, RL.MHIT) under the deadline.
-//! Whatever goes wrong with Redis becomes a [`Failure`], never an error for the client:
-//! the caller lets the request through or, on a fail-closed route, answers 503.
+//! in one slot, RL.MHIT) under the deadline, through a [`Transport`] (Redis, or a scripted
+//! one in the unit tests).
+//! Whatever goes wrong with Redis becomes a [`Failure`], never an error for the client: a
+//! rule then decides by its local limit, lets the request through, or (fail-closed) has
+//! it answered 503, as its `on_redis_failure` says.
+
+mod transport;
 
 use crate::backend::{classify, same_slot, Backend};
 use crate::breaker::{Breaker, Transition};
@@ -145,8 +149,6 @@ struct Charged {
     allowed: bool,
     keys: SmallVec<[(Verdict, bool); 2]>,
 }
-
-mod transport;
 
 /// The decision path; `T` is how it reaches Redis ([`Backend`] in the service).
 pub struct Decider<T: Transport = Backend> {
@@ -300,18 +302,12 @@ impl<T: Transport> Decider<T> {
                         .iter()
                         .copied()
                         .find(|&i| applying[i].rule.on_failure.closes(failure));
-                    if let Some(late) = late.take() {
-                        // The request is refused (closed) or decided by a local limit: a
-                        // hit Redis runs late must not count it again.
-                        let local = group.iter().any(|&i| {
-                            applying[i].rule.on_failure.decides_locally(failure)
-                                && !applying[i].rule.shadow
-                        });
-                        if closing.is_some() || local {
+                    // A hit Redis runs late must not count a request that is refused
+                    // (closed) or decided by a local limit: it is given back when it lands.
+                    if let Some(rule) = closing {
+                        if let Some(late) = late.take() {
                             self.settle_late(late, applying, &group);
                         }
-                    }
-                    if let Some(rule) = closing {
                         self.give_back(applying, &mut outcomes).await;
                         return Stacked {
                             outcomes,
@@ -319,9 +315,14 @@ impl<T: Transport> Decider<T> {
                             lease: LeaseAnswer::NotTaken,
                         };
                     }
-                    if let Some(binding) =
-                        self.decide_locally(applying, &group, failure, &mut outcomes)
-                    {
+                    let binding = self.decide_locally(applying, &group, failure, &mut outcomes);
+                    let local = group
+                        .iter()
+                        .any(|&i| matches!(outcomes[i], RuleOutcome::Local { .. }));
+                    if let Some(late) = late.take().filter(|_| local) {
+                        self.settle_late(late, applying, &group);
+                    }
+                    if let Some(binding) = binding {
                         return self.denied(applying, outcomes, binding).await;
                     }
                     continue;

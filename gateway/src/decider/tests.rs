@@ -451,3 +451,26 @@ async fn a_lease_unanswered_in_time_is_unknown_and_one_answered_is_taken() {
         "open: forwarded holding no lease"
     );
 }
+
+#[tokio::test]
+async fn a_hit_answered_after_its_deadline_is_given_back_when_a_local_limit_decided() {
+    let redis = Scripted::new(|words| match words[0].as_str() {
+        "RL.HIT" => Step::Later(Duration::from_millis(150), allowed()),
+        _ => Step::Reply(hit(true, 5, 5, 0)),
+    });
+    let decider = decider(&redis);
+    let rule = rule("api", 5, RedisFailure::Local);
+    let stacked = decider.decide(&[applied(&rule, "rl:{a}:api")], None).await;
+    assert!(matches!(
+        stacked.outcomes[0],
+        RuleOutcome::Local {
+            failure: Failure::Timeout,
+            ..
+        }
+    ));
+    // Counted by the local limit, which writes it back: Redis's own late count goes.
+    eventually("the late hit given back", || {
+        redis.sent("RL.REFUND").len() == 1
+    })
+    .await;
+}
