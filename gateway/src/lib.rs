@@ -4,15 +4,10 @@
 
 pub mod app;
 pub mod backend;
-pub mod breaker;
 pub mod canonical;
-pub mod client_connections;
 pub mod client_ip;
 pub mod config;
-pub mod connection_limits;
-pub mod connection_watch;
 pub mod decider;
-pub mod deny_cache;
 pub mod descriptors;
 pub mod failure;
 pub mod front;
@@ -20,18 +15,16 @@ pub mod header_names;
 pub mod headers;
 pub mod heartbeat;
 pub mod lease;
-pub mod local_limits;
 pub mod logging;
 pub mod methods;
 pub mod metrics;
-pub mod module_errors;
 pub mod module_grammar;
+pub mod net;
 pub mod pattern;
 pub mod reload;
 pub mod request_body;
 pub mod request_policy;
 pub mod rules;
-pub mod server;
 pub mod upstream;
 pub mod verdict;
 

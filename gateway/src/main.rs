@@ -4,7 +4,8 @@
 //! otherwise. See the README's gateway section and gateway/rules.example.toml.
 
 use rl_gateway::logging::log;
-use rl_gateway::{backend, config, decider, reload, server, service};
+use rl_gateway::net::server;
+use rl_gateway::{backend, config, decider, reload, service};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -69,7 +70,7 @@ fn run(path: PathBuf) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    rl_gateway::connection_limits::raise_open_file_limit(&config.server.connections);
+    rl_gateway::net::connection_limits::raise_open_file_limit(&config.server.connections);
     // One thread: the single-threaded runtime (see ServerSettings::threads), which the
     // multi-threaded one with one worker only costs more than.
     let threads = config.server.threads();

@@ -178,7 +178,7 @@ pub enum RedisFailure {
     /// Forwarded, unlimited while Redis cannot decide.
     Open,
     /// Decided by the gateway's own memory at the rule's limit divided by the live
-    /// gateways ([`crate::local_limits`]).
+    /// gateways ([`crate::decider::local_limits`]).
     Local,
     /// 503.
     Closed,

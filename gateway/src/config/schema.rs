@@ -19,7 +19,7 @@ pub(super) struct FileConfig {
     pub(super) rules: Vec<RuleSection>,
     pub(super) default: Option<RuleSection>,
     #[serde(default)]
-    pub(super) connections: crate::connection_limits::ConnectionSection,
+    pub(super) connections: crate::net::connection_limits::ConnectionSection,
     #[serde(default)]
     pub(super) client_ip: crate::client_ip::PrefixSection,
     #[serde(default)]

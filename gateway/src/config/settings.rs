@@ -33,7 +33,7 @@ pub struct ServerSettings {
     /// Threads serving requests; 0: one per CPU the process may use. See [`Self::threads`].
     pub worker_threads: usize,
     /// `[connections]`.
-    pub connections: crate::connection_limits::ConnectionLimits,
+    pub connections: crate::net::connection_limits::ConnectionLimits,
     /// `[client_ip]`: the network a `key = "ip"` rule counts a client by.
     pub client_prefixes: crate::client_ip::Prefixes,
     /// `[requests]`: path canonicalisation and the head size cap.

@@ -5,17 +5,21 @@
 //! rule then decides by its local limit, lets the request through, or (fail-closed) has
 //! it answered 503, as its `on_redis_failure` says.
 
+pub mod breaker;
+pub mod deny_cache;
+pub mod local_limits;
+pub mod module_errors;
 mod transport;
 
 use crate::backend::{classify, same_slot, Backend};
-use crate::breaker::{Breaker, Transition};
 use crate::config::RedisSettings;
-use crate::deny_cache::DenyCache;
+use crate::decider::breaker::{Breaker, Transition};
+use crate::decider::deny_cache::DenyCache;
+use crate::decider::local_limits::{LocalAnswer, LocalLimits};
+use crate::decider::module_errors::ModuleErrorLog;
 use crate::failure::Failure;
-use crate::local_limits::{LocalAnswer, LocalLimits};
 use crate::logging::{log, log_throttled, Kind};
 use crate::metrics::Metrics;
-use crate::module_errors::ModuleErrorLog;
 use crate::rules::{Concurrency, Limit, Rule, MAX_APPLYING};
 use crate::verdict::{LeaseVerdict, MultiVerdict, Verdict};
 use smallvec::SmallVec;
@@ -175,7 +179,10 @@ impl<T: Transport> Decider<T> {
             ),
             breaker_silence: redis.breaker_silence,
             breaker_open_for: redis.breaker_open,
-            local: LocalLimits::new(crate::local_limits::DEFAULT_CAPACITY, redis.gateways),
+            local: LocalLimits::new(
+                crate::decider::local_limits::DEFAULT_CAPACITY,
+                redis.gateways,
+            ),
             deny_cache: DenyCache::new(deny_cache_capacity),
             deadline: redis.deadline,
             metrics: Metrics::default(),
@@ -432,7 +439,7 @@ impl<T: Transport> Decider<T> {
         failure: Failure,
         outcomes: &mut [RuleOutcome],
     ) -> Option<usize> {
-        let now_ms = crate::local_limits::now_ms();
+        let now_ms = crate::decider::local_limits::now_ms();
         let mut binding: Option<(usize, u64)> = None;
         for &i in group {
             let a = &applying[i];
@@ -458,7 +465,7 @@ impl<T: Transport> Decider<T> {
     /// Gives back to its local limit what a `Local` outcome counted (the request is not
     /// served, or its status does not count).
     pub fn refund_locally(&self, applied: &Applied) {
-        let now_ms = crate::local_limits::now_ms();
+        let now_ms = crate::decider::local_limits::now_ms();
         self.local
             .refund(&applied.rule, &applied.key, applied.cost, now_ms);
     }
@@ -1043,7 +1050,10 @@ impl<T: Transport> Decider<T> {
     /// answered, and by the heartbeat, so that every gateway of a fleet writes back within
     /// one beat of Redis's return, whatever its breaker says.
     pub fn write_back_local(&self) {
-        if let Some(unsynced) = self.local.take_unsynced(crate::local_limits::now_ms()) {
+        if let Some(unsynced) = self
+            .local
+            .take_unsynced(crate::decider::local_limits::now_ms())
+        {
             tokio::spawn(write_back(self.backend.clone(), unsynced));
         }
     }
@@ -1054,7 +1064,10 @@ impl<T: Transport> Decider<T> {
 /// counts all of a cost or nothing: a cost denied is tried again at half, and what is left
 /// after an allowed part is tried again, so what the budget still holds (up to the units)
 /// is counted, in about log2(units) calls.
-async fn write_back<T: Transport>(backend: T, unsynced: Vec<crate::local_limits::Unsynced>) {
+async fn write_back<T: Transport>(
+    backend: T,
+    unsynced: Vec<crate::decider::local_limits::Unsynced>,
+) {
     for item in unsynced {
         let mut left = item.units;
         let mut trying = left;

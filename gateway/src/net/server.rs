@@ -3,10 +3,10 @@
 //! limits of `[connections]` (each listener has its own `max_connections`, so that clients
 //! filling the main listener cannot keep `/metrics` from answering).
 
-use crate::client_connections::ClientConnections;
-use crate::connection_watch::{Tracked, Watch, WatchedIo};
 use crate::front::http::{Body, Gateway};
 use crate::logging::{log_throttled, Kind};
+use crate::net::client_connections::ClientConnections;
+use crate::net::connection_watch::{Tracked, Watch, WatchedIo};
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;

@@ -13,7 +13,7 @@
 //! hyper's own header timeout runs from the moment it waits for a head (which includes the
 //! idle time), so it cannot keep the two apart; it stays set, as a backstop, to their sum.
 
-use crate::connection_limits::ConnectionLimits;
+use crate::net::connection_limits::ConnectionLimits;
 use hyper::body::{Body, Frame, SizeHint};
 use std::io;
 use std::pin::Pin;
