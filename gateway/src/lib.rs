@@ -4,26 +4,20 @@
 
 pub mod app;
 pub mod backend;
-pub mod canonical;
-pub mod client_ip;
 pub mod config;
 pub mod decider;
 pub mod descriptors;
 pub mod failure;
 pub mod front;
-pub mod header_names;
 pub mod headers;
 pub mod heartbeat;
 pub mod lease;
 pub mod logging;
-pub mod methods;
 pub mod metrics;
 pub mod module_grammar;
 pub mod net;
-pub mod pattern;
 pub mod reload;
 pub mod request_body;
-pub mod request_policy;
 pub mod rules;
 pub mod upstream;
 pub mod verdict;

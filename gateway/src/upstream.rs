@@ -87,7 +87,7 @@ impl Upstream {
         // The mark is the gateway's to set: one the client sent is dropped, under every
         // spelling a CGI-style upstream reads as it (`X_RateLimit_Fail_Open`), so that an
         // upstream that trusts it cannot be fooled.
-        crate::header_names::remove_all(headers, mark_name);
+        crate::rules::header_names::remove_all(headers, mark_name);
         if let Some(value) = mark {
             headers.insert(mark_name.clone(), value);
         }

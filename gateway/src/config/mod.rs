@@ -16,7 +16,7 @@ pub(crate) use limit::tier as parse_tier;
 pub(crate) use one_of::one_of;
 pub use settings::{CheckHeaders, Mode, RedisSettings, RedisTarget, ServerSettings};
 
-use crate::pattern::PathPolicy;
+use crate::rules::pattern::PathPolicy;
 use crate::rules::RuleSet;
 use rule_set::rule_set;
 use schema::{FileConfig, RulesDocument};
@@ -67,11 +67,11 @@ pub fn parse(text: &str) -> Result<Config, String> {
     let mut server = server_settings(file.server)?;
     server.connections = file.connections.limits()?;
     server.client_prefixes = file.client_ip.prefixes()?;
-    server.requests = crate::request_policy::request_policy(file.requests)?;
+    server.requests = crate::rules::request_policy::request_policy(file.requests)?;
     // In check mode the proxy forwards the request, headers and all: the gateway can leave
     // a header out of its decision but not out of what the upstream gets.
     if server.mode == Mode::Check
-        && server.requests.underscore_headers == crate::header_names::UnderscoreHeaders::Drop
+        && server.requests.underscore_headers == crate::rules::header_names::UnderscoreHeaders::Drop
     {
         return Err(
             "[requests] headers_with_underscores_action = \"drop_header\" needs mode = \

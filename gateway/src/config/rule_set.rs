@@ -7,7 +7,7 @@ use super::limit::limit;
 use super::one_of;
 use super::schema::{CountSection, HeadersSection, RuleSection};
 use super::Mode;
-use crate::pattern::{PathPattern, PathPolicy};
+use crate::rules::pattern::{PathPattern, PathPolicy};
 use crate::rules::{Counting, KeySource, OnFailure, RedisFailure, Rule, RuleSet};
 use std::sync::Arc;
 
@@ -188,7 +188,7 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
             let upper = m.to_ascii_uppercase();
             hyper::Method::from_bytes(upper.as_bytes())
                 .ok()
-                .filter(|_| upper.len() <= crate::methods::MAX_METHOD_BYTES)
+                .filter(|_| upper.len() <= crate::rules::methods::MAX_METHOD_BYTES)
                 .map(|_| upper)
                 .ok_or_else(|| format!("method '{m}' is not an HTTP method of at most 32 bytes"))
         })

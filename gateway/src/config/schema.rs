@@ -21,9 +21,9 @@ pub(super) struct FileConfig {
     #[serde(default)]
     pub(super) connections: crate::net::connection_limits::ConnectionSection,
     #[serde(default)]
-    pub(super) client_ip: crate::client_ip::PrefixSection,
+    pub(super) client_ip: crate::rules::client_ip::PrefixSection,
     #[serde(default)]
-    pub(super) requests: crate::request_policy::RequestsSection,
+    pub(super) requests: crate::rules::request_policy::RequestsSection,
     pub(super) envoy: Option<EnvoySection>,
 }
 

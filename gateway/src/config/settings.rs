@@ -35,9 +35,9 @@ pub struct ServerSettings {
     /// `[connections]`.
     pub connections: crate::net::connection_limits::ConnectionLimits,
     /// `[client_ip]`: the network a `key = "ip"` rule counts a client by.
-    pub client_prefixes: crate::client_ip::Prefixes,
+    pub client_prefixes: crate::rules::client_ip::Prefixes,
     /// `[requests]`: path canonicalisation and the head size cap.
-    pub requests: crate::request_policy::RequestPolicy,
+    pub requests: crate::rules::request_policy::RequestPolicy,
 }
 
 impl ServerSettings {
@@ -55,7 +55,7 @@ impl ServerSettings {
     }
 
     pub fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
-        crate::client_ip::is_trusted(ip, &self.trusted_proxies)
+        crate::rules::client_ip::is_trusted(ip, &self.trusted_proxies)
     }
 
     /// The network `ip` is counted by (`[client_ip]`): the address itself, or its prefix.

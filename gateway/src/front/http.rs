@@ -2,17 +2,17 @@
 //! [`crate::decider`]) and differ only in what they do with it: proxy mode forwards or
 //! answers 429, check mode answers 200 or 429 to the proxy that asked.
 
-use crate::canonical::{canonicalize, PathRefusal};
-use crate::client_ip::client_ip;
 use crate::config::Mode;
 use crate::decider::{Applied, End, LeaseAnswer, RuleOutcome, Stacked};
 use crate::failure::Failure;
-use crate::header_names;
 use crate::headers;
 use crate::lease::{LeaseGuard, Leased};
 use crate::logging::{log_throttled, Kind};
-use crate::methods;
 use crate::metrics::{Outcome, ReleaseCause};
+use crate::rules::canonical::{canonicalize, PathRefusal};
+use crate::rules::client_ip::client_ip;
+use crate::rules::header_names;
+use crate::rules::methods;
 use crate::rules::{RequestFacts, Rule, RuleSet};
 use crate::upstream::{strip_hop_by_hop, wants_upgrade, UpstreamError};
 use crate::verdict::Verdict;

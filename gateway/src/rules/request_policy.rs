@@ -3,10 +3,10 @@
 //! `HttpConnectionManager` where it has one (`normalize_path`, `merge_slashes`,
 //! `path_with_escaped_slashes_action`).
 
-use crate::canonical::{EscapedSlashes, PathParameters, PathPolicy};
 use crate::config::one_of;
-use crate::header_names::UnderscoreHeaders;
-use crate::methods::MethodOverrides;
+use crate::rules::canonical::{EscapedSlashes, PathParameters, PathPolicy};
+use crate::rules::header_names::UnderscoreHeaders;
+use crate::rules::methods::MethodOverrides;
 use serde::Deserialize;
 
 /// The checked `[requests]` settings.

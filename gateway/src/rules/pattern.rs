@@ -161,7 +161,7 @@ fn matches_segments(pattern: &[Segment], path: &[&str], ignore_case: bool) -> bo
     reachable[path.len()]
 }
 
-pub use crate::canonical::{
+pub use crate::rules::canonical::{
     canonical_path, canonicalize, EscapedSlashes, PathParameters, PathPolicy, PathRefusal,
 };
 

@@ -5,7 +5,7 @@
 //! (IANA's HTTP Method Registry) nor named by a rule is refused, so that no made-up
 //! method can reach a key or an upstream that would treat it as something else.
 
-use crate::header_names;
+use crate::rules::header_names;
 use crate::rules::RuleSet;
 use hyper::header::{HeaderMap, HeaderName};
 use hyper::Method;

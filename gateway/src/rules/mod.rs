@@ -1,8 +1,20 @@
 //! Rules: which requests a rule applies to, whose counter a request charges, and the
 //! module call that charges it. A [`RuleSet`] is what a reload swaps as a whole.
+//!
+//! What a request is, as rules see it, lives beside them: its method (`methods`, with the
+//! override headers and parameters), its canonical path (`canonical`, `pattern`, and the
+//! `[requests]` settings in `request_policy`), its header names (`header_names`) and its
+//! client (`client_ip`).
+
+pub mod canonical;
+pub mod client_ip;
+pub mod header_names;
+pub mod methods;
+pub mod pattern;
+pub mod request_policy;
 
 use crate::failure::Failure;
-use crate::pattern::PathPattern;
+use crate::rules::pattern::PathPattern;
 use hyper::header::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 use std::fmt::Write;
@@ -345,7 +357,7 @@ impl Rule {
             KeySource::Global => Some(("global", &b""[..])),
             // Any spelling with `_` for `-` too, which a CGI-style upstream reads as this
             // header (only present under `headers_with_underscores_action = "allow"`).
-            KeySource::Header(name) => crate::header_names::get(request.headers, name)
+            KeySource::Header(name) => crate::rules::header_names::get(request.headers, name)
                 .map(|value| ("h:", value.as_bytes())),
             KeySource::Segment(n) => request
                 .path
