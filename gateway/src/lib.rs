@@ -6,7 +6,6 @@ pub mod app;
 pub mod backend;
 pub mod config;
 pub mod decider;
-pub mod descriptors;
 pub mod failure;
 pub mod front;
 pub mod headers;

@@ -33,7 +33,9 @@ fn main() -> ExitCode {
         ["--config", path] => run(PathBuf::from(path)),
         ["--check-config", path] => match config::load(path.as_ref()).and_then(|config| {
             let domains = match &config.envoy {
-                Some(envoy) => Some(rl_gateway::descriptors::load(&envoy.descriptors)?),
+                Some(envoy) => Some(rl_gateway::front::envoy::descriptors::load(
+                    &envoy.descriptors,
+                )?),
                 None => None,
             };
             Ok((config, domains))
@@ -101,7 +103,9 @@ fn run(path: PathBuf) -> ExitCode {
 async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
     // The descriptors first: a file that does not load stops the start, as a bad TOML does.
     let domains = match &config.envoy {
-        Some(envoy) => Some(rl_gateway::descriptors::load(&envoy.descriptors)?),
+        Some(envoy) => Some(rl_gateway::front::envoy::descriptors::load(
+            &envoy.descriptors,
+        )?),
         None => None,
     };
     let backend = backend::Backend::connect(&config.redis.target)?;
@@ -152,9 +156,9 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
         ));
         service.spawn_reloader(envoy.descriptors.clone(), config.server.reload_interval);
         let limits = envoy.limits;
-        let incoming = rl_gateway::front::grpc_listener::incoming(listener, limits);
+        let incoming = rl_gateway::front::envoy::grpc_listener::incoming(listener, limits);
         tokio::spawn(async move {
-            let served = rl_gateway::front::grpc_listener::server_builder(limits)
+            let served = rl_gateway::front::envoy::grpc_listener::server_builder(limits)
                 .add_service(service.server())
                 .serve_with_incoming(incoming)
                 .await;

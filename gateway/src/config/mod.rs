@@ -43,7 +43,7 @@ pub struct EnvoySettings {
     /// Add the RateLimit fields (and Retry-After on OVER_LIMIT) to
     /// `response_headers_to_add`.
     pub response_headers: bool,
-    pub limits: crate::front::grpc_listener::GrpcLimits,
+    pub limits: crate::front::envoy::grpc_listener::GrpcLimits,
 }
 
 /// Reads and checks the file at `path`.
@@ -100,7 +100,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
             })?,
             descriptors: section.descriptors.into(),
             response_headers: section.response_headers,
-            limits: crate::front::grpc_listener::GrpcLimitFields {
+            limits: crate::front::envoy::grpc_listener::GrpcLimitFields {
                 max_connections: section.max_connections,
                 handshake_timeout_ms: section.handshake_timeout_ms,
                 request_timeout_ms: section.request_timeout_ms,

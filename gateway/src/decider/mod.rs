@@ -588,7 +588,7 @@ impl<T: Transport> Decider<T> {
     /// Gives back what [`Decider::decide`] charged to `key` for `rule`, when the response's
     /// status does not count; the budget after the refund, when Redis answered within the
     /// deadline. Unanswered by then, the refund goes on in the background (see
-    /// [`Decider::refund_call`]), so a correct login answered during a stall is still given
+    /// `refund_call`), so a correct login answered during a stall is still given
     /// back.
     pub async fn refund(&self, rule: &Arc<Rule>, key: &str) -> Option<Verdict> {
         let applied = Applied {
@@ -1046,7 +1046,7 @@ impl<T: Transport> Decider<T> {
     }
 
     /// Counts in Redis, in the background, what local limits admitted since the last time
-    /// (see [`write_back`]); nothing to do costs one atomic read. Called when a decision is
+    /// (see `write_back`); nothing to do costs one atomic read. Called when a decision is
     /// answered, and by the heartbeat, so that every gateway of a fleet writes back within
     /// one beat of Redis's return, whatever its breaker says.
     pub fn write_back_local(&self) {

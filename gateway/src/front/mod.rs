@@ -7,9 +7,8 @@
 //! - [`http`]: proxy mode (forward or 429) and check mode (200 or 429 to nginx, Traefik,
 //!   ext_authz), over the TOML rules;
 //! - [`envoy`]: Envoy's `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over
-//!   gRPC, over envoyproxy/ratelimit's YAML descriptors ([`crate::descriptors`]), on a
-//!   listener whose connections [`grpc_listener`] bounds.
+//!   gRPC, over envoyproxy/ratelimit's YAML descriptors ([`envoy::descriptors`]), on a
+//!   listener whose connections [`envoy::grpc_listener`] bounds.
 
 pub mod envoy;
-pub mod grpc_listener;
 pub mod http;

@@ -1,6 +1,6 @@
 //! Envoy's rate limit service: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`
 //! over gRPC (tonic, with the messages envoy-types ships). A request's descriptors are
-//! matched against the YAML descriptors ([`crate::descriptors`]), each match becomes an
+//! matched against the YAML descriptors ([`crate::front::envoy::descriptors`]), each match becomes an
 //! [`Applied`] (its rule, its key, the request's `hits_addend`), and the decider decides
 //! them as it decides stacked HTTP rules: atomically in one `RL.MHIT` for keys of one slot,
 //! charged in order and given back across slots. This module only translates.
@@ -25,14 +25,17 @@
 //!   shadow descriptor never denies, on a failure either; a quota one reports it in its own
 //!   status only.
 
+pub mod descriptors;
+pub mod grpc_listener;
+
 use crate::app::Gateway;
 use crate::decider::{Applied, End, Look, RuleOutcome};
-use crate::descriptors::{self, DescriptorLimit, Domains, FailMode, OverrideMode, Unit};
 use crate::failure::Failure;
 use crate::headers;
 use crate::metrics::{EnvoyResult, Outcome};
 use crate::rules::Rule;
 use crate::verdict::Verdict;
+use descriptors::{DescriptorLimit, Domains, FailMode, OverrideMode, Unit};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
