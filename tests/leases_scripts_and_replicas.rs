@@ -1,5 +1,5 @@
-//! An attacker's review of the lease commands (issue 15, part 1) on Redis 7.0 and Valkey
-//! 8.1, beside `leases.rs` and `leases_hostile.rs`:
+//! The lease commands inside scripts, transactions, replicas and failovers, and against
+//! crafted values, on Redis 7.0 and Valkey 8.1, beside `leases.rs` and `leases_hostile.rs`:
 //!
 //! 1. RL.ACQUIRE with generated ids inside EVAL, FCALL and MULTI/EXEC (and a script that
 //!    acquires and releases): the replica and an AOF replay hold the primary's exact bytes

@@ -1,5 +1,4 @@
-//! Findings of an attacker's review of the gateway hardening (issue 11, part B), each a
-//! way around a limit that worked before its fix:
+//! Ways around a limit that once worked, each pinned shut:
 //! - a rule's key header sent twice: the gateway counted the first value while upstreams
 //!   that read the last (PHP behind nginx) or all of them saw another client, so any first
 //!   value bought a fresh budget;

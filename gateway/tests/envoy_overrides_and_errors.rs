@@ -1,4 +1,4 @@
-//! What an attacker's review of the Envoy service found, each point tried on a real Redis:
+//! The Envoy service's limit overrides and failure modes, each point tried on a real Redis:
 //!
 //! - a descriptor's `limit` override spends the configured budget of its key (no fresh
 //!   budget per override value), and by default it can only tighten the limit;

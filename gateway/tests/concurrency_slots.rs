@@ -1,4 +1,4 @@
-//! An attacker's review of `concurrency = N` rules: a client trying to hold more than N
+//! `concurrency = N` rules against a client trying to hold more than N
 //! requests in flight, to leak slots so that others are locked out, or to make the gateway
 //! hold leases for good. Every test runs Redis 7.0 and then Valkey 8.1 with the module,
 //! the demo upstream and the gateway binary, and ends by checking that `RL.LEASES` shows

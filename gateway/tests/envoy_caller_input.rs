@@ -1,4 +1,4 @@
-//! An attacker's review of the Envoy service: each test is one attempt by a caller that
+//! The Envoy service against what a caller controls: each test is one attempt by a caller that
 //! controls the gRPC request (its descriptors, `hits_addend`, `is_negative_hits`, limit
 //! overrides) or the connection, against the real gateway and redis-server.
 
