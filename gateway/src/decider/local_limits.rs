@@ -258,35 +258,11 @@ fn verdict_of(outcome: &ratelimit_core::limiter::Outcome) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::{Counting, KeySource, OnFailure, RedisFailure, Tier};
+    use crate::rules::{test_rule, RedisFailure};
 
     fn rule(limit: u64, window_ms: u64, algorithm: Option<&str>) -> Arc<Rule> {
-        let limit = Limit::Tiers {
-            tiers: vec![Tier {
-                limit,
-                window_ms,
-                period: None,
-            }],
-            algorithm: algorithm.map(str::to_owned),
-            burst: None,
-            tz: None,
-            anchor: None,
-            cost: 1,
-        };
-        Arc::new(Rule::new(
-            "r".into(),
-            vec![],
-            None,
-            KeySource::ClientIp,
-            false,
-            limit,
-            Counting::All,
-            false,
-            OnFailure {
-                redis: RedisFailure::Local,
-                error_closed: true,
-            },
-        ))
+        let rule = test_rule("r", limit, window_ms, algorithm, 1, RedisFailure::Local);
+        Arc::new(rule)
     }
 
     fn admitted(local: &LocalLimits, rule: &Arc<Rule>, key: &str, tries: u32, now_ms: i64) -> u32 {

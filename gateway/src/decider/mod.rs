@@ -46,9 +46,20 @@ pub struct Applied {
 impl Applied {
     /// The words after the key of `RL.HIT`, `RL.PEEK` or `RL.REFUND` for this request.
     fn push_args(&self, cmd: &mut redis::Cmd) {
-        cmd.arg(&self.rule.call_args);
-        if let Some(cost) = self.cost.filter(|&c| c != 1) {
-            cmd.arg("COST").arg(cost);
+        let words = &self.rule.call_args;
+        match self.cost {
+            None => {
+                cmd.arg(words);
+            }
+            Some(cost) => {
+                // The module takes COST once: the rule's own (always its last two words,
+                // see `call_args`) gives way to this request's.
+                let own = words.len() >= 2 && words[words.len() - 2] == "COST";
+                cmd.arg(&words[..words.len() - if own { 2 } else { 0 }]);
+                if cost != 1 {
+                    cmd.arg("COST").arg(cost);
+                }
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::config::RedisTarget;
-use crate::rules::{Counting, KeySource, OnFailure, RedisFailure, Tier};
+use crate::rules::{test_rule, RedisFailure};
 use redis::{Arg, Cmd, RedisError, RedisResult, Value};
 use std::sync::Mutex;
 
@@ -91,33 +91,7 @@ fn denied() -> Value {
 }
 
 fn rule(name: &str, limit: u64, redis: RedisFailure) -> Arc<Rule> {
-    let limit = Limit::Tiers {
-        tiers: vec![Tier {
-            limit,
-            window_ms: 60_000,
-            period: None,
-        }],
-        algorithm: None,
-        burst: None,
-        tz: None,
-        anchor: None,
-        cost: 1,
-    };
-    let on_failure = OnFailure {
-        redis,
-        error_closed: true,
-    };
-    Arc::new(Rule::new(
-        name.into(),
-        vec![],
-        None,
-        KeySource::ClientIp,
-        false,
-        limit,
-        Counting::All,
-        false,
-        on_failure,
-    ))
+    Arc::new(test_rule(name, limit, 60_000, None, 1, redis))
 }
 
 fn applied(rule: &Arc<Rule>, key: &str) -> Applied {
@@ -473,4 +447,43 @@ async fn a_hit_answered_after_its_deadline_is_given_back_when_a_local_limit_deci
         redis.sent("RL.REFUND").len() == 1
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_write_back_names_one_cost_whatever_the_rules_own() {
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answering = up.clone();
+    let redis =
+        Scripted::new(
+            move |_| match answering.load(std::sync::atomic::Ordering::Relaxed) {
+                true => Step::Reply(allowed()),
+                false => Step::Refused,
+            },
+        );
+    let decider = Decider::new(redis.clone(), &settings(1000), 100);
+    let costly = Arc::new(test_rule(
+        "costly",
+        30,
+        60_000,
+        None,
+        3,
+        RedisFailure::Local,
+    ));
+    let applying = [applied(&costly, "rl:{a}:costly")];
+    for _ in 0..2 {
+        decider.decide(&applying, None).await;
+    }
+    up.store(true, std::sync::atomic::Ordering::Relaxed);
+    decider.decide(&applying, None).await;
+    eventually("the write-back of 6 units", || {
+        redis
+            .sent("RL.HIT")
+            .iter()
+            .any(|c| c.ends_with(&["COST".to_owned(), "6".to_owned()]))
+    })
+    .await;
+    for words in redis.sent("RL.HIT") {
+        let costs = words.iter().filter(|w| *w == "COST").count();
+        assert_eq!(costs, 1, "the module takes COST once: {words:?}");
+    }
 }

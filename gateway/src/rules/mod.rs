@@ -481,7 +481,48 @@ fn push_escaped(out: &mut String, bytes: &[u8], limit: usize) {
     }
 }
 
+/// A rule of one tier, `limit` per `window_ms`, keyed by client IP, for unit tests.
+#[cfg(test)]
+pub(crate) fn test_rule(
+    name: &str,
+    limit: u64,
+    window_ms: u64,
+    algorithm: Option<&str>,
+    cost: u64,
+    redis: RedisFailure,
+) -> Rule {
+    let limit = Limit::Tiers {
+        tiers: vec![Tier {
+            limit,
+            window_ms,
+            period: None,
+        }],
+        algorithm: algorithm.map(str::to_owned),
+        burst: None,
+        tz: None,
+        anchor: None,
+        cost,
+    };
+    let on_failure = OnFailure {
+        redis,
+        error_closed: true,
+    };
+    Rule::new(
+        name.into(),
+        vec![],
+        None,
+        KeySource::ClientIp,
+        false,
+        limit,
+        Counting::All,
+        false,
+        on_failure,
+    )
+}
+
 /// The words after the key of RL.HIT and RL.REFUND for `limit`.
+/// `COST`, when the rule has one, is always the last two words: a request that brings its
+/// own cost (`decider::Applied::cost`) replaces them.
 pub fn call_args(limit: &Limit) -> Vec<String> {
     let mut args = Vec::new();
     match limit {
