@@ -20,6 +20,3 @@ pub mod request_body;
 pub mod rules;
 pub mod upstream;
 pub mod verdict;
-
-/// The HTTP front end under its former name.
-pub use front::http as service;

@@ -3,7 +3,8 @@
 //! limits of `[connections]` (each listener has its own `max_connections`, so that clients
 //! filling the main listener cannot keep `/metrics` from answering).
 
-use crate::front::http::{Body, Gateway};
+use crate::app::Gateway;
+use crate::front::http::Body;
 use crate::logging::{log_throttled, Kind};
 use crate::net::client_connections::ClientConnections;
 use crate::net::connection_watch::{Tracked, Watch, WatchedIo};
