@@ -318,18 +318,30 @@ impl Metrics {
     /// The Prometheus text exposition of every metric.
     pub fn render(&self, breaker_open: bool) -> String {
         let mut out = String::with_capacity(4096);
+        self.render_decisions(&mut out);
+        self.render_leases(&mut out);
+        self.render_outcomes(&mut out);
+        self.render_latency(&mut out);
         describe(
             &mut out,
+            "rl_gateway_breaker_open",
+            "gauge",
+            "Whether the circuit breaker skips Redis now.",
+        );
+        let _ = writeln!(out, "rl_gateway_breaker_open {}", u8::from(breaker_open));
+        self.render_totals(&mut out);
+        out
+    }
+
+    fn render_decisions(&self, out: &mut String) {
+        describe(
+            out,
             "rl_gateway_decisions_total",
             "counter",
             "Requests a rule applied to, by rule and outcome.",
         );
-        for (rule, counts) in self
-            .decisions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
+        let decisions = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
+        for (rule, counts) in decisions.iter() {
             for (outcome, count) in Outcome::ALL.iter().zip(counts) {
                 let _ = writeln!(
                     out,
@@ -339,8 +351,11 @@ impl Metrics {
                 );
             }
         }
+    }
+
+    fn render_leases(&self, out: &mut String) {
         describe(
-            &mut out,
+            out,
             "rl_gateway_leases_total",
             "counter",
             "Leases of concurrency rules, by rule and event (acquired, denied, released, \
@@ -357,67 +372,53 @@ impl Metrics {
             }
         }
         describe(
-            &mut out,
+            out,
             "rl_gateway_lease_releases_total",
             "counter",
             "Lease releases started, by cause (end of the response, upstream error, client gone).",
         );
-        for cause in ReleaseCause::ALL {
-            let count = self.release_causes[cause as usize].load(Relaxed);
-            let _ = writeln!(
-                out,
-                "rl_gateway_lease_releases_total{{cause=\"{}\"}} {count}",
-                cause.label()
-            );
-        }
+        let causes = ReleaseCause::ALL.map(|c| (c.label(), &self.release_causes[c as usize]));
+        by_label(out, "rl_gateway_lease_releases_total", "cause", causes);
         describe(
-            &mut out,
+            out,
             "rl_gateway_leases_held",
             "gauge",
             "Leases this gateway holds now (taken, not yet given back).",
         );
-        let _ = writeln!(
-            out,
-            "rl_gateway_leases_held {}",
-            self.leases_held.load(Relaxed)
-        );
+        let held = self.leases_held.load(Relaxed);
+        let _ = writeln!(out, "rl_gateway_leases_held {held}");
+    }
+
+    /// Envoy's answers, the decisions Redis could not make, refunds and module errors.
+    fn render_outcomes(&self, out: &mut String) {
         describe(
-            &mut out,
+            out,
             "rl_gateway_envoy_total",
             "counter",
             "ShouldRateLimit calls by answer, and descriptors no rule limits (unknown_domain, no_match).",
         );
-        for result in EnvoyResult::ALL {
-            let count = self.envoy[result as usize].load(Relaxed);
-            let _ = writeln!(
-                out,
-                "rl_gateway_envoy_total{{result=\"{}\"}} {count}",
-                result.label()
-            );
-        }
+        let envoy = EnvoyResult::ALL.map(|r| (r.label(), &self.envoy[r as usize]));
+        by_label(out, "rl_gateway_envoy_total", "result", envoy);
         describe(
-            &mut out,
+            out,
             "rl_gateway_fail_open_total",
             "counter",
             "Decisions Redis could not make, by reason.",
         );
-        for failure in Failure::ALL {
-            let count = self.fail_open[failure as usize].load(Relaxed);
-            let _ = writeln!(
-                out,
-                "rl_gateway_fail_open_total{{reason=\"{}\"}} {count}",
-                failure.label()
-            );
-        }
+        let failures = Failure::ALL.map(|f| (f.label(), &self.fail_open[f as usize]));
+        by_label(out, "rl_gateway_fail_open_total", "reason", failures);
         describe(
-            &mut out,
+            out,
             "rl_gateway_refunds_total",
             "counter",
             "Hits given back because the response status does not count.",
         );
-        per_rule(&mut out, "rl_gateway_refunds_total", &self.refunds);
+        per_rule(out, "rl_gateway_refunds_total", &self.refunds);
+    }
+
+    fn render_latency(&self, out: &mut String) {
         describe(
-            &mut out,
+            out,
             "rl_gateway_redis_latency_seconds",
             "histogram",
             "Time of each Redis call that answered.",
@@ -437,31 +438,20 @@ impl Metrics {
         }
         let sum = self.latency_sum_ns.load(Relaxed) as f64 / 1e9;
         let _ = writeln!(out, "rl_gateway_redis_latency_seconds_sum {sum}");
-        let _ = writeln!(
+        let count = self.latency_count.load(Relaxed);
+        let _ = writeln!(out, "rl_gateway_redis_latency_seconds_count {count}");
+    }
+
+    /// Reloads, the counters without labels, and module errors.
+    fn render_totals(&self, out: &mut String) {
+        describe(
             out,
-            "rl_gateway_redis_latency_seconds_count {}",
-            self.latency_count.load(Relaxed)
-        );
-        describe(
-            &mut out,
-            "rl_gateway_breaker_open",
-            "gauge",
-            "Whether the circuit breaker skips Redis now.",
-        );
-        let _ = writeln!(out, "rl_gateway_breaker_open {}", u8::from(breaker_open));
-        describe(
-            &mut out,
             "rl_gateway_rule_reloads_total",
             "counter",
             "Rule file reloads, by result.",
         );
-        for (result, counter) in [("ok", &self.reloads_ok), ("refused", &self.reloads_refused)] {
-            let _ = writeln!(
-                out,
-                "rl_gateway_rule_reloads_total{{result=\"{result}\"}} {}",
-                counter.load(Relaxed)
-            );
-        }
+        let reloads = [("ok", &self.reloads_ok), ("refused", &self.reloads_refused)];
+        by_label(out, "rl_gateway_rule_reloads_total", "result", reloads);
         let totals = [
             (
                 "rl_gateway_upstream_errors_total",
@@ -486,22 +476,30 @@ impl Metrics {
             ),
         ];
         for (name, help, counter) in totals {
-            describe(&mut out, name, "counter", help);
+            describe(out, name, "counter", help);
             let _ = writeln!(out, "{name} {}", counter.load(Relaxed));
         }
         describe(
-            &mut out,
+            out,
             "rl_gateway_module_errors_total",
             "counter",
             "Error replies of the module (a misconfiguration: a missing policy, a refused \
              rule), by rule.",
         );
-        per_rule(
-            &mut out,
-            "rl_gateway_module_errors_total",
-            &self.module_errors,
-        );
-        out
+        per_rule(out, "rl_gateway_module_errors_total", &self.module_errors);
+    }
+}
+
+/// One sample of the counter `name` per value of its one label, in the order given.
+fn by_label<'a>(
+    out: &mut String,
+    name: &str,
+    label: &str,
+    samples: impl IntoIterator<Item = (&'static str, &'a AtomicU64)>,
+) {
+    for (value, counter) in samples {
+        let count = counter.load(Relaxed);
+        let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {count}");
     }
 }
 
@@ -539,6 +537,48 @@ fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every family once, introduced by its HELP and TYPE, in a fixed order (dashboards and
+    /// diffs of two scrapes rely on it), and the labelled counters of each kind rendered.
+    #[test]
+    fn renders_each_family_once_in_a_fixed_order() {
+        let metrics = Metrics::default();
+        metrics.lease_releasing(ReleaseCause::Error);
+        metrics.reload(false);
+        metrics.envoy(EnvoyResult::OverLimit);
+        let text = metrics.render(false);
+        let families: Vec<&str> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .map(|rest| rest.split(' ').next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            families,
+            [
+                "rl_gateway_decisions_total",
+                "rl_gateway_leases_total",
+                "rl_gateway_lease_releases_total",
+                "rl_gateway_leases_held",
+                "rl_gateway_envoy_total",
+                "rl_gateway_fail_open_total",
+                "rl_gateway_refunds_total",
+                "rl_gateway_redis_latency_seconds",
+                "rl_gateway_breaker_open",
+                "rl_gateway_rule_reloads_total",
+                "rl_gateway_upstream_errors_total",
+                "rl_gateway_request_body_timeouts_total",
+                "rl_gateway_request_body_errors_total",
+                "rl_gateway_connections_refused_total",
+                "rl_gateway_module_errors_total",
+            ]
+        );
+        assert_eq!(text.matches("# HELP ").count(), families.len());
+        assert!(text.contains("rl_gateway_lease_releases_total{cause=\"error\"} 1\n"));
+        assert!(text.contains("rl_gateway_rule_reloads_total{result=\"refused\"} 1\n"));
+        assert!(text.contains("rl_gateway_rule_reloads_total{result=\"ok\"} 0\n"));
+        assert!(text.contains("rl_gateway_envoy_total{result=\"over_limit\"} 1\n"));
+        assert!(text.contains("rl_gateway_breaker_open 0\n"));
+    }
 
     #[test]
     fn renders_counts_and_cumulative_buckets() {
