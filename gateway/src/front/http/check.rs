@@ -3,7 +3,7 @@
 //! headers; the gateway forwards nothing.
 
 use super::judgement::{shown_allowed, Asked, Judgement};
-use super::responses::{local, refused, unavailable, underscore_refusal};
+use super::responses::{local, unavailable, Refusal};
 use super::target::{checked_method, path_of_target, query_of_target};
 use super::Body;
 use crate::app::Gateway;
@@ -38,12 +38,12 @@ impl Gateway {
         // mode when the file loads, since only the proxy could drop it).
         let underscores = self.server.requests.underscore_headers;
         if let Err(name) = header_names::screen(request.headers_mut(), underscores) {
-            return underscore_refusal(&name);
+            return Refusal::underscore(&name).into();
         }
         let rules = self.rules();
         let reported = match self.reported(peer, &request) {
             Ok(reported) => reported,
-            Err(refusal) => return refusal,
+            Err(refusal) => return refusal.into(),
         };
         let headers = request.headers();
         // The proxy passes the client's headers on with the request: an override among
@@ -52,11 +52,11 @@ impl Gateway {
         let method = match checked_method(reported.method, headers, reported.query, &rules, policy)
         {
             Ok(method) => method,
-            Err(refusal) => return refusal,
+            Err(refusal) => return refusal.into(),
         };
         let path = match canonicalize(reported.path, &self.server.requests.paths) {
             Ok(path) => path,
-            Err(refusal) => return refused(refusal.status(), refusal.message()),
+            Err(refusal) => return Refusal::from(refusal).into(),
         };
         let asked = Asked {
             peer,
@@ -66,7 +66,7 @@ impl Gateway {
         };
         match self.judge(&rules, asked).await {
             Ok(judgement) => self.answer(&judgement, &rules),
-            Err(refusal) => refusal,
+            Err(refusal) => refusal.into(),
         }
     }
 
@@ -77,21 +77,21 @@ impl Gateway {
         &self,
         peer: IpAddr,
         request: &'a Request<Incoming>,
-    ) -> Result<Reported<'a>, Response<Body>> {
+    ) -> Result<Reported<'a>, Refusal> {
         let headers = request.headers();
         let trusted = self.server.is_trusted_proxy(peer);
         let [method_header, uri_header] = self.server.check_headers.names();
         // Two values of one header leave open which one the proxy wrote: refused.
         if trusted && (repeated(headers, method_header) || repeated(headers, uri_header)) {
             let body = "Bad Request: the proxy's request header appears twice\n";
-            return Err(refused(400, body));
+            return Err(Refusal::new(400, body));
         }
         let asked = |name: &str| trusted.then(|| headers.get(name)).flatten();
         // One of the pair without the other is a proxy set up by half (nginx with
         // `X-Original-URI` but no `X-Original-Method`): the check request's own GET would
         // stand in for the client's method, and a POST rule would never match. Refused.
         if asked(method_header).is_some() != asked(uri_header).is_some() {
-            return Err(refused(
+            return Err(Refusal::new(
                 400,
                 "Bad Request: the proxy sent one of its two request headers (method and URI) \
                  without the other\n",

@@ -1,7 +1,7 @@
 //! The decision for one HTTP request, shared by both modes: the rules that apply, their
 //! keys, one call into the decider, and what each rule decided, counted in the metrics.
 
-use super::responses::{local, refused_text};
+use super::responses::{local, Refusal};
 use super::Body;
 use crate::app::Gateway;
 use crate::decider::{Applied, End, LeaseAnswer, RuleOutcome, Stacked};
@@ -168,15 +168,14 @@ fn outcome_metric(rule: &Rule, outcome: &RuleOutcome) -> Option<Outcome> {
 /// budget. Refused, as check mode refuses a repeated trusted header. Also under two
 /// spellings (`X-Api-Key` and `X_Api_Key`, with `headers_with_underscores_action =
 /// "allow"`): one header to the upstream.
-fn repeated_key_header(found: &[&Arc<Rule>], headers: &HeaderMap) -> Option<Response<Body>> {
+fn repeated_key_header(found: &[&Arc<Rule>], headers: &HeaderMap) -> Option<Refusal> {
     let name = found
         .iter()
         .filter_map(|rule| rule.key_header())
         .find(|name| header_names::get_all(headers, name).len() > 1)?;
-    Some(refused_text(
-        StatusCode::BAD_REQUEST,
-        format!("Bad Request: the header {name} appears twice\n"),
-    ))
+    Some(Refusal::naming(format!(
+        "Bad Request: the header {name} appears twice\n"
+    )))
 }
 
 impl Gateway {
@@ -186,7 +185,7 @@ impl Gateway {
         &self,
         rules: &RuleSet,
         asked: Asked<'_>,
-    ) -> Result<Judgement, Response<Body>> {
+    ) -> Result<Judgement, Refusal> {
         let ignore_case = self.server.requests.paths.case_insensitive;
         let found = rules.applying(asked.method, asked.path, ignore_case);
         if found.is_empty() {
@@ -246,5 +245,99 @@ impl Gateway {
                 self.metrics().decision(&applied.rule.name, metric);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::{test_rule, RedisFailure};
+    use crate::verdict::TierState;
+
+    fn applied(name: &str, shadow: bool) -> Applied {
+        let mut rule = test_rule(name, 10, 60_000, None, 1, RedisFailure::Open);
+        rule.shadow = shadow;
+        Applied {
+            rule: Arc::new(rule),
+            key: format!("rl:{name}"),
+            cost: None,
+        }
+    }
+
+    fn left(remaining: u64) -> Option<Verdict> {
+        Some(Verdict::single(TierState {
+            allowed: true,
+            limit: 10,
+            remaining,
+            reset_after_ms: 1_000,
+            retry_after_ms: 0,
+        }))
+    }
+
+    fn names(shown: &[(&Rule, &Verdict)]) -> Vec<String> {
+        shown.iter().map(|(rule, _)| rule.name.clone()).collect()
+    }
+
+    #[test]
+    fn an_allowed_request_shows_the_rule_with_least_remaining_as_binding() {
+        let applying = [
+            applied("a", false),
+            applied("b", false),
+            applied("c", false),
+        ];
+        let verdicts = [left(7), left(3), left(5)];
+        let (shown, binding) = shown_allowed(&applying, &verdicts);
+        assert_eq!(names(&shown), ["a", "b", "c"]);
+        assert_eq!(binding, 1);
+    }
+
+    #[test]
+    fn on_a_tie_the_first_rule_binds() {
+        let applying = [applied("a", false), applied("b", false)];
+        let (_, binding) = shown_allowed(&applying, &[left(4), left(4)]);
+        assert_eq!(binding, 0);
+    }
+
+    #[test]
+    fn shadow_rules_and_rules_that_counted_nothing_are_not_shown() {
+        let applying = [
+            applied("shadow", true),
+            applied("skipped", false),
+            applied("c", false),
+        ];
+        // The shadow rule has the least remaining: it must neither show nor bind.
+        let verdicts = [left(0), None, left(6)];
+        let (shown, binding) = shown_allowed(&applying, &verdicts);
+        assert_eq!(names(&shown), ["c"]);
+        assert_eq!(binding, 0);
+    }
+
+    #[test]
+    fn a_failed_open_rule_names_its_reason_and_a_failed_closed_one_does_not() {
+        let open = applied("open", false);
+        let closed = Applied {
+            rule: Arc::new(test_rule(
+                "closed",
+                10,
+                60_000,
+                None,
+                1,
+                RedisFailure::Closed,
+            )),
+            key: "rl:closed".into(),
+            cost: None,
+        };
+        let failed = RuleOutcome::Failed(Failure::Timeout);
+        assert_eq!(
+            fail_open_reason(&open.rule, &failed),
+            Some(Failure::Timeout)
+        );
+        assert_eq!(fail_open_reason(&closed.rule, &failed), None);
+        assert_eq!(
+            outcome_metric(&closed.rule, &failed),
+            Some(Outcome::FailClosed)
+        );
+        assert_eq!(outcome_metric(&open.rule, &failed), Some(Outcome::FailOpen));
+        assert_eq!(outcome_metric(&open.rule, &RuleOutcome::NotAsked), None);
     }
 }

@@ -2,7 +2,7 @@
 //! upstream (with the rate-limit headers on its response) or answered 429 or 503.
 
 use super::judgement::{shown_allowed, Asked, Judgement};
-use super::responses::{closing, local, refused, unavailable, underscore_refusal};
+use super::responses::{closing, local, unavailable, Refusal};
 use super::target::{checked_method, rewrite_target};
 use super::Body;
 use crate::app::Gateway;
@@ -32,7 +32,7 @@ impl Gateway {
         let rules = self.rules();
         let (method, path) = match self.canonical_request(&mut request, &rules) {
             Ok(canonical) => canonical,
-            Err(refusal) => return refusal,
+            Err(refusal) => return refusal.into(),
         };
         let asked = Asked {
             peer,
@@ -42,7 +42,7 @@ impl Gateway {
         };
         let mut judgement = match self.judge(&rules, asked).await {
             Ok(judgement) => judgement,
-            Err(refusal) => return refusal,
+            Err(refusal) => return refusal.into(),
         };
         let fail_open_mark = match judgement.stacked.end {
             End::Denied { binding, .. } => {
@@ -87,17 +87,16 @@ impl Gateway {
         &self,
         request: &mut Request<Incoming>,
         rules: &RuleSet,
-    ) -> Result<(Method, String), Response<Body>> {
+    ) -> Result<(Method, String), Refusal> {
         // First: a name with `_` may be another spelling of any header read below.
         let underscores = self.server.requests.underscore_headers;
         if let Err(name) = header_names::screen(request.headers_mut(), underscores) {
-            return Err(underscore_refusal(&name));
+            return Err(Refusal::underscore(&name));
         }
         if wants_upgrade(request.headers()) {
             // WebSocket and other upgrades are not proxied: say so rather than turning
             // them into plain requests.
-            let status = StatusCode::NOT_IMPLEMENTED;
-            return Err(local(status, "Upgrades are not supported\n"));
+            return Err(Refusal::new(501, "Upgrades are not supported\n"));
         }
         // Before the decision: a header the client names in Connection (say, the one the
         // rule keys on) never reaches the upstream, so it must not choose the budget either.
@@ -106,10 +105,8 @@ impl Gateway {
         let query = request.uri().query().map(str::as_bytes);
         let policy = self.server.requests.method_overrides;
         let method = checked_method(raw, request.headers(), query, rules, policy)?;
-        let path = canonicalize(request.uri().path().as_bytes(), &self.server.requests.paths)
-            .map_err(|refusal| refused(refusal.status(), refusal.message()))?;
-        rewrite_target(request, &method, &path)
-            .map_err(|refusal| refused(refusal.status(), refusal.message()))?;
+        let path = canonicalize(request.uri().path().as_bytes(), &self.server.requests.paths)?;
+        rewrite_target(request, &method, &path)?;
         Ok((method, path))
     }
 

@@ -2,14 +2,13 @@
 //! overrides the `[requests]` policy refuses), and the path and query of a target as a
 //! proxy reports it in check mode (`X-Original-URI`).
 
-use super::responses::refused;
-use super::Body;
+use super::responses::Refusal;
 use crate::rules::canonical::PathRefusal;
 use crate::rules::methods::{self, MethodOverrides};
 use crate::rules::RuleSet;
 use hyper::body::Incoming;
 use hyper::header::HeaderMap;
-use hyper::{Method, Request, Response};
+use hyper::{Method, Request};
 
 /// The method the rules decide on: one the rule set accepts, carrying no override header or
 /// query parameter that `policy` refuses. A refusal is the answer to the client.
@@ -19,13 +18,13 @@ pub(super) fn checked_method(
     query: Option<&[u8]>,
     rules: &RuleSet,
     policy: MethodOverrides,
-) -> Result<Method, Response<Body>> {
+) -> Result<Method, Refusal> {
     methods::accepted(raw, rules)
         .and_then(|method| {
             methods::check_overrides(headers, &method, policy)?;
             methods::check_query_override(query, &method, policy).map(|()| method)
         })
-        .map_err(|refusal| refused(refusal.status(), refusal.message()))
+        .map_err(Refusal::from)
 }
 
 /// The path of a request target as a proxy reports it (`X-Original-URI`): the query and
