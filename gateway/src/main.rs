@@ -3,9 +3,10 @@
 //! Redis cannot answer in time the request goes through (fail-open) unless its rule says
 //! otherwise. See the README's gateway section and gateway/rules.example.toml.
 
+use rl_gateway::decider::redis::Backend;
 use rl_gateway::logging::log;
 use rl_gateway::net::server;
-use rl_gateway::{backend, config, decider, reload, service};
+use rl_gateway::{config, decider, reload, service};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -108,7 +109,7 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), String> {
         )?),
         None => None,
     };
-    let backend = backend::Backend::connect(&config.redis.target)?;
+    let backend = Backend::connect(&config.redis.target).map_err(|e| e.to_string())?;
     if !backend.wait_ready(STARTUP_WAIT).await {
         log!("Redis does not answer yet; decisions fail open until it does");
     }

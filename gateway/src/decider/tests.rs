@@ -2,10 +2,14 @@
 //! says what Redis answers to which command and checks what was decided and what was sent.
 
 use super::*;
-use crate::config::RedisTarget;
+use crate::config::{RedisSettings, RedisTarget};
+use crate::failure::Failure;
+use crate::rules::Rule;
 use crate::rules::{test_rule, RedisFailure};
-use redis::{Arg, Cmd, RedisError, RedisResult, Value};
+use ::redis::{Arg, Cmd, RedisError, RedisResult, Value};
+use std::sync::Arc;
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// What the scripted Redis does with one command.
 enum Step {

@@ -3,10 +3,10 @@
 //! answers 429, check mode answers 200 or 429 to the proxy that asked.
 
 use crate::config::Mode;
+use crate::decider::lease_guard::{LeaseGuard, Leased};
 use crate::decider::{Applied, End, LeaseAnswer, RuleOutcome, Stacked};
 use crate::failure::Failure;
 use crate::headers;
-use crate::lease::{LeaseGuard, Leased};
 use crate::logging::{log_throttled, Kind};
 use crate::metrics::{Outcome, ReleaseCause};
 use crate::rules::canonical::{canonicalize, PathRefusal};

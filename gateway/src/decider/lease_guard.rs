@@ -16,7 +16,7 @@
 //! Releases are spawned, never awaited in `Drop`; if one cannot reach Redis, `lease_ttl`
 //! ends the lease.
 
-use crate::decider::{Decider, LeaseAnswer, Released};
+use super::{Decider, LeaseAnswer, Released};
 use crate::metrics::ReleaseCause;
 use crate::rules::Rule;
 use bytes::Buf;
