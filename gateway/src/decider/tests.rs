@@ -1,5 +1,15 @@
 //! The decision through its transport, with a scripted Redis: no server runs. Each test
 //! says what Redis answers to which command and checks what was decided and what was sent.
+//! This file holds the scripted Redis and the first tests; the files under `tests/` hold
+//! the others, one behaviour each.
+
+mod breaker_tests;
+mod deny_cache_tests;
+mod failure_tests;
+mod lease_tests;
+mod look_tests;
+mod refund_tests;
+mod stacking_tests;
 
 use super::*;
 use crate::config::{RedisSettings, RedisTarget};
@@ -18,6 +28,11 @@ enum Step {
     Later(Duration, Value),
     /// No connection.
     Refused,
+    /// An error reply, the line the server sends after `-` (`ERR unknown command ...`,
+    /// `LOADING ...`): parsed as the client parses one off the wire.
+    Error(&'static str),
+    /// The client gave up on the socket (an I/O timeout, not the decision's deadline).
+    TimedOut,
 }
 
 type Script = dyn Fn(&[String]) -> Step + Send + Sync;
@@ -42,6 +57,11 @@ impl Scripted {
     fn cluster(mut self) -> Self {
         self.cluster = true;
         self
+    }
+
+    /// Every command sent so far, in order.
+    fn all_sent(&self) -> Vec<Vec<String>> {
+        self.sent.lock().expect("sent").clone()
     }
 
     /// The commands sent so far whose name is `command`.
@@ -71,6 +91,17 @@ impl Transport for Scripted {
             Step::Refused => Err(RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::ConnectionRefused,
                 "refused",
+            ))),
+            Step::Error(line) => {
+                let wire = format!("-{line}\r\n");
+                let parsed = ::redis::parse_redis_value(wire.as_bytes());
+                Err(parsed
+                    .and_then(Value::extract_error)
+                    .expect_err("an error reply"))
+            }
+            Step::TimedOut => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "timed out",
             ))),
         }
     }
@@ -107,12 +138,17 @@ fn applied(rule: &Arc<Rule>, key: &str) -> Applied {
 }
 
 fn settings(breaker_failures: u32) -> RedisSettings {
+    settings_open_for(breaker_failures, Duration::from_secs(60))
+}
+
+/// Settings whose breaker opens after `breaker_failures` and stays open for `open_for`.
+fn settings_open_for(breaker_failures: u32, open_for: Duration) -> RedisSettings {
     RedisSettings {
         target: RedisTarget::Single("redis://127.0.0.1:1".into()),
         deadline: Duration::from_millis(20),
         key_prefix: "rl:".into(),
         breaker_failures,
-        breaker_open: Duration::from_secs(60),
+        breaker_open: open_for,
         breaker_silence: Duration::ZERO,
         gateways: None,
         heartbeat: Duration::from_secs(1),
@@ -123,6 +159,53 @@ fn settings(breaker_failures: u32) -> RedisSettings {
 
 fn decider(transport: &Scripted) -> Decider<Scripted> {
     Decider::new(transport.clone(), &settings(5), 100)
+}
+
+/// RL.MHIT's (RL.MPEEK's, RL.MREFUND's) reply: allowed as a whole, the binding key, and
+/// each key's own reply.
+fn multi(allowed: bool, binding: i64, keys: Vec<Value>) -> Value {
+    Value::Array(vec![
+        Value::Int(i64::from(allowed)),
+        Value::Int(binding),
+        Value::Array(keys),
+    ])
+}
+
+/// RL.ACQUIRE's reply: the lease `id` taken, or none (no free slot).
+fn lease_reply(id: Option<&str>) -> Value {
+    Value::Array(vec![
+        Value::Int(i64::from(id.is_some())),
+        Value::Int(2),
+        Value::Int(1),
+        id.map_or(Value::Nil, |id| Value::BulkString(id.as_bytes().to_vec())),
+        Value::Int(30_000),
+        Value::Int(0),
+    ])
+}
+
+/// A rule with `concurrency` (at most 2 leases of `ttl_ms`).
+fn leased_rule(name: &str, ttl_ms: u64, redis: RedisFailure) -> Arc<Rule> {
+    let mut leased = Rule::clone(&rule(name, 5, redis));
+    leased.concurrency = Some(crate::rules::Concurrency::new(2, ttl_ms, &leased.limit));
+    Arc::new(leased)
+}
+
+/// `rule` with `on_module_error` as given.
+fn with_error_closed(rule: &Arc<Rule>, closed: bool) -> Arc<Rule> {
+    let mut changed = Rule::clone(rule);
+    changed.on_failure.error_closed = closed;
+    Arc::new(changed)
+}
+
+/// The value of the metric line that starts with `series` (name and labels), 0 when the
+/// series is not rendered.
+fn metric<T: Transport>(decider: &Decider<T>, series: &str) -> u64 {
+    decider
+        .metrics()
+        .render(decider.breaker_open())
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0, |value| value.parse().expect("a count"))
 }
 
 /// Waits (a few ms at a time) until `done`, for what the decider does in the background.
