@@ -251,6 +251,21 @@ mod tests {
     }
 
     #[test]
+    fn a_beat_error_says_what_went_wrong() {
+        let within = BeatError::NoAnswer(Duration::from_secs(1));
+        assert_eq!(within.to_string(), "no answer within 1000 ms");
+        assert_eq!(BeatError::NoTime.to_string(), "TIME gave no time");
+        let refused = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ));
+        let text = refused.to_string();
+        let error = BeatError::Redis(refused);
+        assert_eq!(error.to_string(), text, "the client's own words");
+        assert!(std::error::Error::source(&error).is_some());
+    }
+
+    #[test]
     fn a_loss_and_a_restart_change_what_is_known() {
         let mut known = Known::default();
         known.update(Ok(Some("a".into())), false);

@@ -206,3 +206,30 @@ pub fn classify(error: &RedisError) -> Failure {
         _ => Failure::Connection,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_that_does_not_parse_is_named_in_the_error() {
+        let target = RedisTarget::Single("http://127.0.0.1:6379".into());
+        let Err(error) = Backend::connect(&target) else {
+            panic!("connected to an http url");
+        };
+        assert!(matches!(error, ConnectError::Url { .. }));
+        let text = error.to_string();
+        assert!(
+            text.starts_with("redis url 'http://127.0.0.1:6379': "),
+            "{text}"
+        );
+        let source = std::error::Error::source(&error).expect("the client's error");
+        assert!(text.ends_with(&source.to_string()), "{text}");
+    }
+
+    #[test]
+    fn keys_with_one_hash_tag_share_a_slot() {
+        assert!(same_slot("rl:{user1}:a", "rl:{user1}:b"));
+        assert!(!same_slot("rl:{user1}:a", "rl:{user2}:a"));
+    }
+}

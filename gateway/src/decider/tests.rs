@@ -471,22 +471,10 @@ async fn a_hit_answered_after_its_deadline_is_kept_when_the_request_went_through
 
 #[tokio::test]
 async fn a_lease_unanswered_in_time_is_unknown_and_one_answered_is_taken() {
-    let lease = |id: Option<&str>| {
-        Value::Array(vec![
-            Value::Int(i64::from(id.is_some())),
-            Value::Int(2),
-            Value::Int(1),
-            id.map_or(Value::Nil, |id| Value::BulkString(id.as_bytes().to_vec())),
-            Value::Int(30_000),
-            Value::Int(0),
-        ])
-    };
-    let taken = lease(Some("id-1"));
+    let taken = lease_reply(Some("id-1"));
     let redis = Scripted::new(move |_| Step::Reply(taken.clone()));
     let decider = decider(&redis);
-    let mut leased = Rule::clone(&rule("uploads", 5, RedisFailure::Open));
-    leased.concurrency = Some(crate::rules::Concurrency::new(2, 30_000, &leased.limit));
-    let leased = Arc::new(leased);
+    let leased = leased_rule("uploads", 30_000, RedisFailure::Open);
     let stacked = decider
         .decide(&[applied(&leased, "rl:{a}:uploads")], Some("id-1"))
         .await;
@@ -496,7 +484,8 @@ async fn a_lease_unanswered_in_time_is_unknown_and_one_answered_is_taken() {
         Some("id-1")
     );
 
-    let slow = Scripted::new(move |_| Step::Later(Duration::from_millis(150), lease(Some("id-2"))));
+    let slow =
+        Scripted::new(move |_| Step::Later(Duration::from_millis(150), lease_reply(Some("id-2"))));
     let late = Decider::new(slow.clone(), &settings(5), 100);
     let stacked = late
         .decide(&[applied(&leased, "rl:{a}:uploads")], Some("id-2"))
