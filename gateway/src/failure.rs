@@ -1,5 +1,5 @@
 //! Why a decision could not be made: what the backend makes of a Redis error
-//! ([`crate::backend::classify`]) and what the decider adds (its deadline passing, its
+//! ([`crate::decider::redis::classify`]) and what the decider adds (its deadline passing, its
 //! breaker open). The metrics count it by reason; a rule's `on_*` settings say whether it
 //! closes the route.
 

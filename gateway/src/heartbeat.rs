@@ -15,11 +15,12 @@
 //! Its calls go past the circuit breaker and do not report to it.
 
 use crate::app::Gateway;
-use crate::backend::Backend;
+use crate::decider::redis::Backend;
 use crate::logging::log;
 use crate::rules::Limit;
-use redis::Value;
+use redis::{RedisError, Value};
 use std::collections::BTreeSet;
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,36 @@ fn stale_after(every: Duration) -> Duration {
 /// How long one beat's calls may take in all.
 const BEAT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Why a beat did not go through: the reason logged when Redis is lost.
+#[derive(Debug)]
+pub enum BeatError {
+    /// The beat's calls together took longer than [`BEAT_TIMEOUT`].
+    NoAnswer(Duration),
+    /// A call failed: no connection, or an error reply.
+    Redis(RedisError),
+    /// `TIME` answered something that is not a time.
+    NoTime,
+}
+
+impl fmt::Display for BeatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BeatError::NoAnswer(within) => write!(f, "no answer within {} ms", within.as_millis()),
+            BeatError::Redis(error) => write!(f, "{error}"),
+            BeatError::NoTime => f.write_str("TIME gave no time"),
+        }
+    }
+}
+
+impl std::error::Error for BeatError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BeatError::Redis(error) => Some(error),
+            BeatError::NoAnswer(_) | BeatError::NoTime => None,
+        }
+    }
+}
+
 /// What the heartbeat knew after its last beat.
 #[derive(Default)]
 struct Known {
@@ -43,7 +74,11 @@ struct Known {
 
 /// Starts beating in the background.
 pub fn spawn(gateway: Arc<Gateway>, backend: Backend, key_prefix: String, every: Duration) {
-    let id = format!("{}-{}", std::process::id(), crate::lease::new_lease_id());
+    let id = format!(
+        "{}-{}",
+        std::process::id(),
+        crate::decider::lease_guard::new_lease_id()
+    );
     let key = format!("{key_prefix}gateways");
     tokio::spawn(async move {
         let mut known = Known::default();
@@ -55,7 +90,7 @@ pub fn spawn(gateway: Arc<Gateway>, backend: Backend, key_prefix: String, every:
                 tokio::time::timeout(BEAT_TIMEOUT, beat(&gateway, &backend, &key, &id, every));
             let result = match beat.await {
                 Ok(result) => result,
-                Err(_) => Err(format!("no answer within {} ms", BEAT_TIMEOUT.as_millis())),
+                Err(_) => Err(BeatError::NoAnswer(BEAT_TIMEOUT)),
             };
             known.update(result, backend.is_cluster());
         }
@@ -63,7 +98,7 @@ pub fn spawn(gateway: Arc<Gateway>, backend: Backend, key_prefix: String, every:
 }
 
 impl Known {
-    fn update(&mut self, result: Result<Option<String>, String>, cluster: bool) {
+    fn update(&mut self, result: Result<Option<String>, BeatError>, cluster: bool) {
         match result {
             Err(reason) => {
                 if self.lost_since.is_none() {
@@ -109,12 +144,12 @@ async fn beat(
     key: &str,
     id: &str,
     every: Duration,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, BeatError> {
     let call = |cmd: redis::Cmd| async move {
         backend
             .call_for_key(&cmd, key)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(BeatError::Redis)
     };
     let now_ms = match call(redis::cmd("TIME")).await? {
         Value::Array(parts) => match parts.first() {
@@ -126,7 +161,7 @@ async fn beat(
         },
         _ => None,
     }
-    .ok_or("TIME gave no time")?;
+    .ok_or(BeatError::NoTime)?;
     let stale_before = now_ms.saturating_sub(stale_after(every).as_millis() as u64);
     call(redis::cmd("ZADD").arg(key).arg(now_ms).arg(id).clone()).await?;
     call(
@@ -157,7 +192,7 @@ async fn beat(
 }
 
 /// `RL.POLICY GET` for every policy the rules name.
-async fn read_policies(gateway: &Gateway, backend: &Backend, key: &str) -> Result<(), String> {
+async fn read_policies(gateway: &Gateway, backend: &Backend, key: &str) -> Result<(), BeatError> {
     let rules = gateway.rules();
     let names: BTreeSet<&str> = rules
         .all()
@@ -184,7 +219,7 @@ async fn read_policies(gateway: &Gateway, backend: &Backend, key: &str) -> Resul
             Ok(_) => None,
             // The module not loaded, say: the rules' own calls report it.
             Err(error) if error.code().is_some() => continue,
-            Err(error) => return Err(error.to_string()),
+            Err(error) => return Err(BeatError::Redis(error)),
         };
         gateway.decider().local().set_policy(name, words);
     }
@@ -216,10 +251,25 @@ mod tests {
     }
 
     #[test]
+    fn a_beat_error_says_what_went_wrong() {
+        let within = BeatError::NoAnswer(Duration::from_secs(1));
+        assert_eq!(within.to_string(), "no answer within 1000 ms");
+        assert_eq!(BeatError::NoTime.to_string(), "TIME gave no time");
+        let refused = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ));
+        let text = refused.to_string();
+        let error = BeatError::Redis(refused);
+        assert_eq!(error.to_string(), text, "the client's own words");
+        assert!(std::error::Error::source(&error).is_some());
+    }
+
+    #[test]
     fn a_loss_and_a_restart_change_what_is_known() {
         let mut known = Known::default();
         known.update(Ok(Some("a".into())), false);
-        known.update(Err("refused".into()), false);
+        known.update(Err(BeatError::NoTime), false);
         assert!(known.lost_since.is_some());
         known.update(Ok(Some("b".into())), false);
         assert!(known.lost_since.is_none());

@@ -3,14 +3,12 @@
 //! the service runs. `src/main.rs` is the binary.
 
 pub mod app;
-pub mod backend;
 pub mod config;
 pub mod decider;
 pub mod failure;
 pub mod front;
 pub mod headers;
 pub mod heartbeat;
-pub mod lease;
 pub mod logging;
 pub mod metrics;
 pub mod module_grammar;

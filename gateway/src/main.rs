@@ -4,10 +4,11 @@
 //! otherwise. See the README's gateway section and gateway/rules.example.toml.
 
 use rl_gateway::app::Gateway;
+use rl_gateway::decider::redis::Backend;
 use rl_gateway::front::envoy::{descriptors, grpc_listener, EnvoyService};
 use rl_gateway::logging::log;
 use rl_gateway::net::server;
-use rl_gateway::{backend, config, decider, reload};
+use rl_gateway::{config, decider, reload};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -161,8 +162,8 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), StartError> 
         ),
         None => None,
     };
-    let backend = backend::Backend::connect(&config.redis.target)
-        .map_err(|e| StartError::Redis(e.to_string()))?;
+    let backend =
+        Backend::connect(&config.redis.target).map_err(|e| StartError::Redis(e.to_string()))?;
     if !backend.wait_ready(STARTUP_WAIT).await {
         log!("Redis does not answer yet; decisions fail open until it does");
     }

@@ -5,8 +5,8 @@
 //! exists its rules are in force, and when it is deleted the file's rules come back.
 
 use crate::app::Gateway;
-use crate::backend::Backend;
 use crate::config::{self, Config};
+use crate::decider::redis::Backend;
 use crate::logging::log;
 use crate::rules::RuleSet;
 use redis::Value;

@@ -1,11 +1,25 @@
 //! The decision through its transport, with a scripted Redis: no server runs. Each test
 //! says what Redis answers to which command and checks what was decided and what was sent.
+//! This file holds the scripted Redis and the first tests; the files under `tests/` hold
+//! the others, one behaviour each.
+
+mod breaker_tests;
+mod deny_cache_tests;
+mod failure_tests;
+mod lease_tests;
+mod look_tests;
+mod refund_tests;
+mod stacking_tests;
 
 use super::*;
-use crate::config::RedisTarget;
+use crate::config::{RedisSettings, RedisTarget};
+use crate::failure::Failure;
+use crate::rules::Rule;
 use crate::rules::{test_rule, RedisFailure};
-use redis::{Arg, Cmd, RedisError, RedisResult, Value};
+use ::redis::{Arg, Cmd, RedisError, RedisResult, Value};
+use std::sync::Arc;
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// What the scripted Redis does with one command.
 enum Step {
@@ -14,6 +28,11 @@ enum Step {
     Later(Duration, Value),
     /// No connection.
     Refused,
+    /// An error reply, the line the server sends after `-` (`ERR unknown command ...`,
+    /// `LOADING ...`): parsed as the client parses one off the wire.
+    Error(&'static str),
+    /// The client gave up on the socket (an I/O timeout, not the decision's deadline).
+    TimedOut,
 }
 
 type Script = dyn Fn(&[String]) -> Step + Send + Sync;
@@ -38,6 +57,11 @@ impl Scripted {
     fn cluster(mut self) -> Self {
         self.cluster = true;
         self
+    }
+
+    /// Every command sent so far, in order.
+    fn all_sent(&self) -> Vec<Vec<String>> {
+        self.sent.lock().expect("sent").clone()
     }
 
     /// The commands sent so far whose name is `command`.
@@ -67,6 +91,17 @@ impl Transport for Scripted {
             Step::Refused => Err(RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::ConnectionRefused,
                 "refused",
+            ))),
+            Step::Error(line) => {
+                let wire = format!("-{line}\r\n");
+                let parsed = ::redis::parse_redis_value(wire.as_bytes());
+                Err(parsed
+                    .and_then(Value::extract_error)
+                    .expect_err("an error reply"))
+            }
+            Step::TimedOut => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "timed out",
             ))),
         }
     }
@@ -103,12 +138,17 @@ fn applied(rule: &Arc<Rule>, key: &str) -> Applied {
 }
 
 fn settings(breaker_failures: u32) -> RedisSettings {
+    settings_open_for(breaker_failures, Duration::from_secs(60))
+}
+
+/// Settings whose breaker opens after `breaker_failures` and stays open for `open_for`.
+fn settings_open_for(breaker_failures: u32, open_for: Duration) -> RedisSettings {
     RedisSettings {
         target: RedisTarget::Single("redis://127.0.0.1:1".into()),
         deadline: Duration::from_millis(20),
         key_prefix: "rl:".into(),
         breaker_failures,
-        breaker_open: Duration::from_secs(60),
+        breaker_open: open_for,
         breaker_silence: Duration::ZERO,
         gateways: None,
         heartbeat: Duration::from_secs(1),
@@ -119,6 +159,53 @@ fn settings(breaker_failures: u32) -> RedisSettings {
 
 fn decider(transport: &Scripted) -> Decider<Scripted> {
     Decider::new(transport.clone(), &settings(5), 100)
+}
+
+/// RL.MHIT's (RL.MPEEK's, RL.MREFUND's) reply: allowed as a whole, the binding key, and
+/// each key's own reply.
+fn multi(allowed: bool, binding: i64, keys: Vec<Value>) -> Value {
+    Value::Array(vec![
+        Value::Int(i64::from(allowed)),
+        Value::Int(binding),
+        Value::Array(keys),
+    ])
+}
+
+/// RL.ACQUIRE's reply: the lease `id` taken, or none (no free slot).
+fn lease_reply(id: Option<&str>) -> Value {
+    Value::Array(vec![
+        Value::Int(i64::from(id.is_some())),
+        Value::Int(2),
+        Value::Int(1),
+        id.map_or(Value::Nil, |id| Value::BulkString(id.as_bytes().to_vec())),
+        Value::Int(30_000),
+        Value::Int(0),
+    ])
+}
+
+/// A rule with `concurrency` (at most 2 leases of `ttl_ms`).
+fn leased_rule(name: &str, ttl_ms: u64, redis: RedisFailure) -> Arc<Rule> {
+    let mut leased = Rule::clone(&rule(name, 5, redis));
+    leased.concurrency = Some(crate::rules::Concurrency::new(2, ttl_ms, &leased.limit));
+    Arc::new(leased)
+}
+
+/// `rule` with `on_module_error` as given.
+fn with_error_closed(rule: &Arc<Rule>, closed: bool) -> Arc<Rule> {
+    let mut changed = Rule::clone(rule);
+    changed.on_failure.error_closed = closed;
+    Arc::new(changed)
+}
+
+/// The value of the metric line that starts with `series` (name and labels), 0 when the
+/// series is not rendered.
+fn metric<T: Transport>(decider: &Decider<T>, series: &str) -> u64 {
+    decider
+        .metrics()
+        .render(decider.breaker_open())
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0, |value| value.parse().expect("a count"))
 }
 
 /// Waits (a few ms at a time) until `done`, for what the decider does in the background.
@@ -384,22 +471,10 @@ async fn a_hit_answered_after_its_deadline_is_kept_when_the_request_went_through
 
 #[tokio::test]
 async fn a_lease_unanswered_in_time_is_unknown_and_one_answered_is_taken() {
-    let lease = |id: Option<&str>| {
-        Value::Array(vec![
-            Value::Int(i64::from(id.is_some())),
-            Value::Int(2),
-            Value::Int(1),
-            id.map_or(Value::Nil, |id| Value::BulkString(id.as_bytes().to_vec())),
-            Value::Int(30_000),
-            Value::Int(0),
-        ])
-    };
-    let taken = lease(Some("id-1"));
+    let taken = lease_reply(Some("id-1"));
     let redis = Scripted::new(move |_| Step::Reply(taken.clone()));
     let decider = decider(&redis);
-    let mut leased = Rule::clone(&rule("uploads", 5, RedisFailure::Open));
-    leased.concurrency = Some(crate::rules::Concurrency::new(2, 30_000, &leased.limit));
-    let leased = Arc::new(leased);
+    let leased = leased_rule("uploads", 30_000, RedisFailure::Open);
     let stacked = decider
         .decide(&[applied(&leased, "rl:{a}:uploads")], Some("id-1"))
         .await;
@@ -409,7 +484,8 @@ async fn a_lease_unanswered_in_time_is_unknown_and_one_answered_is_taken() {
         Some("id-1")
     );
 
-    let slow = Scripted::new(move |_| Step::Later(Duration::from_millis(150), lease(Some("id-2"))));
+    let slow =
+        Scripted::new(move |_| Step::Later(Duration::from_millis(150), lease_reply(Some("id-2"))));
     let late = Decider::new(slow.clone(), &settings(5), 100);
     let stacked = late
         .decide(&[applied(&leased, "rl:{a}:uploads")], Some("id-2"))

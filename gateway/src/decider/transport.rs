@@ -1,9 +1,9 @@
 //! The one seam between the decision and Redis: a command out, a reply (or an error) back.
-//! [`crate::backend::Backend`] is the real one; the decision's unit tests give it a
+//! [`super::redis::Backend`] is the real one; the decision's unit tests give it a
 //! scripted Redis, so that stacking, give-back, refunds, the deny cache, the breaker, local
 //! limits and leases are tested without a server.
 
-use crate::backend::Backend;
+use super::redis::Backend;
 use redis::{Cmd, RedisResult, Value};
 use std::future::Future;
 

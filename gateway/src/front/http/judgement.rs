@@ -4,10 +4,10 @@
 use super::responses::{local, Refusal};
 use super::Body;
 use crate::app::Gateway;
+use crate::decider::lease_guard::LeaseGuard;
 use crate::decider::{Applied, End, LeaseAnswer, RuleOutcome, Stacked};
 use crate::failure::Failure;
 use crate::headers;
-use crate::lease::LeaseGuard;
 use crate::metrics::Outcome;
 use crate::rules::client_ip::client_ip;
 use crate::rules::header_names;

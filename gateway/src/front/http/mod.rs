@@ -15,7 +15,7 @@ mod target;
 
 use crate::app::Gateway;
 use crate::config::Mode;
-use crate::lease::Leased;
+use crate::decider::lease_guard::Leased;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;

@@ -16,7 +16,8 @@
 //! Releases are spawned, never awaited in `Drop`; if one cannot reach Redis, `lease_ttl`
 //! ends the lease.
 
-use crate::decider::{Decider, LeaseAnswer, Released};
+use super::redis::Backend;
+use super::{Decider, LeaseAnswer, Released, Transport};
 use crate::metrics::ReleaseCause;
 use crate::rules::Rule;
 use bytes::Buf;
@@ -46,9 +47,9 @@ pub fn new_lease_id() -> String {
     format!("{process:016x}{:016x}", NEXT.fetch_add(1, Relaxed))
 }
 
-/// A lease asked for, then held, for one request.
-pub struct LeaseGuard {
-    decider: Arc<Decider>,
+/// A lease asked for, then held, for one request; `T` is how the decider reaches Redis.
+pub struct LeaseGuard<T: Transport = Backend> {
+    decider: Arc<Decider<T>>,
     rule: Arc<Rule>,
     key: String,
     /// `None` once the release is started, or when Redis answered that it took none.
@@ -70,8 +71,8 @@ const MIN_RENEWED_TTL_MS: u64 = 500;
 /// slot, and lease_ttl only bounds how long the slot of a gateway that died stays taken.
 /// Ends when `stop` is told (or dropped: the lease is being given back), or when a renewal
 /// finds the lease gone (it ended while Redis could not be reached in time).
-async fn keep_renewed(
-    decider: Arc<Decider>,
+async fn keep_renewed<T: Transport>(
+    decider: Arc<Decider<T>>,
     rule: Arc<Rule>,
     key: String,
     id: String,
@@ -96,9 +97,9 @@ async fn keep_renewed(
     }
 }
 
-impl LeaseGuard {
+impl<T: Transport> LeaseGuard<T> {
     /// A guard for the lease about to be asked for under [`LeaseGuard::id`].
-    pub fn asking(decider: Arc<Decider>, rule: Arc<Rule>, key: String) -> Self {
+    pub fn asking(decider: Arc<Decider<T>>, rule: Arc<Rule>, key: String) -> Self {
         LeaseGuard {
             decider,
             rule,
@@ -195,7 +196,7 @@ impl LeaseGuard {
     }
 }
 
-impl Drop for LeaseGuard {
+impl<T: Transport> Drop for LeaseGuard<T> {
     fn drop(&mut self) {
         let _ = self.release(ReleaseCause::Dropped);
     }
@@ -209,9 +210,9 @@ impl Drop for LeaseGuard {
 /// never has two requests in flight). The wait is bounded by the decision deadline, so a
 /// slow Redis delays no response's end by more than a decision could; the release goes on
 /// in the background after that.
-pub struct Leased<B: Body> {
+pub struct Leased<B: Body, T: Transport = Backend> {
     body: B,
-    lease: Option<LeaseGuard>,
+    lease: Option<LeaseGuard<T>>,
     /// The release being waited for, once the body has come to its end.
     settling: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// The last frame, handed over once `settling` is done (none: the end itself).
@@ -219,8 +220,8 @@ pub struct Leased<B: Body> {
     wait: std::time::Duration,
 }
 
-impl<B: Body> Leased<B> {
-    pub fn new(body: B, lease: Option<LeaseGuard>) -> Self {
+impl<B: Body, T: Transport> Leased<B, T> {
+    pub fn new(body: B, lease: Option<LeaseGuard<T>>) -> Self {
         let wait = lease
             .as_ref()
             .map_or(std::time::Duration::ZERO, |l| l.decider.deadline());
@@ -259,7 +260,7 @@ impl<B: Body> Leased<B> {
     }
 }
 
-impl<B: Body + Unpin> Body for Leased<B>
+impl<B: Body + Unpin, T: Transport> Body for Leased<B, T>
 where
     B::Data: Unpin,
 {

@@ -11,12 +11,45 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, ProtocolVersion, RedisError, RedisResult, Value};
+use std::fmt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// How long one connection attempt may take; a decision's own deadline is much shorter and
 /// is applied on top, so this only bounds the work done in the background.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Why no connection to Redis can be set up (Redis down is no such reason: the connection
+/// is made lazily and retried).
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The URL of a single server does not parse, or names what the client cannot use.
+    Url { url: String, source: RedisError },
+    /// The connection manager of a single server could not be made.
+    Manager(RedisError),
+    /// The cluster client could not be made from the URLs.
+    Cluster(RedisError),
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectError::Url { url, source } => write!(f, "redis url '{url}': {source}"),
+            ConnectError::Manager(source) => write!(f, "redis: {source}"),
+            ConnectError::Cluster(source) => write!(f, "redis cluster: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConnectError::Url { source, .. }
+            | ConnectError::Manager(source)
+            | ConnectError::Cluster(source) => Some(source),
+        }
+    }
+}
 
 #[derive(Clone)]
 pub enum Backend {
@@ -27,23 +60,27 @@ pub enum Backend {
 
 impl Backend {
     /// Starts connecting; never waits for Redis, which may be down when the gateway starts.
-    pub fn connect(target: &RedisTarget) -> Result<Backend, String> {
+    pub fn connect(target: &RedisTarget) -> Result<Backend, ConnectError> {
         match target {
             RedisTarget::Single(url) => {
+                let bad_url = |source| ConnectError::Url {
+                    url: url.clone(),
+                    source,
+                };
                 let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                    .map_err(|e| format!("redis url '{url}': {e}"))?;
+                    .map_err(bad_url)?;
                 let settings = info
                     .redis_settings()
                     .clone()
                     .set_protocol(ProtocolVersion::RESP3);
-                let client = redis::Client::open(info.set_redis_settings(settings))
-                    .map_err(|e| format!("redis url '{url}': {e}"))?;
+                let client =
+                    redis::Client::open(info.set_redis_settings(settings)).map_err(bad_url)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_millis(200));
                 let manager = ConnectionManager::new_lazy_with_config(client, config)
-                    .map_err(|e| format!("redis: {e}"))?;
+                    .map_err(ConnectError::Manager)?;
                 Ok(Backend::Single(manager))
             }
             RedisTarget::Cluster(urls) => {
@@ -51,7 +88,7 @@ impl Backend {
                     .use_protocol(ProtocolVersion::RESP3)
                     .connection_timeout(CONNECT_TIMEOUT)
                     .build()
-                    .map_err(|e| format!("redis cluster: {e}"))?;
+                    .map_err(ConnectError::Cluster)?;
                 let slot = Arc::new(RwLock::new(None));
                 let filled = slot.clone();
                 tokio::spawn(async move {
@@ -167,5 +204,32 @@ pub fn classify(error: &RedisError) -> Failure {
         Some(code) if UNAVAILABLE.contains(&code) => Failure::Unavailable,
         Some(_) if !error.is_io_error() && !error.is_connection_dropped() => Failure::Error,
         _ => Failure::Connection,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_that_does_not_parse_is_named_in_the_error() {
+        let target = RedisTarget::Single("http://127.0.0.1:6379".into());
+        let Err(error) = Backend::connect(&target) else {
+            panic!("connected to an http url");
+        };
+        assert!(matches!(error, ConnectError::Url { .. }));
+        let text = error.to_string();
+        assert!(
+            text.starts_with("redis url 'http://127.0.0.1:6379': "),
+            "{text}"
+        );
+        let source = std::error::Error::source(&error).expect("the client's error");
+        assert!(text.ends_with(&source.to_string()), "{text}");
+    }
+
+    #[test]
+    fn keys_with_one_hash_tag_share_a_slot() {
+        assert!(same_slot("rl:{user1}:a", "rl:{user1}:b"));
+        assert!(!same_slot("rl:{user1}:a", "rl:{user2}:a"));
     }
 }
