@@ -50,10 +50,15 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     ctx.set_module_options(
         ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED | ModuleOptions::HANDLE_IO_ERRORS,
     );
-    if let Err(err) = config::check_loaded() {
-        ctx.log_warning(&format!("ratelimit: {err}"));
-        return Status::Err;
-    }
+    let words: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+    let loaded = match config::LoadArgs::parse(words) {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            ctx.log_warning(&format!("ratelimit: {err}"));
+            return Status::Err;
+        }
+    };
+    loaded.apply();
     let opted_in = config::POLICIES_IN_RDB.load(std::sync::atomic::Ordering::Relaxed);
     let persistence =
         policy::rdb::register(ctx, opted_in).and_then(|()| policy::rdb::subscribe_to_loading(ctx));
@@ -68,11 +73,11 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     install_panic_hook();
     strings::init();
     server::info_func::register_info::<Info>(ctx);
-    let testing = args.iter().any(|arg| {
-        arg.as_slice()
-            .eq_ignore_ascii_case(b"enable-testing-commands")
-    });
-    let testing_commands: &[Command] = if testing { TESTING_COMMANDS } else { &[] };
+    let testing_commands: &[Command] = if loaded.testing {
+        TESTING_COMMANDS
+    } else {
+        &[]
+    };
     let keyed = COMMANDS
         .iter()
         .chain(testing_commands)
@@ -210,6 +215,8 @@ redis_module! {
         enum: [
             ["default-algorithm", &config::DEFAULT_ALGORITHM, config::DefaultAlgorithm::fixed, ConfigurationFlags::DEFAULT, None],
         ],
-        module_args_as_configuration: true,
+        // `config::LoadArgs` reads the load line itself, so that a word it does not know
+        // or a value a config cannot take refuses the load, named in the log.
+        module_args_as_configuration: false,
     ]
 }

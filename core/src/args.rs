@@ -161,7 +161,9 @@ impl ArgError {
                     .into()
             }
             ArgError::Window(DurationError::UnknownUnit) => {
-                "window has an unknown unit: use ms, s, m, h or d".into()
+                "window has an unknown unit: use ms, s, m, h or d (a week is 7d), or a \
+                 calendar period: day, week, month or year"
+                    .into()
             }
             ArgError::Window(DurationError::TooShort) => "window must be at least 1ms".into(),
             ArgError::Window(DurationError::TooLong) => {
@@ -211,6 +213,14 @@ impl ArgError {
             ArgError::UnknownOption(arg) => {
                 format!("unknown option '{arg}' (expected ALGO, BURST, COST, TZ or ANCHOR)").into()
             }
+            // The several-keys errors (RL.MHIT and its kin).
+            several => several.several_keys_reason(),
+        }
+    }
+
+    /// The text of the errors only several-keys calls make.
+    fn several_keys_reason(&self) -> Cow<'static, str> {
+        match self {
             ArgError::NumKeys => format!("numkeys must be an integer from 1 to {MAX_KEYS}").into(),
             ArgError::FewerKeys(numkeys) => {
                 format!("numkeys is {numkeys} but fewer keys follow").into()
@@ -240,6 +250,8 @@ impl ArgError {
                 };
                 format!("SPEC {index} (key '{key}'): {reason}").into()
             }
+            // Every other error is worded by `reason`, which never sends it here.
+            _ => "invalid arguments".into(),
         }
     }
 }
@@ -421,15 +433,57 @@ fn parse_rule<'a>(
         return Err(ArgError::WrongArity);
     }
     let mut rest = args.peekable();
+    let (mut tiers, any_calendar) = parse_tiers(&mut rest, settings)?;
+    let options = parse_options(rest, grammar)?;
+    let Options {
+        algorithm,
+        burst,
+        cost,
+        mode,
+        zone,
+        anchor,
+    } = options;
+    let algorithm = if any_calendar || zone.is_some() || anchor.is_some() {
+        calendars(&mut tiers, algorithm, zone, anchor)?
+    } else {
+        algorithm
+    }
+    .unwrap_or(settings.default_algorithm);
+    if let Some(burst) = burst {
+        if !algorithm.has_burst() || tiers.len() != 1 {
+            return Err(ArgError::BurstNotApplicable);
+        }
+        tiers[0].burst = burst;
+    }
+    if algorithm == AlgorithmKind::Log && tiers.iter().any(|q| q.limit > settings.max_log_limit) {
+        return Err(ArgError::LimitTooLarge(algorithm, settings.max_log_limit));
+    }
+    Ok(Rule {
+        limits: Limits { algorithm, tiers },
+        cost,
+        mode,
+    })
+}
+
+/// Reads the `limit window` pairs; also says whether one of the windows is a calendar
+/// period. After the first pair, a word starting with a letter ends the tiers: it is an
+/// option, or a mistyped one that the options then name (`COSTS 2` is not a limit).
+fn parse_tiers<'a, I: Iterator<Item = &'a [u8]>>(
+    rest: &mut std::iter::Peekable<I>,
+    settings: &Settings,
+) -> Result<(Tiers, bool), ArgError> {
     let mut tiers = Tiers::new();
     let mut any_calendar = false;
-    while let Some(limit) = rest.next_if(|arg| !is_option(arg)) {
+    let starts_with_letter = |arg: &&[u8]| arg.first().is_some_and(u8::is_ascii_alphabetic);
+    while let Some(limit) =
+        rest.next_if(|arg| !is_option(arg) && (tiers.is_empty() || !starts_with_letter(arg)))
+    {
         let limit = parse_positive(limit).ok_or(ArgError::Limit)?;
         let window = rest
             .next_if(|arg| !is_option(arg))
             .ok_or(ArgError::MissingWindow)?;
         // A duration starts with a digit, a calendar period with a letter.
-        let period = if window.first().is_some_and(u8::is_ascii_alphabetic) {
+        let period = if starts_with_letter(&window) {
             Period::from_name(window)
         } else {
             None
@@ -464,30 +518,49 @@ fn parse_rule<'a>(
     if tiers.is_empty() {
         return Err(ArgError::Limit);
     }
-    let (mut algorithm, mut burst, mut cost, mut mode) = (None, None, None, None);
-    let (mut zone, mut anchor) = (None, None);
+    Ok((tiers, any_calendar))
+}
+
+/// The options after the tiers, each given at most once.
+#[derive(Default)]
+struct Options {
+    algorithm: Option<AlgorithmKind>,
+    burst: Option<i64>,
+    cost: Option<i64>,
+    mode: Option<Mode>,
+    zone: Option<Zone>,
+    anchor: Option<i64>,
+}
+
+/// Reads the options of `grammar` up to the end; an unknown word is refused with the list
+/// of the grammar's options.
+fn parse_options<'a>(
+    mut rest: impl Iterator<Item = &'a [u8]>,
+    grammar: Grammar,
+) -> Result<Options, ArgError> {
+    let mut o = Options::default();
     while let Some(option) = rest.next() {
         if option.eq_ignore_ascii_case(b"ALGO") {
             let kind = rest.next().and_then(AlgorithmKind::from_name);
-            set_once(&mut algorithm, kind.ok_or(ArgError::Algo)?, "ALGO")?;
+            set_once(&mut o.algorithm, kind.ok_or(ArgError::Algo)?, "ALGO")?;
         } else if option.eq_ignore_ascii_case(b"BURST") {
             let value = rest.next().and_then(parse_positive);
-            set_once(&mut burst, value.ok_or(ArgError::Burst)?, "BURST")?;
+            set_once(&mut o.burst, value.ok_or(ArgError::Burst)?, "BURST")?;
         } else if option.eq_ignore_ascii_case(b"COST") && grammar == Grammar::Call {
             let value = rest.next().and_then(parse_positive);
-            set_once(&mut cost, value.ok_or(ArgError::Cost)?, "COST")?;
+            set_once(&mut o.cost, value.ok_or(ArgError::Cost)?, "COST")?;
         } else if option.eq_ignore_ascii_case(b"TZ") {
             let value = rest.next().and_then(Zone::from_name);
-            set_once(&mut zone, value.ok_or(ArgError::TimeZone)?, "TZ")?;
+            set_once(&mut o.zone, value.ok_or(ArgError::TimeZone)?, "TZ")?;
         } else if option.eq_ignore_ascii_case(b"ANCHOR") {
             let value = rest
                 .next()
                 .and_then(parse_positive)
                 .filter(|day| (1..=31).contains(day));
-            set_once(&mut anchor, value.ok_or(ArgError::Anchor)?, "ANCHOR")?;
+            set_once(&mut o.anchor, value.ok_or(ArgError::Anchor)?, "ANCHOR")?;
         } else if option.eq_ignore_ascii_case(b"MODE") && grammar == Grammar::Policy {
             let value = rest.next().and_then(parse_mode);
-            set_once(&mut mode, value.ok_or(ArgError::Mode)?, "MODE")?;
+            set_once(&mut o.mode, value.ok_or(ArgError::Mode)?, "MODE")?;
         } else {
             let excerpt = printable_excerpt(option);
             return Err(match grammar {
@@ -496,26 +569,7 @@ fn parse_rule<'a>(
             });
         }
     }
-    let algorithm = if any_calendar || zone.is_some() || anchor.is_some() {
-        calendars(&mut tiers, algorithm, zone, anchor)?
-    } else {
-        algorithm
-    }
-    .unwrap_or(settings.default_algorithm);
-    if let Some(burst) = burst {
-        if !algorithm.has_burst() || tiers.len() != 1 {
-            return Err(ArgError::BurstNotApplicable);
-        }
-        tiers[0].burst = burst;
-    }
-    if algorithm == AlgorithmKind::Log && tiers.iter().any(|q| q.limit > settings.max_log_limit) {
-        return Err(ArgError::LimitTooLarge(algorithm, settings.max_log_limit));
-    }
-    Ok(Rule {
-        limits: Limits { algorithm, tiers },
-        cost,
-        mode,
-    })
+    Ok(o)
 }
 
 /// Gives the calendar windows of `tiers` their zone and anchor, and checks the options
@@ -784,6 +838,10 @@ mod tests {
             (&["5", "1m", "BURST", "0"], Burst),
             (&["5", "1m", "BURST", "2"], BurstNotApplicable),
             (&["5", "1m", "COST", "1", "extra"], UnknownOption("extra".into())),
+            // A mistyped option after the tiers is named, not read as a limit.
+            (&["5", "1m", "COSTS", "2"], UnknownOption("COSTS".into())),
+            (&["5", "1m", "extra"], UnknownOption("extra".into())),
+            (&["5", "1w"], Window(DurationError::UnknownUnit)),
         ];
         for (args, err) in cases {
             assert_eq!(parse(args).as_ref(), Err(err), "{:?}", args);
@@ -1019,7 +1077,8 @@ mod tests {
         }
         assert_eq!(
             Window(DurationError::UnknownUnit).to_string(),
-            "window has an unknown unit: use ms, s, m, h or d"
+            "window has an unknown unit: use ms, s, m, h or d (a week is 7d), or a calendar \
+             period: day, week, month or year"
         );
         let nested = InSpec {
             index: 1,
