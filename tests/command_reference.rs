@@ -134,7 +134,11 @@ const POLICY_OPTIONS: &str = "(expected ALGO, BURST, MODE, TZ or ANCHOR)";
 #[test]
 fn an_unknown_keyword_is_named_with_the_valid_ones() {
     for flavor in FLAVORS {
-        let server = ServerConfig::new(flavor).start();
+        // Redis 7.0 refuses RL.POLICY SET without it, before reading the definition.
+        let server = ServerConfig::new(flavor)
+            .module_arg("policies-in-rdb")
+            .module_arg("yes")
+            .start();
         let mut con = server.conn();
         let cases: [(&[&str], String); 6] = [
             (
