@@ -68,7 +68,10 @@ fn pairs(value: &Value) -> Vec<(String, Value)> {
 }
 
 fn field(value: &Value, name: &str) -> Option<Value> {
-    pairs(value).into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    pairs(value)
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
 }
 
 /// The argument names `COMMAND DOCS` shows, depth first.
@@ -174,7 +177,10 @@ fn an_unknown_keyword_is_named_with_the_valid_ones() {
         // A first word that is no number still reads as a limit.
         let cmd = redis::cmd("RL.HIT").arg(&["k", "five", "1m"]).clone();
         let refused = error_text(&mut con, &cmd);
-        assert_eq!(refused, "ERR limit must be a positive integer", "{flavor:?}");
+        assert_eq!(
+            refused, "ERR limit must be a positive integer",
+            "{flavor:?}"
+        );
     }
 }
 
@@ -211,7 +217,10 @@ fn refused_load(flavor: Flavor, module_args: &[&str]) -> String {
         .args(module_args)
         .status()
         .expect("the server runs");
-    assert!(!status.success(), "{flavor:?}: {module_args:?} must not load");
+    assert!(
+        !status.success(),
+        "{flavor:?}: {module_args:?} must not load"
+    );
     std::fs::read_to_string(&log).unwrap_or_default()
 }
 
