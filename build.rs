@@ -85,9 +85,11 @@ fn command(name: &str, doc: &Map<String, Value>) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "    CommandDoc {{\n        name: {},\n        summary: {},\n        complexity: {},\n        \
-         since: {},\n        tips: {tips},\n        counted_keys: {},\n        args: {},\n    }},",
+        "    CommandDoc {{\n        name: {},\n        flags: {},\n        summary: {},\n        \
+         complexity: {},\n        since: {},\n        tips: {tips},\n        counted_keys: {},\n        \
+         args: {},\n    }},",
         c_str(name),
+        c_str(&flags(name, doc)),
         c_str(text(doc, "summary", name)),
         c_str(text(doc, "complexity", name)),
         c_str(text(doc, "since", name)),
@@ -95,6 +97,23 @@ fn command(name: &str, doc: &Map<String, Value>) -> String {
         args(name, doc.get("arguments"), 2),
     );
     out
+}
+
+/// The command's flags as the module registers them (`write deny-oom`): the JSON's
+/// `command_flags`, named as `RedisModule_CreateCommand` reads them.
+fn flags(name: &str, doc: &Map<String, Value>) -> String {
+    let flags = doc.get("command_flags").and_then(Value::as_array);
+    let names: Vec<String> = flags
+        .into_iter()
+        .flatten()
+        .map(|flag| match flag.as_str() {
+            Some("DENYOOM") => "deny-oom".into(),
+            Some("GETKEYS_API") => "getkeys-api".into(),
+            Some(other) => other.to_ascii_lowercase(),
+            None => panic!("{name}: command_flags must be strings"),
+        })
+        .collect();
+    names.join(" ")
 }
 
 /// The key spec the module gives the server itself: only for keys that follow a count

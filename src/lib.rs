@@ -220,3 +220,40 @@ redis_module! {
         module_args_as_configuration: false,
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The registration tables and `commands/*.json` give every command the same flags:
+    /// the flags are chosen here, with their reasons, and described there.
+    #[test]
+    fn commands_are_registered_with_the_flags_they_are_described_with() {
+        let described = |name: &str| {
+            command_docs::DESCRIBED
+                .iter()
+                .find(|doc| doc.name.to_str() == Ok(name))
+                .unwrap_or_else(|| panic!("{name} is described in commands/"))
+                .flags
+        };
+        let tables = COMMANDS
+            .iter()
+            .chain(SEVERAL_KEYS_COMMANDS)
+            .chain(KEYLESS_COMMANDS);
+        let mut registered = 0;
+        for (name, _, flags) in tables {
+            let name = name.to_str().expect("ASCII names");
+            assert_eq!(described(name), *flags, "{name}");
+            registered += 1;
+        }
+        let container = POLICY_CONTAINER.to_str().expect("ASCII");
+        assert_eq!(described(container), c"", "{container}");
+        for (sub, _, flags) in POLICY_SUBCOMMANDS {
+            let name = format!("{container}|{}", sub.to_str().expect("ASCII"));
+            assert_eq!(described(&name), *flags, "{name}");
+            registered += 1;
+        }
+        // Every description is of a registered command (the container aside).
+        assert_eq!(registered + 1, command_docs::DESCRIBED.len());
+    }
+}

@@ -14,6 +14,8 @@ use std::os::raw::c_int;
 pub struct CommandDoc {
     /// The registered name; `RL.POLICY|SET` for a subcommand.
     pub name: &'static CStr,
+    /// The flags it is registered with (`write deny-oom`), as `command_flags` lists them.
+    pub flags: &'static CStr,
     /// One line on what it does.
     pub summary: &'static CStr,
     /// Its time complexity.
