@@ -132,6 +132,7 @@ fn the_command_pages_are_the_generated_ones() {
 
 /// The expected list of options of a call and of a policy's definition.
 const CALL_OPTIONS: &str = "(expected ALGO, BURST, COST, TZ or ANCHOR)";
+const LEASE_OPTIONS: &str = "(expected ALGO, BURST, COST, TZ, ANCHOR or ID)";
 const POLICY_OPTIONS: &str = "(expected ALGO, BURST, MODE, TZ or ANCHOR)";
 
 #[test]
@@ -143,7 +144,7 @@ fn an_unknown_keyword_is_named_with_the_valid_ones() {
             .module_arg("yes")
             .start();
         let mut con = server.conn();
-        let cases: [(&[&str], String); 6] = [
+        let cases: [(&[&str], String); 7] = [
             (
                 &["RL.HIT", "k", "5", "1m", "COSTS", "2"],
                 format!("ERR unknown option 'COSTS' {CALL_OPTIONS}"),
@@ -154,7 +155,11 @@ fn an_unknown_keyword_is_named_with_the_valid_ones() {
             ),
             (
                 &["RL.ACQUIRE", "k", "2", "30s", "5", "1m", "COSTS", "2"],
-                format!("ERR unknown option 'COSTS' {CALL_OPTIONS}"),
+                format!("ERR unknown option 'COSTS' {LEASE_OPTIONS}"),
+            ),
+            (
+                &["RL.ACQUIRE", "k", "2", "30s", "IDS", "job-7"],
+                format!("ERR unknown option 'IDS' {LEASE_OPTIONS}"),
             ),
             (
                 &["RL.MHIT", "1", "k", "SPEC", "5", "1m", "COSTS", "2"],

@@ -117,9 +117,9 @@ fn bad_input_gets_one_clear_error_and_writes_nothing() {
             // As RL.HIT reads it: a word after the tiers that starts with a letter is an
             // option, and an unknown one is named with the valid ones.
             (vec![b"RL.ACQUIRE", b"guard", b"3", b"1h", b"5", b"1h", b"FOO", b"1"],
-                "ERR unknown option 'FOO' (expected ALGO, BURST, COST, TZ or ANCHOR)".into()),
+                "ERR unknown option 'FOO' (expected ALGO, BURST, COST, TZ, ANCHOR or ID)".into()),
             (vec![b"RL.ACQUIRE", b"guard", b"3", b"1h", b"5", b"1h", b"COST", b"1", b"FOO", b"1"],
-                "ERR unknown option 'FOO' (expected ALGO, BURST, COST, TZ or ANCHOR)".into()),
+                "ERR unknown option 'FOO' (expected ALGO, BURST, COST, TZ, ANCHOR or ID)".into()),
             (vec![b"RL.RELEASE", b"guard"], arity("RL.RELEASE")),
             (vec![b"RL.RELEASE", b"guard", b"held", b"extra"], arity("RL.RELEASE")),
             (vec![b"RL.RELEASE", b"guard", b""], ID.into()),
