@@ -86,7 +86,7 @@ fn shown_names(args: Option<Value>, into: &mut Vec<String>) {
 }
 
 #[test]
-fn command_docs_shows_the_summary_and_arguments_of_every_description() {
+fn command_docs_and_info_show_what_every_description_says() {
     let described = descriptions();
     assert!(described.len() >= 19, "{} descriptions", described.len());
     for flavor in FLAVORS {
@@ -112,7 +112,50 @@ fn command_docs_shows_the_summary_and_arguments_of_every_description() {
             described_names(doc.get("arguments"), &mut want);
             shown_names(field(&docs, "arguments"), &mut got);
             assert_eq!(got, want, "{flavor:?} {name}");
+            command_info_agrees(&mut con, flavor, name, doc);
         }
+    }
+}
+
+/// `COMMAND INFO` answers the description's arity and flags.
+fn command_info_agrees(
+    con: &mut redis::Connection,
+    flavor: Flavor,
+    name: &str,
+    doc: &serde_json::Value,
+) {
+    let reply: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg(name)
+        .query(con)
+        .expect("COMMAND INFO");
+    let Value::Array(commands) = reply else {
+        panic!("{flavor:?} {name}: {reply:?}");
+    };
+    let Some(Value::Array(info)) = commands.first() else {
+        panic!("{flavor:?} {name}: no COMMAND INFO");
+    };
+    let arity = doc.get("arity").and_then(|a| a.as_i64());
+    assert_eq!(
+        Some(&Value::Int(arity.expect("an arity"))),
+        info.get(1),
+        "{name}"
+    );
+    let Some(Value::Array(flags)) = info.get(2) else {
+        panic!("{flavor:?} {name}: no flags in {info:?}");
+    };
+    let shown: Vec<String> = flags.iter().map(text).collect();
+    let described = doc.get("command_flags").and_then(|f| f.as_array());
+    for flag in described.into_iter().flatten().filter_map(|f| f.as_str()) {
+        // `getkeys-api` shows as `movablekeys`.
+        let flag = match flag {
+            "GETKEYS_API" => "movablekeys".to_string(),
+            other => other.to_ascii_lowercase(),
+        };
+        assert!(
+            shown.contains(&flag),
+            "{flavor:?} {name}: {flag} not in {shown:?}"
+        );
     }
 }
 
