@@ -85,10 +85,11 @@ fn command(name: &str, doc: &Map<String, Value>) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "    CommandDoc {{\n        name: {},\n        flags: {},\n        summary: {},\n        \
-         complexity: {},\n        since: {},\n        tips: {tips},\n        counted_keys: {},\n        \
-         args: {},\n    }},",
+        "    CommandDoc {{\n        name: {},\n        syntax: {},\n        flags: {},\n        \
+         summary: {},\n        complexity: {},\n        since: {},\n        tips: {tips},\n        \
+         counted_keys: {},\n        args: {},\n    }},",
         c_str(name),
+        c_str(&command_syntax(name, doc)),
         c_str(&flags(name, doc)),
         c_str(text(doc, "summary", name)),
         c_str(text(doc, "complexity", name)),
@@ -97,6 +98,60 @@ fn command(name: &str, doc: &Map<String, Value>) -> String {
         args(name, doc.get("arguments"), 2),
     );
     out
+}
+
+/// The syntax line (`RL.POLICY GET name`), written as `scripts/command_pages.py` writes it
+/// on the command's page.
+fn command_syntax(name: &str, doc: &Map<String, Value>) -> String {
+    let mut line = name.replace('|', " ");
+    for arg in doc
+        .get("arguments")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        line.push(' ');
+        line.push_str(&syntax(name, arg));
+    }
+    line
+}
+
+/// One argument as redis.io's syntax lines write it: `[ALGO <fixed | gcra>]`,
+/// `key [key ...]`, `SPEC rule [SPEC rule ...]`.
+fn syntax(name: &str, arg: &Value) -> String {
+    let field = |f: &str| arg.get(f).and_then(Value::as_str);
+    let flag = |f: &str| arg.get(f).and_then(Value::as_bool).unwrap_or(false);
+    let subargs = || -> Vec<String> {
+        let list = arg.get("arguments").and_then(Value::as_array);
+        list.into_iter()
+            .flatten()
+            .map(|a| syntax(name, a))
+            .collect()
+    };
+    let token = field("token");
+    let arg_name = field("name").unwrap_or_else(|| panic!("{name}: an argument needs a name"));
+    let mut body = match (field("type"), token) {
+        (Some("pure-token"), Some(token)) => token.to_string(),
+        (Some("pure-token"), None) => panic!("{name}: a pure-token needs its token"),
+        (Some("oneof"), Some(token)) => format!("{token} <{}>", subargs().join(" | ")),
+        (Some("oneof"), None) if flag("optional") => subargs().join(" | "),
+        (Some("oneof"), None) => format!("<{}>", subargs().join(" | ")),
+        (Some("block"), Some(token)) => format!("{token} {}", subargs().join(" ")),
+        (Some("block"), None) => subargs().join(" "),
+        (_, Some(token)) => format!("{token} {arg_name}"),
+        (_, None) => arg_name.to_string(),
+    };
+    if flag("multiple") {
+        let repeated = match token {
+            Some(token) if !flag("multiple_token") => body[token.len() + 1..].to_string(),
+            _ => body.clone(),
+        };
+        body = format!("{body} [{repeated} ...]");
+    }
+    if flag("optional") {
+        body = format!("[{body}]");
+    }
+    body
 }
 
 /// The command's flags as the module registers them (`write deny-oom`): the JSON's

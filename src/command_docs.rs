@@ -20,6 +20,12 @@ use redis_module::Context;
 
 include!(concat!(env!("OUT_DIR"), "/command_docs.rs"));
 
+/// The syntax line of the described command `name` (`RL.POLICY|GET`), as its page shows it.
+pub fn syntax_of(name: &str) -> Option<&'static [u8]> {
+    let doc = DESCRIBED.iter().find(|doc| doc.name.to_str() == Ok(name))?;
+    Some(doc.syntax.to_bytes())
+}
+
 /// Sets the docs of every described command, and the key specs of the several-keys
 /// commands; called at load, after registration. A key spec the server refuses fails the
 /// load: without it Cluster could not route those commands.
@@ -88,6 +94,38 @@ mod tests {
         assert_eq!((mpeek.count_at, mpeek.writes), (1, false));
         let mhit = find("RL.MHIT").counted_keys.expect("a key spec");
         assert_eq!((mhit.count_at, mhit.writes), (1, true));
+    }
+
+    #[test]
+    fn syntax_lines_are_the_pages_ones() {
+        let set = syntax_of("RL.POLICY|SET").expect("described");
+        assert_eq!(
+            std::str::from_utf8(set),
+            Ok("RL.POLICY SET name limit window [limit window ...] \
+                [ALGO <fixed | sliding | log | token | gcra>] [BURST burst] \
+                [MODE <enforce | shadow>] [TZ zone] [ANCHOR day]")
+        );
+        let mhit = find("RL.MHIT").syntax.to_str().expect("ASCII");
+        assert!(
+            mhit.starts_with("RL.MHIT numkeys key [key ...] SPEC <limit window"),
+            "{mhit}"
+        );
+        assert!(
+            mhit.ends_with("| POLICY policy-name [COST cost]> ...]"),
+            "{mhit}"
+        );
+        let pages = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/commands");
+        for doc in DESCRIBED {
+            let name = doc.name.to_str().expect("ASCII").to_ascii_lowercase();
+            let page = pages.join(format!("{}.md", name.replace('|', "-")));
+            let text = std::fs::read_to_string(&page).expect("every command has a page");
+            let line = doc.syntax.to_str().expect("ASCII");
+            assert!(
+                text.contains(&format!("```text\n{line}")),
+                "{}",
+                page.display()
+            );
+        }
     }
 
     #[test]

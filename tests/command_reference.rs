@@ -336,3 +336,42 @@ fn a_bad_value_of_a_config_names_the_config_and_its_values() {
         );
     }
 }
+
+#[test]
+fn rl_policy_help_shows_each_subcommands_syntax_from_its_description() {
+    let described = descriptions();
+    for flavor in FLAVORS {
+        let server = ServerConfig::new(flavor).start();
+        let lines: Vec<String> = redis::cmd("RL.POLICY")
+            .arg("HELP")
+            .query(&mut server.conn())
+            .expect("RL.POLICY HELP");
+        assert_eq!(lines.len(), 5, "{flavor:?}: {lines:?}");
+        for (line, sub) in lines.iter().zip(["SET", "GET", "DEL", "LIST", "HELP"]) {
+            assert!(line.starts_with(&format!("RL.POLICY {sub}")), "{line}");
+            let doc = &described
+                .iter()
+                .find(|(name, _)| *name == format!("RL.POLICY|{sub}"))
+                .expect("described")
+                .1;
+            // Values show by name, keywords by token; blocks and choices by what they hold.
+            for name in value_names(doc.get("arguments")) {
+                assert!(line.contains(&name), "{flavor:?}: {name} not in {line}");
+            }
+        }
+        assert!(lines[0].contains("[TZ zone] [ANCHOR day]"), "{}", lines[0]);
+    }
+}
+
+/// The names of the arguments that are values (no subarguments, no keyword alone).
+fn value_names(args: Option<&serde_json::Value>) -> Vec<String> {
+    let mut names = Vec::new();
+    for arg in args.and_then(|a| a.as_array()).into_iter().flatten() {
+        match arg.get("arguments") {
+            Some(sub) => names.extend(value_names(Some(sub))),
+            None if arg.get("type").and_then(|t| t.as_str()) == Some("pure-token") => {}
+            None => names.extend(arg.get("name").and_then(|n| n.as_str()).map(String::from)),
+        }
+    }
+    names
+}

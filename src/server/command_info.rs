@@ -14,6 +14,8 @@ use std::os::raw::c_int;
 pub struct CommandDoc {
     /// The registered name; `RL.POLICY|SET` for a subcommand.
     pub name: &'static CStr,
+    /// Its syntax line, as its page shows it (`RL.POLICY GET name`).
+    pub syntax: &'static CStr,
     /// The flags it is registered with (`write deny-oom`), as `command_flags` lists them.
     pub flags: &'static CStr,
     /// One line on what it does.
