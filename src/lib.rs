@@ -50,10 +50,15 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     ctx.set_module_options(
         ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED | ModuleOptions::HANDLE_IO_ERRORS,
     );
-    if let Err(err) = config::check_loaded() {
-        ctx.log_warning(&format!("ratelimit: {err}"));
-        return Status::Err;
-    }
+    let words: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+    let loaded = match config::LoadArgs::parse(words) {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            ctx.log_warning(&format!("ratelimit: {err}"));
+            return Status::Err;
+        }
+    };
+    loaded.apply();
     let opted_in = config::POLICIES_IN_RDB.load(std::sync::atomic::Ordering::Relaxed);
     let persistence =
         policy::rdb::register(ctx, opted_in).and_then(|()| policy::rdb::subscribe_to_loading(ctx));
@@ -68,11 +73,11 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     install_panic_hook();
     strings::init();
     server::info_func::register_info::<Info>(ctx);
-    let testing = args.iter().any(|arg| {
-        arg.as_slice()
-            .eq_ignore_ascii_case(b"enable-testing-commands")
-    });
-    let testing_commands: &[Command] = if testing { TESTING_COMMANDS } else { &[] };
+    let testing_commands: &[Command] = if loaded.testing {
+        TESTING_COMMANDS
+    } else {
+        &[]
+    };
     let keyed = COMMANDS
         .iter()
         .chain(testing_commands)
@@ -210,6 +215,45 @@ redis_module! {
         enum: [
             ["default-algorithm", &config::DEFAULT_ALGORITHM, config::DefaultAlgorithm::fixed, ConfigurationFlags::DEFAULT, None],
         ],
-        module_args_as_configuration: true,
+        // `config::LoadArgs` reads the load line itself, so that a word it does not know
+        // or a value a config cannot take refuses the load, named in the log.
+        module_args_as_configuration: false,
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The registration tables and `commands/*.json` give every command the same flags:
+    /// the flags are chosen here, with their reasons, and described there.
+    #[test]
+    fn commands_are_registered_with_the_flags_they_are_described_with() {
+        let described = |name: &str| {
+            command_docs::DESCRIBED
+                .iter()
+                .find(|doc| doc.name.to_str() == Ok(name))
+                .unwrap_or_else(|| panic!("{name} is described in commands/"))
+                .flags
+        };
+        let tables = COMMANDS
+            .iter()
+            .chain(SEVERAL_KEYS_COMMANDS)
+            .chain(KEYLESS_COMMANDS);
+        let mut registered = 0;
+        for (name, _, flags) in tables {
+            let name = name.to_str().expect("ASCII names");
+            assert_eq!(described(name), *flags, "{name}");
+            registered += 1;
+        }
+        let container = POLICY_CONTAINER.to_str().expect("ASCII");
+        assert_eq!(described(container), c"", "{container}");
+        for (sub, _, flags) in POLICY_SUBCOMMANDS {
+            let name = format!("{container}|{}", sub.to_str().expect("ASCII"));
+            assert_eq!(described(&name), *flags, "{name}");
+            registered += 1;
+        }
+        // Every description is of a registered command (the container aside).
+        assert_eq!(registered + 1, command_docs::DESCRIBED.len());
+    }
 }

@@ -31,8 +31,27 @@ pub fn patches_available() -> bool {
 /// The calls the module propagates, as the server must be able to look them up.
 const PROPAGATED: [&[&[u8]]; 2] = [&[b"SET", b"k", b"v", b"PXAT", b"1"], &[b"DEL", b"k"]];
 
+/// A command the module propagates its writes as, which this server does not know (its
+/// name); the module then refuses to load rather than write without propagating.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingCommand(pub String);
+
+impl std::fmt::Display for MissingCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the command {} is missing (renamed or disabled with rename-command?); the module \
+             propagates its writes as SET and DEL, so it refuses to load rather than write \
+             without propagating",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for MissingCommand {}
+
 /// `Err` names the first propagated command this server does not know.
-pub fn check_commands_exist(ctx: &Context) -> Result<(), String> {
+pub fn check_commands_exist(ctx: &Context) -> Result<(), MissingCommand> {
     PATCHES.store(
         PATCH_CALLS.iter().all(|call| command_known(ctx, call)),
         Relaxed,
@@ -40,11 +59,7 @@ pub fn check_commands_exist(ctx: &Context) -> Result<(), String> {
     for call in PROPAGATED {
         if !command_known(ctx, call) {
             let name = String::from_utf8_lossy(call.first().copied().unwrap_or_default());
-            return Err(format!(
-                "the command {name} is missing (renamed or disabled with rename-command?); \
-                 the module propagates its writes as SET and DEL, so it refuses to load \
-                 rather than write without propagating"
-            ));
+            return Err(MissingCommand(name.into_owned()));
         }
     }
     Ok(())

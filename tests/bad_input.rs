@@ -13,7 +13,8 @@ const LIMIT: &str = "ERR limit must be a positive integer";
 const WINDOW_MALFORMED: &str = "ERR window must be a positive integer of seconds or an integer \
                                 with a unit (ms, s, m, h, d), e.g. 250ms or 5m, or a calendar \
                                 period: day, week, month or year";
-const WINDOW_UNIT: &str = "ERR window has an unknown unit: use ms, s, m, h or d";
+const WINDOW_UNIT: &str = "ERR window has an unknown unit: use ms, s, m, h or d (a week is 7d), \
+                           or a calendar period: day, week, month or year";
 const WINDOW_ZERO: &str = "ERR window must be at least 1ms";
 const WINDOW_TOO_LONG: &str = "ERR window must be at most 366d (ratelimit.max-window-ms)";
 const COST: &str = "ERR COST must be a positive integer";
@@ -95,8 +96,9 @@ fn malformed_calls() -> Vec<(Vec<Vec<u8>>, String)> {
             &[GUARD, b"5", b"1h", b"10", b"1m", b"BURST", b"1"],
             BURST_NOT_APPLICABLE,
         ),
-        // After the tiers, a word that is no option reads as the next tier's limit.
-        row(&[GUARD, b"5", b"1h", b"extra"], LIMIT),
+        // After the tiers, a word that starts with a letter is an option: an unknown one
+        // is named, with the valid ones.
+        row(&[GUARD, b"5", b"1h", b"extra"], &unknown_option("extra")),
         row(&[GUARD, b"5", b"1h", b"10"], MISSING_WINDOW),
         row(&nine_tiers, TOO_MANY_TIERS),
         row(&[GUARD, b"5", b"1h", b"10", b"COST", b"2"], MISSING_WINDOW),

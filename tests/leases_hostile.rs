@@ -114,11 +114,12 @@ fn bad_input_gets_one_clear_error_and_writes_nothing() {
                 "ERR window must be at least 1ms".into()),
             (vec![b"RL.ACQUIRE", b"guard", b"3", b"1h", b"5", b"1h", b"ALGO", b"leaky"],
                 "ERR ALGO must be one of fixed, sliding, log, token, gcra".into()),
-            // As RL.HIT reads it: a word after the tiers that is no option is a limit.
+            // As RL.HIT reads it: a word after the tiers that starts with a letter is an
+            // option, and an unknown one is named with the valid ones.
             (vec![b"RL.ACQUIRE", b"guard", b"3", b"1h", b"5", b"1h", b"FOO", b"1"],
-                "ERR limit must be a positive integer".into()),
+                "ERR unknown option 'FOO' (expected ALGO, BURST, COST, TZ, ANCHOR or ID)".into()),
             (vec![b"RL.ACQUIRE", b"guard", b"3", b"1h", b"5", b"1h", b"COST", b"1", b"FOO", b"1"],
-                "ERR unknown option 'FOO' (expected ALGO, BURST, COST, TZ or ANCHOR)".into()),
+                "ERR unknown option 'FOO' (expected ALGO, BURST, COST, TZ, ANCHOR or ID)".into()),
             (vec![b"RL.RELEASE", b"guard"], arity("RL.RELEASE")),
             (vec![b"RL.RELEASE", b"guard", b"held", b"extra"], arity("RL.RELEASE")),
             (vec![b"RL.RELEASE", b"guard", b""], ID.into()),

@@ -44,7 +44,7 @@ fn malformed_policy_commands_are_refused_and_change_nothing() {
         (&["SET", "api", "5", "1m", "MODE", "shadow", "MODE", "enforce"], "ERR MODE is given more than once"),
         (&["SET", "api", "5", "1m", "MODE", "shadow", "extra"], "ERR unknown option 'extra' (expected ALGO, BURST, MODE, TZ or ANCHOR)"),
         (&["SET", "api", "0", "1m"], "ERR limit must be a positive integer"),
-        (&["SET", "api", "5", "1y"], "ERR window has an unknown unit: use ms, s, m, h or d"),
+        (&["SET", "api", "5", "1y"], "ERR window has an unknown unit: use ms, s, m, h or d (a week is 7d), or a calendar period: day, week, month or year"),
         (&["SET", "api", "5", "367d"], "ERR window must be at most 366d (ratelimit.max-window-ms)"),
         (&["SET", "api", "5", "1m", "10"], "ERR each limit needs a window: limit window [limit window ...]"),
         (&["SET", "api", "5", "1m", "ALGO", "leaky"], "ERR ALGO must be one of fixed, sliding, log, token, gcra"),

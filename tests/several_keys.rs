@@ -325,7 +325,7 @@ fn bad_input_is_refused_by_name_and_writes_nothing() {
             (&["RL.MHIT", "1", fresh, "5", "1m"], "ERR each key needs a rule: numkeys key [key ...] SPEC rule [SPEC rule ...]"),
             (&["RL.MHIT", "2", fresh, "rl:{b}:x", "SPEC", "5", "1m"], "ERR give one SPEC per key, in key order (2 keys)"),
             (&["RL.MHIT", "2", fresh, fresh, "SPEC", "5", "1m", "SPEC", "5", "1m"], "ERR key 'rl:{b}:fresh' is given twice (indexes 0 and 1): name each key once, with the sum of its costs"),
-            (&["RL.MHIT", "2", fresh, "rl:{b}:x", "SPEC", "5", "1m", "SPEC", "5", "1y"], "ERR SPEC 1 (key 'rl:{b}:x'): window has an unknown unit: use ms, s, m, h or d"),
+            (&["RL.MHIT", "2", fresh, "rl:{b}:x", "SPEC", "5", "1m", "SPEC", "5", "1y"], "ERR SPEC 1 (key 'rl:{b}:x'): window has an unknown unit: use ms, s, m, h or d (a week is 7d), or a calendar period: day, week, month or year"),
             (&["RL.MREFUND", "1", fresh, "SPEC", "5", "1m", "COST", "0"], "ERR SPEC 0 (key 'rl:{b}:fresh'): COST must be a positive integer"),
             (&["RL.MPEEK", "2", fresh, "rl:{b}:x", "SPEC", "5", "1m", "SPEC", "POLICY", "nope"], "ERR SPEC 1 (key 'rl:{b}:x'): no such policy 'nope'"),
             (&["RL.MHIT", "2", fresh, "rl:{b}:list", "SPEC", "5", "1m", "SPEC", "5", "1m"], "WRONGTYPE Operation against a key holding the wrong kind of value"),

@@ -12,12 +12,13 @@
 
 use super::algorithm::Quota;
 use super::calendar::{Calendar, Period, Zone};
-use super::duration::{parse_duration_ms, DurationError, DAY_MS, LARGEST_WINDOW_MS, MAX_WINDOW_MS};
+use super::duration::{parse_duration_ms, DurationError, DAY_MS, MAX_WINDOW_MS};
 use super::encoding::MAX_TIERS;
 use super::limiter::{AlgorithmKind, Limits, Tiers};
-use std::borrow::Cow;
 
+mod error;
 mod multi;
+pub use self::error::ArgError;
 pub use self::multi::{parse_multi, KeyRule, MultiArgs, MAX_KEYS};
 
 /// The limits the module's configs put on the grammar.
@@ -49,214 +50,6 @@ pub struct LimitArgs {
     pub limits: Limits,
     /// `COST`: units to count (or, for RL.REFUND, to give back), >= 1.
     pub cost: i64,
-}
-
-/// Why the arguments were refused.
-///
-/// [`Display`](std::fmt::Display) gives the reply's text without its error code; the module
-/// replies `ERR ` and that text ([`ArgError::message`]), so that the gateway and a SPEC's
-/// error quote it as it is. [`ArgError::WrongArity`] is the one the module answers with the
-/// server's own arity error instead.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ArgError {
-    /// Too few arguments for the command: answered with Redis's standard arity error.
-    WrongArity,
-    /// `limit` is not an integer >= 1.
-    Limit,
-    /// `window` is not a valid duration.
-    Window(DurationError),
-    /// `window` is longer than `ratelimit.max-window-ms` (which it carries).
-    WindowAboveMax(i64),
-    /// A `limit` without its `window`.
-    MissingWindow,
-    /// More tiers than [`MAX_TIERS`].
-    TooManyTiers,
-    /// `COST` is not followed by an integer >= 1.
-    Cost,
-    /// `BURST` is not followed by an integer >= 1.
-    Burst,
-    /// `BURST` with an algorithm that has no burst, or with several tiers.
-    BurstNotApplicable,
-    /// `ALGO` is not followed by a known algorithm name.
-    Algo,
-    /// A limit above what the algorithm supports (the sliding log's size cap).
-    LimitTooLarge(AlgorithmKind, i64),
-    /// `MODE` is not followed by `enforce` or `shadow`.
-    Mode,
-    /// `POLICY` is not followed by a name.
-    PolicyName,
-    /// `TZ` is not followed by a time zone name the tz database carries.
-    TimeZone,
-    /// `ANCHOR` is not followed by a day of the month, 1 to 31.
-    Anchor,
-    /// `TZ` in a rule without a calendar window.
-    TzWithoutCalendar,
-    /// `ANCHOR` in a rule without a `month` window.
-    AnchorWithoutMonth,
-    /// A calendar window with an `ALGO` other than fixed (which it carries).
-    CalendarAlgo(AlgorithmKind),
-    /// An argument of a policy's definition that is no known option.
-    UnknownPolicyOption(String),
-    /// An argument after `POLICY name` other than `COST`.
-    UnknownPolicyCallOption(String),
-    /// An option appears twice.
-    RepeatedOption(&'static str),
-    /// An argument that is no known option; holds a printable excerpt of it.
-    UnknownOption(String),
-    /// Several keys: `numkeys` is not an integer from 1 to [`MAX_KEYS`].
-    NumKeys,
-    /// Several keys: fewer keys follow than `numkeys` (which it carries) says.
-    FewerKeys(usize),
-    /// Several keys: the keys are not followed by `SPEC`.
-    MissingSpec,
-    /// Several keys: too few SPECs, and the word at key index `index` is `SPEC`: likely a
-    /// numkeys (`numkeys`) larger than the keys the call gives.
-    SpecAsKey {
-        /// The call's numkeys.
-        numkeys: usize,
-        /// Where `SPEC` stands among the keys.
-        index: usize,
-    },
-    /// Several keys: not one `SPEC` per key (`keys` keys).
-    SpecCount {
-        /// How many keys the call names.
-        keys: usize,
-    },
-    /// Several keys: a key is named twice, at indexes `first` and `second`.
-    DuplicateKey {
-        /// A printable excerpt of the key.
-        key: String,
-        /// The index of its first mention.
-        first: usize,
-        /// The index of its second mention.
-        second: usize,
-    },
-    /// Several keys: the rule of key `index` is refused for `error`.
-    InSpec {
-        /// The key's index (0 for the first key).
-        index: usize,
-        /// A printable excerpt of the key.
-        key: String,
-        /// Why its rule was refused.
-        error: Box<ArgError>,
-    },
-}
-
-impl ArgError {
-    /// The error reply, naming the argument and the rule: `ERR ` and then the
-    /// [`Display`](std::fmt::Display) text.
-    pub fn message(&self) -> Cow<'static, str> {
-        format!("ERR {self}").into()
-    }
-
-    /// The text after `ERR `: borrowed where it is fixed, so that Display copies nothing.
-    pub(crate) fn reason(&self) -> Cow<'static, str> {
-        match self {
-            ArgError::WrongArity => "wrong number of arguments".into(),
-            ArgError::Limit => "limit must be a positive integer".into(),
-            ArgError::Window(DurationError::Malformed) => {
-                "window must be a positive integer of seconds or an integer with a unit \
-                 (ms, s, m, h, d), e.g. 250ms or 5m, or a calendar period: day, week, month \
-                 or year"
-                    .into()
-            }
-            ArgError::Window(DurationError::UnknownUnit) => {
-                "window has an unknown unit: use ms, s, m, h or d".into()
-            }
-            ArgError::Window(DurationError::TooShort) => "window must be at least 1ms".into(),
-            ArgError::Window(DurationError::TooLong) => {
-                ArgError::WindowAboveMax(LARGEST_WINDOW_MS).reason()
-            }
-            ArgError::WindowAboveMax(max_ms) => {
-                let max = if max_ms % DAY_MS == 0 {
-                    format!("{}d", max_ms / DAY_MS)
-                } else {
-                    format!("{max_ms}ms")
-                };
-                format!("window must be at most {max} (ratelimit.max-window-ms)").into()
-            }
-            ArgError::MissingWindow => {
-                "each limit needs a window: limit window [limit window ...]".into()
-            }
-            ArgError::TooManyTiers => format!("at most {MAX_TIERS} tiers per key").into(),
-            ArgError::Cost => "COST must be a positive integer".into(),
-            ArgError::Burst => "BURST must be a positive integer".into(),
-            ArgError::BurstNotApplicable => {
-                "BURST applies to ALGO token or gcra with a single tier".into()
-            }
-            ArgError::Algo => format!("ALGO must be one of {}", algorithm_names()).into(),
-            ArgError::LimitTooLarge(kind, max) => {
-                format!("ALGO {} allows a limit of at most {max}", kind.name()).into()
-            }
-            ArgError::Mode => "MODE must be enforce or shadow".into(),
-            ArgError::PolicyName => "POLICY needs a policy name".into(),
-            ArgError::TimeZone => "TZ must be an IANA time zone name, e.g. Europe/Paris".into(),
-            ArgError::Anchor => "ANCHOR must be a day of the month from 1 to 31".into(),
-            ArgError::TzWithoutCalendar => {
-                "TZ applies to calendar windows: day, week, month or year".into()
-            }
-            ArgError::AnchorWithoutMonth => "ANCHOR applies to a month window".into(),
-            ArgError::CalendarAlgo(kind) => format!(
-                "calendar windows (day, week, month, year) count as ALGO fixed, not ALGO {}",
-                kind.name()
-            )
-            .into(),
-            ArgError::UnknownPolicyCallOption(arg) => {
-                format!("unknown option '{arg}' after POLICY name (expected COST)").into()
-            }
-            ArgError::UnknownPolicyOption(arg) => {
-                format!("unknown option '{arg}' (expected ALGO, BURST, MODE, TZ or ANCHOR)").into()
-            }
-            ArgError::RepeatedOption(name) => format!("{name} is given more than once").into(),
-            ArgError::UnknownOption(arg) => {
-                format!("unknown option '{arg}' (expected ALGO, BURST, COST, TZ or ANCHOR)").into()
-            }
-            ArgError::NumKeys => format!("numkeys must be an integer from 1 to {MAX_KEYS}").into(),
-            ArgError::FewerKeys(numkeys) => {
-                format!("numkeys is {numkeys} but fewer keys follow").into()
-            }
-            ArgError::MissingSpec => {
-                "each key needs a rule: numkeys key [key ...] SPEC rule [SPEC rule ...]".into()
-            }
-            ArgError::SpecAsKey { numkeys, index } => format!(
-                "numkeys is {numkeys} but SPEC comes after {index} keys: is numkeys too \
-                 large? (a key named SPEC needs a SPEC of its own)"
-            )
-            .into(),
-            ArgError::SpecCount { keys } => {
-                format!("give one SPEC per key, in key order ({keys} keys)").into()
-            }
-            ArgError::DuplicateKey { key, first, second } => format!(
-                "key '{key}' is given twice (indexes {first} and {second}): name each key \
-                 once, with the sum of its costs"
-            )
-            .into(),
-            ArgError::InSpec { index, key, error } => {
-                let reason = match **error {
-                    ArgError::WrongArity => {
-                        "a SPEC needs limit window [limit window ...] or POLICY name".into()
-                    }
-                    ref other => other.reason(),
-                };
-                format!("SPEC {index} (key '{key}'): {reason}").into()
-            }
-        }
-    }
-}
-
-/// The reply's text without the `ERR ` that only a reply carries (see
-/// [`ArgError::message`]).
-impl std::fmt::Display for ArgError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.reason())
-    }
-}
-
-impl std::error::Error for ArgError {}
-
-fn algorithm_names() -> String {
-    let names: Vec<&str> = AlgorithmKind::ALL.iter().map(|(_, name)| *name).collect();
-    names.join(", ")
 }
 
 const OPTIONS: [&str; 6] = ["ALGO", "BURST", "COST", "MODE", "TZ", "ANCHOR"];
@@ -421,15 +214,57 @@ fn parse_rule<'a>(
         return Err(ArgError::WrongArity);
     }
     let mut rest = args.peekable();
+    let (mut tiers, any_calendar) = parse_tiers(&mut rest, settings)?;
+    let options = parse_options(rest, grammar)?;
+    let Options {
+        algorithm,
+        burst,
+        cost,
+        mode,
+        zone,
+        anchor,
+    } = options;
+    let algorithm = if any_calendar || zone.is_some() || anchor.is_some() {
+        calendars(&mut tiers, algorithm, zone, anchor)?
+    } else {
+        algorithm
+    }
+    .unwrap_or(settings.default_algorithm);
+    if let Some(burst) = burst {
+        if !algorithm.has_burst() || tiers.len() != 1 {
+            return Err(ArgError::BurstNotApplicable);
+        }
+        tiers[0].burst = burst;
+    }
+    if algorithm == AlgorithmKind::Log && tiers.iter().any(|q| q.limit > settings.max_log_limit) {
+        return Err(ArgError::LimitTooLarge(algorithm, settings.max_log_limit));
+    }
+    Ok(Rule {
+        limits: Limits { algorithm, tiers },
+        cost,
+        mode,
+    })
+}
+
+/// Reads the `limit window` pairs; also says whether one of the windows is a calendar
+/// period. After the first pair, a word starting with a letter ends the tiers: it is an
+/// option, or a mistyped one that the options then name (`COSTS 2` is not a limit).
+fn parse_tiers<'a, I: Iterator<Item = &'a [u8]>>(
+    rest: &mut std::iter::Peekable<I>,
+    settings: &Settings,
+) -> Result<(Tiers, bool), ArgError> {
     let mut tiers = Tiers::new();
     let mut any_calendar = false;
-    while let Some(limit) = rest.next_if(|arg| !is_option(arg)) {
+    let starts_with_letter = |arg: &&[u8]| arg.first().is_some_and(u8::is_ascii_alphabetic);
+    while let Some(limit) =
+        rest.next_if(|arg| !is_option(arg) && (tiers.is_empty() || !starts_with_letter(arg)))
+    {
         let limit = parse_positive(limit).ok_or(ArgError::Limit)?;
         let window = rest
             .next_if(|arg| !is_option(arg))
             .ok_or(ArgError::MissingWindow)?;
         // A duration starts with a digit, a calendar period with a letter.
-        let period = if window.first().is_some_and(u8::is_ascii_alphabetic) {
+        let period = if starts_with_letter(&window) {
             Period::from_name(window)
         } else {
             None
@@ -464,30 +299,49 @@ fn parse_rule<'a>(
     if tiers.is_empty() {
         return Err(ArgError::Limit);
     }
-    let (mut algorithm, mut burst, mut cost, mut mode) = (None, None, None, None);
-    let (mut zone, mut anchor) = (None, None);
+    Ok((tiers, any_calendar))
+}
+
+/// The options after the tiers, each given at most once.
+#[derive(Default)]
+struct Options {
+    algorithm: Option<AlgorithmKind>,
+    burst: Option<i64>,
+    cost: Option<i64>,
+    mode: Option<Mode>,
+    zone: Option<Zone>,
+    anchor: Option<i64>,
+}
+
+/// Reads the options of `grammar` up to the end; an unknown word is refused with the list
+/// of the grammar's options.
+fn parse_options<'a>(
+    mut rest: impl Iterator<Item = &'a [u8]>,
+    grammar: Grammar,
+) -> Result<Options, ArgError> {
+    let mut o = Options::default();
     while let Some(option) = rest.next() {
         if option.eq_ignore_ascii_case(b"ALGO") {
             let kind = rest.next().and_then(AlgorithmKind::from_name);
-            set_once(&mut algorithm, kind.ok_or(ArgError::Algo)?, "ALGO")?;
+            set_once(&mut o.algorithm, kind.ok_or(ArgError::Algo)?, "ALGO")?;
         } else if option.eq_ignore_ascii_case(b"BURST") {
             let value = rest.next().and_then(parse_positive);
-            set_once(&mut burst, value.ok_or(ArgError::Burst)?, "BURST")?;
+            set_once(&mut o.burst, value.ok_or(ArgError::Burst)?, "BURST")?;
         } else if option.eq_ignore_ascii_case(b"COST") && grammar == Grammar::Call {
             let value = rest.next().and_then(parse_positive);
-            set_once(&mut cost, value.ok_or(ArgError::Cost)?, "COST")?;
+            set_once(&mut o.cost, value.ok_or(ArgError::Cost)?, "COST")?;
         } else if option.eq_ignore_ascii_case(b"TZ") {
             let value = rest.next().and_then(Zone::from_name);
-            set_once(&mut zone, value.ok_or(ArgError::TimeZone)?, "TZ")?;
+            set_once(&mut o.zone, value.ok_or(ArgError::TimeZone)?, "TZ")?;
         } else if option.eq_ignore_ascii_case(b"ANCHOR") {
             let value = rest
                 .next()
                 .and_then(parse_positive)
                 .filter(|day| (1..=31).contains(day));
-            set_once(&mut anchor, value.ok_or(ArgError::Anchor)?, "ANCHOR")?;
+            set_once(&mut o.anchor, value.ok_or(ArgError::Anchor)?, "ANCHOR")?;
         } else if option.eq_ignore_ascii_case(b"MODE") && grammar == Grammar::Policy {
             let value = rest.next().and_then(parse_mode);
-            set_once(&mut mode, value.ok_or(ArgError::Mode)?, "MODE")?;
+            set_once(&mut o.mode, value.ok_or(ArgError::Mode)?, "MODE")?;
         } else {
             let excerpt = printable_excerpt(option);
             return Err(match grammar {
@@ -496,26 +350,7 @@ fn parse_rule<'a>(
             });
         }
     }
-    let algorithm = if any_calendar || zone.is_some() || anchor.is_some() {
-        calendars(&mut tiers, algorithm, zone, anchor)?
-    } else {
-        algorithm
-    }
-    .unwrap_or(settings.default_algorithm);
-    if let Some(burst) = burst {
-        if !algorithm.has_burst() || tiers.len() != 1 {
-            return Err(ArgError::BurstNotApplicable);
-        }
-        tiers[0].burst = burst;
-    }
-    if algorithm == AlgorithmKind::Log && tiers.iter().any(|q| q.limit > settings.max_log_limit) {
-        return Err(ArgError::LimitTooLarge(algorithm, settings.max_log_limit));
-    }
-    Ok(Rule {
-        limits: Limits { algorithm, tiers },
-        cost,
-        mode,
-    })
+    Ok(o)
 }
 
 /// Gives the calendar windows of `tiers` their zone and anchor, and checks the options
@@ -784,6 +619,10 @@ mod tests {
             (&["5", "1m", "BURST", "0"], Burst),
             (&["5", "1m", "BURST", "2"], BurstNotApplicable),
             (&["5", "1m", "COST", "1", "extra"], UnknownOption("extra".into())),
+            // A mistyped option after the tiers is named, not read as a limit.
+            (&["5", "1m", "COSTS", "2"], UnknownOption("COSTS".into())),
+            (&["5", "1m", "extra"], UnknownOption("extra".into())),
+            (&["5", "1w"], Window(DurationError::UnknownUnit)),
         ];
         for (args, err) in cases {
             assert_eq!(parse(args).as_ref(), Err(err), "{:?}", args);
@@ -1019,7 +858,8 @@ mod tests {
         }
         assert_eq!(
             Window(DurationError::UnknownUnit).to_string(),
-            "window has an unknown unit: use ms, s, m, h or d"
+            "window has an unknown unit: use ms, s, m, h or d (a week is 7d), or a calendar \
+             period: day, week, month or year"
         );
         let nested = InSpec {
             index: 1,

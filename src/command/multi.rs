@@ -13,7 +13,7 @@ use crate::server::{clock, command};
 use crate::store::{self, Access, StoredKey};
 use crate::{config, metrics, reply};
 use ratelimit_core::args::{parse_multi, printable_excerpt, KeyRule, Mode, MAX_KEYS};
-use ratelimit_core::limiter::{run_all, KeyCall, LimiterError, Limits, MultiAction};
+use ratelimit_core::limiter::{run_all, KeyCall, LimiterError, Limits, MultiAction, MultiOutcome};
 use redis_module::Context;
 use smallvec::SmallVec;
 
@@ -42,33 +42,7 @@ fn run(ctx: &Context, args: Args<'_>, action: MultiAction) -> CommandResult {
         return Err(CommandError::WrongArity);
     }
     let call = parse_multi(args.bytes_from(1), &config::settings())?;
-    let mut rules = SmallVec::<[Rule; 4]>::with_capacity(call.rules.len());
-    for (index, rule) in call.rules.into_iter().enumerate() {
-        rules.push(match rule {
-            KeyRule::Limits(given) => Rule {
-                limits: given.limits,
-                amount: given.cost,
-                shadow: false,
-                policy: None,
-            },
-            KeyRule::Policy { name, cost } => {
-                let policy = registry::get(name).ok_or_else(|| {
-                    let shown = printable_excerpt(name);
-                    key_error(
-                        index,
-                        call.keys[index],
-                        &format!("no such policy '{shown}'"),
-                    )
-                })?;
-                Rule {
-                    limits: policy.limits,
-                    amount: cost,
-                    shadow: policy.mode == Mode::Shadow,
-                    policy: Some(name),
-                }
-            }
-        });
-    }
+    let rules = resolve_rules(call.rules, &call.keys)?;
     let access = match action {
         MultiAction::Peek => Access::Read,
         MultiAction::Hit | MultiAction::Refund => Access::Write,
@@ -109,25 +83,7 @@ fn run(ctx: &Context, args: Args<'_>, action: MultiAction) -> CommandResult {
         key.apply(&answer.outcome.write)?;
     }
     if action == MultiAction::Hit {
-        for (rule, answer) in rules.iter().zip(&outcome.keys) {
-            let algorithm = rule.limits.algorithm;
-            metrics::record_hit(
-                algorithm,
-                outcome.allowed,
-                answer.shadow_denied,
-                rule.policy,
-            );
-        }
-        if !outcome.allowed && config::notify_denied() {
-            for (index, answer) in outcome.keys.iter().enumerate() {
-                if let (false, Some(name)) = (
-                    answer.outcome.decision.allowed,
-                    args.string(FIRST_KEY + index),
-                ) {
-                    store::notify_denied(ctx, name);
-                }
-            }
-        }
+        record_hits(ctx, args, &rules, &outcome);
     }
     let shadow = |index: usize| {
         let shadow = rules.get(index).is_some_and(|rule| rule.shadow);
@@ -136,6 +92,62 @@ fn run(ctx: &Context, args: Args<'_>, action: MultiAction) -> CommandResult {
     };
     reply::several(ctx, &outcome, shadow);
     Ok(())
+}
+
+/// Each key's rule, its policy looked up; a policy that does not exist fails the call,
+/// naming the key's SPEC.
+fn resolve_rules<'a>(
+    given: SmallVec<[KeyRule<'a>; 4]>,
+    keys: &[&[u8]],
+) -> Result<SmallVec<[Rule<'a>; 4]>, CommandError> {
+    let mut rules = SmallVec::<[Rule; 4]>::with_capacity(given.len());
+    for (index, rule) in given.into_iter().enumerate() {
+        rules.push(match rule {
+            KeyRule::Limits(given) => Rule {
+                limits: given.limits,
+                amount: given.cost,
+                shadow: false,
+                policy: None,
+            },
+            KeyRule::Policy { name, cost } => {
+                let policy = registry::get(name).ok_or_else(|| {
+                    let shown = printable_excerpt(name);
+                    key_error(index, keys[index], &format!("no such policy '{shown}'"))
+                })?;
+                Rule {
+                    limits: policy.limits,
+                    amount: cost,
+                    shadow: policy.mode == Mode::Shadow,
+                    policy: Some(name),
+                }
+            }
+        });
+    }
+    Ok(rules)
+}
+
+/// Counts an RL.MHIT's decision per key, and fires `rl.denied` on the denying keys when
+/// `ratelimit.notify-denied` asks for it.
+fn record_hits(ctx: &Context, args: Args<'_>, rules: &[Rule<'_>], outcome: &MultiOutcome) {
+    for (rule, answer) in rules.iter().zip(&outcome.keys) {
+        let algorithm = rule.limits.algorithm;
+        metrics::record_hit(
+            algorithm,
+            outcome.allowed,
+            answer.shadow_denied,
+            rule.policy,
+        );
+    }
+    if !outcome.allowed && config::notify_denied() {
+        for (index, answer) in outcome.keys.iter().enumerate() {
+            if let (false, Some(name)) = (
+                answer.outcome.decision.allowed,
+                args.string(FIRST_KEY + index),
+            ) {
+                store::notify_denied(ctx, name);
+            }
+        }
+    }
 }
 
 /// Tells the server where the keys are: the `numkeys` arguments after `numkeys`, when it

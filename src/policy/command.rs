@@ -27,14 +27,15 @@ const CANNOT_READ_PREAMBLE: &str = "ERR cannot tell whether policies survive an 
 const NOT_PERSISTED: &str = "ERR policies would not survive a restart: on Redis 7.0 load the \
     module with 'policies-in-rdb yes' (its RDB files then need the module to load)";
 
-/// `RL.POLICY HELP`: one line per subcommand.
-const HELP: [&[u8]; 5] = [
-    b"RL.POLICY SET name limit window [limit window ...] [ALGO a] [BURST b] [MODE enforce|shadow]",
-    b"RL.POLICY GET name",
-    b"RL.POLICY DEL name",
-    b"RL.POLICY LIST",
-    b"RL.POLICY HELP",
-];
+/// `RL.POLICY HELP`: one line per subcommand, its syntax from its description
+/// (`commands/rl.policy-*.json`), in this order.
+const HELP: [&str; 5] = ["SET", "GET", "DEL", "LIST", "HELP"];
+
+fn help_lines() -> Vec<&'static [u8]> {
+    HELP.iter()
+        .filter_map(|sub| crate::command_docs::syntax_of(&format!("RL.POLICY|{sub}")))
+        .collect()
+}
 
 /// Every subcommand of the `RL.POLICY` container runs this. A wrong number of arguments is
 /// reported for `RL.POLICY` as a whole (the server would name the subcommand,
@@ -106,7 +107,7 @@ fn run_subcommand(ctx: &Context, args: Args<'_>) -> CommandResult {
             let names: Vec<Vec<u8>> = registry::all().into_iter().map(|(n, _)| n).collect();
             reply::bulk_strings(ctx, &names);
         }
-        (b"HELP", None) => reply::bulk_strings(ctx, &HELP),
+        (b"HELP", None) => reply::bulk_strings(ctx, &help_lines()),
         (b"SET" | b"GET" | b"DEL" | b"LIST" | b"HELP", _) => return Err(CommandError::WrongArity),
         // The server answers unknown subcommands of the container itself; this is for a
         // call that reaches the handler another way.

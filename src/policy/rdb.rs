@@ -32,13 +32,33 @@ pub fn policies_persist() -> bool {
     PERSISTED.load(Ordering::Relaxed)
 }
 
+/// Why policies cannot be kept in the RDB; the module then refuses to load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersistenceError {
+    /// The server refused the data type whose auxiliary record holds the policies.
+    DataType,
+    /// The server refused to tell the module when a dataset starts loading.
+    LoadingEvents,
+}
+
+impl std::fmt::Display for PersistenceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PersistenceError::DataType => "cannot create the data type that saves policies",
+            PersistenceError::LoadingEvents => "cannot subscribe to loading events",
+        })
+    }
+}
+
+impl std::error::Error for PersistenceError {}
+
 /// Registers the data type that carries the policies; called once at load.
-pub fn register(ctx: &Context, opted_in_on_7_0: bool) -> Result<(), String> {
+pub fn register(ctx: &Context, opted_in_on_7_0: bool) -> Result<(), PersistenceError> {
     if !has_aux_save2() && !opted_in_on_7_0 {
         return Ok(());
     }
     if !register_aux_type::<Policies>(ctx, c"rl-policy", ENCODING_VERSION) {
-        return Err("cannot create the data type that saves policies".into());
+        return Err(PersistenceError::DataType);
     }
     PERSISTED.store(true, Ordering::Relaxed);
     Ok(())
@@ -48,11 +68,11 @@ pub fn register(ctx: &Context, opted_in_on_7_0: bool) -> Result<(), String> {
 /// `DEBUG RELOAD`, a full sync from a primary, an AOF): the policies are then exactly those
 /// it holds. Without this, an RDB without policies — which carries no record at all where
 /// `aux_save2` leaves it out — would leave a replica with policies its primary lacks.
-pub fn subscribe_to_loading(ctx: &Context) -> Result<(), String> {
+pub fn subscribe_to_loading(ctx: &Context) -> Result<(), PersistenceError> {
     if subscribe::<Policies>(ctx) {
         Ok(())
     } else {
-        Err("cannot subscribe to loading events".into())
+        Err(PersistenceError::LoadingEvents)
     }
 }
 

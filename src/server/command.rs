@@ -88,6 +88,45 @@ pub fn report_keys(ctx: &Context, args: Args<'_>, positions: std::ops::Range<usi
     }
 }
 
+/// Why registering or describing a command failed; the module then refuses to load, and
+/// the server log says this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegisterError {
+    /// The server refused to create the command (its name).
+    Command(String),
+    /// The container just registered cannot be found (its name).
+    MissingContainer(String),
+    /// The server refused a subcommand (its name, then the container's).
+    Subcommand(String, String),
+    /// There is no registered command of that name to describe.
+    NothingToDescribe(String),
+    /// The server refused the docs of the command (its name).
+    Docs(String),
+}
+
+impl std::fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegisterError::Command(name) => write!(f, "cannot register {name:?}"),
+            RegisterError::MissingContainer(name) => {
+                write!(f, "cannot find the container {name:?} just registered")
+            }
+            RegisterError::Subcommand(sub, name) => {
+                write!(f, "cannot register the subcommand {sub:?} of {name:?}")
+            }
+            RegisterError::NothingToDescribe(name) => write!(f, "no command {name:?} to describe"),
+            RegisterError::Docs(name) => write!(f, "the server refused the docs of {name:?}"),
+        }
+    }
+}
+
+impl std::error::Error for RegisterError {}
+
+/// A C string's text for an error message.
+pub(super) fn shown(name: &CStr) -> String {
+    name.to_string_lossy().into_owned()
+}
+
 /// What the server calls for a command.
 pub type Callback = unsafe extern "C" fn(
     *mut raw::RedisModuleCtx,
@@ -126,7 +165,7 @@ pub fn register(
     callback: Option<Callback>,
     flags: &CStr,
     keys: (c_int, c_int, c_int),
-) -> Result<(), String> {
+) -> Result<(), RegisterError> {
     // SAFETY: called during module load with the load context; the C strings outlive the
     // call (the server copies them).
     let status = unsafe {
@@ -143,7 +182,7 @@ pub fn register(
     if status == raw::REDISMODULE_OK as c_int {
         Ok(())
     } else {
-        Err(format!("cannot register {name:?}"))
+        Err(RegisterError::Command(shown(name)))
     }
 }
 
@@ -154,14 +193,12 @@ pub fn register_container<'a>(
     ctx: &Context,
     name: &CStr,
     subcommands: impl IntoIterator<Item = (&'a CStr, Option<Callback>, &'a CStr)>,
-) -> Result<(), String> {
+) -> Result<(), RegisterError> {
     register(ctx, name, None, c"", (0, 0, 0))?;
     // SAFETY: called during module load; the name is a live C string.
     let parent = unsafe { api!(RedisModule_GetCommand)(ctx.ctx, name.as_ptr()) };
     if parent.is_null() {
-        return Err(format!(
-            "cannot find the container {name:?} just registered"
-        ));
+        return Err(RegisterError::MissingContainer(shown(name)));
     }
     for (sub, callback, flags) in subcommands {
         // SAFETY: `parent` is the container registered above; the C strings are live for
@@ -178,9 +215,7 @@ pub fn register_container<'a>(
             )
         };
         if status != raw::REDISMODULE_OK as c_int {
-            return Err(format!(
-                "cannot register the subcommand {sub:?} of {name:?}"
-            ));
+            return Err(RegisterError::Subcommand(shown(sub), shown(name)));
         }
     }
     Ok(())
@@ -226,7 +261,7 @@ pub struct CountedKeys {
 
 impl CountedKeys {
     /// The arity that makes the count present: at least `count_at + 1` arguments.
-    fn arity(self) -> c_int {
+    pub(super) fn arity(self) -> c_int {
         self.count_at.saturating_add(1).saturating_neg()
     }
 
@@ -242,7 +277,7 @@ impl CountedKeys {
         }
     }
 
-    fn specs(self) -> [raw::RedisModuleCommandKeySpec; 2] {
+    pub(super) fn specs(self) -> [raw::RedisModuleCommandKeySpec; 2] {
         let flags = Self::flags(self.writes);
         let counted = raw::RedisModuleCommandKeySpec {
             notes: std::ptr::null(),
@@ -281,61 +316,3 @@ impl CountedKeys {
         [counted, end]
     }
 }
-
-/// Sets the summary, complexity and tips `COMMAND DOCS` shows for the registered command
-/// `name`, and its key spec when `keys` gives one (a command registered with key positions
-/// keeps them: pass `None`).
-///
-/// No arity, the module checks its arguments itself, except with a key spec: the command
-/// then needs at least the arguments up to the count. The servers' key search (for ACL key
-/// patterns, Cluster routing and `COMMAND GETKEYS`, all before the module runs) reads the
-/// count without checking that it is there (Redis 7.0 and Valkey 8.1 check the count's
-/// offset, not its position, against the number of arguments), so `RL.MHIT` alone from a
-/// user with key patterns would crash the server; with the arity the server refuses it
-/// first, with its own "wrong number of arguments".
-pub fn set_docs(
-    ctx: &Context,
-    name: &CStr,
-    summary: &CStr,
-    complexity: &CStr,
-    tips: Option<&CStr>,
-    keys: Option<CountedKeys>,
-) -> Result<(), String> {
-    // SAFETY: called during load; the name is a live C string.
-    let command = unsafe { api!(RedisModule_GetCommand)(ctx.ctx, name.as_ptr()) };
-    if command.is_null() {
-        return Err(format!("no command {name:?} to describe"));
-    }
-    let mut specs = keys.map(CountedKeys::specs);
-    let info = raw::RedisModuleCommandInfo {
-        version: &INFO_VERSION,
-        summary: summary.as_ptr(),
-        complexity: complexity.as_ptr(),
-        since: std::ptr::null_mut(),
-        history: std::ptr::null_mut(),
-        tips: tips.map_or(std::ptr::null(), CStr::as_ptr),
-        arity: keys.map_or(0, CountedKeys::arity),
-        key_specs: specs
-            .as_mut()
-            .map_or(std::ptr::null_mut(), |specs| specs.as_mut_ptr()),
-        args: std::ptr::null_mut(),
-    };
-    // SAFETY: `command` was just looked up; the info, its strings and the key specs (an
-    // array ended by a zeroed spec, as the server expects) are live for the call, and the
-    // server copies everything it keeps.
-    let status = unsafe { api!(RedisModule_SetCommandInfo)(command, &info) };
-    if status == raw::REDISMODULE_OK as c_int {
-        Ok(())
-    } else {
-        Err(format!("the server refused the docs of {name:?}"))
-    }
-}
-
-/// The layout version the server checks the command info against (the header's
-/// `RedisModule_CurrentCommandInfoVersion`, a `static` that bindings cannot reach).
-static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
-    version: 1,
-    sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
-    sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
-    sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
-};

@@ -16,8 +16,21 @@ pub trait ReplicationListener {
     fn child_forked();
 }
 
+/// A server event the server refused to tell the module of (its name); the module then
+/// refuses to load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRefused(pub &'static str);
+
+impl std::fmt::Display for EventRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the server refused the '{}' event", self.0)
+    }
+}
+
+impl std::error::Error for EventRefused {}
+
 /// Subscribes `L` to the events it is told of; `Err` names an event the server refused.
-pub fn subscribe_to_replication<L: ReplicationListener>(ctx: &Context) -> Result<(), String> {
+pub fn subscribe_to_replication<L: ReplicationListener>(ctx: &Context) -> Result<(), EventRefused> {
     let events = [
         (
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
@@ -34,7 +47,7 @@ pub fn subscribe_to_replication<L: ReplicationListener>(ctx: &Context) -> Result
             api!(RedisModule_SubscribeToServerEvent)(ctx.ctx, event, Some(on_event::<L>))
         };
         if status != raw::REDISMODULE_OK as c_int {
-            return Err(format!("the server refused the '{name}' event"));
+            return Err(EventRefused(name));
         }
     }
     Ok(())

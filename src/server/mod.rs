@@ -21,6 +21,7 @@
 mod api;
 pub mod clock;
 pub mod command;
+pub mod command_info;
 pub mod context;
 pub mod events;
 pub mod info;

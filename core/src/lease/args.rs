@@ -10,7 +10,7 @@
 //! parsed by [`parse_limits`].
 
 use super::{LeaseId, MAX_ID_LEN};
-use crate::args::{parse_limits, ArgError, LimitArgs, Settings};
+use crate::args::{parse_limits, printable_excerpt, ArgError, LimitArgs, Settings};
 use crate::duration::{parse_duration_ms, DurationError, DAY_MS};
 use std::borrow::Cow;
 
@@ -44,6 +44,9 @@ pub enum LeaseArgError {
     RepeatedId,
     /// `COST`, `ALGO` or `BURST` without a tier.
     OptionsWithoutTiers,
+    /// A word where an option belongs that is no option of RL.ACQUIRE; holds a printable
+    /// excerpt of it.
+    UnknownOption(String),
     /// The tiers or their options, as RL.HIT refuses them.
     Tiers(ArgError),
 }
@@ -79,6 +82,10 @@ impl LeaseArgError {
             LeaseArgError::RepeatedId => "ID is given more than once".into(),
             LeaseArgError::OptionsWithoutTiers => {
                 "ALGO, BURST and COST apply to tiers: give limit window first".into()
+            }
+            LeaseArgError::UnknownOption(arg) => {
+                format!("unknown option '{arg}' (expected ALGO, BURST, COST, TZ, ANCHOR or ID)")
+                    .into()
             }
             LeaseArgError::Tiers(err) => err.reason(),
         }
@@ -165,10 +172,17 @@ pub fn parse_acquire<'a>(
     let tiers = match others.first() {
         None => None,
         Some(first) if is_option(first) => return Err(LeaseArgError::OptionsWithoutTiers),
+        // A word after the ttl that starts with a letter can only be a mistyped option
+        // (`IDS`): a limit is digits. (`TZ` and `ANCHOR` without tiers stay RL.HIT's
+        // error.)
+        Some(first) if is_unknown_word(first) => {
+            return Err(LeaseArgError::UnknownOption(printable_excerpt(first)));
+        }
         Some(_) => {
             let parsed =
                 parse_limits(others.iter().copied(), settings).map_err(|err| match err {
                     ArgError::WrongArity => LeaseArgError::Tiers(ArgError::MissingWindow),
+                    ArgError::UnknownOption(arg) => LeaseArgError::UnknownOption(arg),
                     other => LeaseArgError::Tiers(other),
                 })?;
             Some(parsed)
@@ -180,6 +194,13 @@ pub fn parse_acquire<'a>(
         id,
         tiers,
     })
+}
+
+fn is_unknown_word(arg: &[u8]) -> bool {
+    arg.first().is_some_and(u8::is_ascii_alphabetic)
+        && !["TZ", "ANCHOR"]
+            .iter()
+            .any(|name| arg.eq_ignore_ascii_case(name.as_bytes()))
 }
 
 fn is_option(arg: &[u8]) -> bool {

@@ -276,6 +276,18 @@ fn acquire_arguments() {
         parse(&[b"3", b"1s", b"COST", b"2"]).unwrap_err(),
         LeaseArgError::OptionsWithoutTiers
     );
+    // A mistyped option is named, before the tiers or after them.
+    for args in [
+        &[&b"3"[..], b"1s", b"IDS", b"x"][..],
+        &[b"3", b"1s", b"5", b"1m", b"IDS", b"x"],
+    ] {
+        let refused = parse(args).unwrap_err();
+        assert_eq!(refused, LeaseArgError::UnknownOption("IDS".into()));
+        assert_eq!(
+            refused.message(),
+            "ERR unknown option 'IDS' (expected ALGO, BURST, COST, TZ, ANCHOR or ID)"
+        );
+    }
     let ok = parse(&[
         b"3", b"250ms", b"ID", b"ALGO", b"5", b"1m", b"ALGO", b"gcra",
     ])
