@@ -7,6 +7,11 @@ fetched. A target's file (or folder) must exist, relative to the page that links
 `#anchor` must be the id of one of its headings as GitHub and mdBook make it (lower case,
 punctuation dropped, spaces as hyphens, a repeated heading with -1, -2 ...).
 
+A file named in inline code, such as `gateway/rules.example.toml` or `DESIGN.md` (a path
+under one of the repository's top folders, or an upper-case page name), must exist too,
+relative to the repository's root or to the page; so must every `bench/*.md` file that the
+Makefile's help promises.
+
 Usage: scripts/check_links.py [FILE ...]   (default: every page above). Exit status 1 and one
 line per broken link when any is broken.
 """
@@ -22,6 +27,10 @@ IMAGE = re.compile(r"!\[[^\]]*\]\(([^()\s]+)\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_CODE = re.compile(r"(`+).*?\1")
 EXTERNAL = ("http://", "https://", "mailto:")
+CODE_SPAN = re.compile(r"`([^`\s]+)`")
+TOP_FOLDERS = ("src", "core", "gateway", "tests", "bench", "scripts", "fuzz", "docs", "examples")
+NAMED_FILE = re.compile(r"^(?:(?:%s)/[\w./-]*|[A-Z][A-Z-]*\.md)$" % "|".join(TOP_FOLDERS))
+PROMISED = re.compile(r"bench/[\w.-]+\.md")
 
 
 def slug(heading: str) -> str:
@@ -68,6 +77,27 @@ def links(text: str):
                 yield number, match.group(1)
 
 
+def named_files(text: str):
+    """(line number, path) of every file named in inline code outside code blocks."""
+    for number, line in prose_lines(text):
+        for match in CODE_SPAN.finditer(line):
+            name = match.group(1).rstrip("/")
+            if NAMED_FILE.match(name):
+                yield number, name
+
+
+def makefile_promises(makefile: Path) -> list:
+    """One message per `bench/*.md` file the Makefile names and the checkout lacks."""
+    if not makefile.exists():
+        return []
+    problems = []
+    for number, line in enumerate(makefile.read_text(encoding="utf-8").split("\n"), 1):
+        for name in PROMISED.findall(line):
+            if not (makefile.parent / name).exists():
+                problems.append(f"Makefile:{number}: {name}: no such file")
+    return problems
+
+
 def broken_links(page: Path, cache: dict) -> list:
     """One message per broken link of `page`."""
     text = page.read_text(encoding="utf-8")
@@ -86,6 +116,10 @@ def broken_links(page: Path, cache: dict) -> list:
                 cache[linked] = anchors(linked.read_text(encoding="utf-8"))
             if anchor not in cache[linked]:
                 problems.append(f"{where}: {target}: no heading #{anchor} there")
+    for number, name in named_files(text):
+        if not ((ROOT / name).exists() or (page.parent / name).exists()):
+            where = f"{page.relative_to(ROOT) if page.is_relative_to(ROOT) else page}:{number}"
+            problems.append(f"{where}: `{name}`: no such file")
     return problems
 
 
@@ -98,6 +132,8 @@ def main(argv: list) -> int:
     pages = [Path(arg).resolve() for arg in argv] or default_pages()
     cache = {}
     problems = [problem for page in pages for problem in broken_links(page, cache)]
+    if not argv:
+        problems += makefile_promises(ROOT / "Makefile")
     for problem in problems:
         print(problem)
     checked = sum(1 for page in pages for _ in links(page.read_text(encoding="utf-8")))

@@ -52,5 +52,23 @@ class Links(unittest.TestCase):
         self.assertEqual(self.check(text), [])
 
 
+class NamedFiles(unittest.TestCase):
+    def test_a_file_named_in_code_must_exist(self):
+        page = Path(tempfile.mkdtemp()) / "page.md"
+        page.write_text("See `scripts/check_links.py` and `DESIGN-NOWHERE.md`.\n"
+                        "```\n`src/nowhere.rs` in a block is not checked\n```\n")
+        [problem] = check_links.broken_links(page, {})
+        self.assertIn("`DESIGN-NOWHERE.md`: no such file", problem)
+
+    def test_words_with_slashes_are_not_files(self):
+        self.assertEqual(list(check_links.named_files("`10/1s` and `europe/paris`\n")), [])
+
+    def test_the_makefile_promises_only_files_that_exist(self):
+        makefile = Path(tempfile.mkdtemp()) / "Makefile"
+        makefile.write_text("x: ## writes bench/NOWHERE-RESULTS.md\n")
+        [problem] = check_links.makefile_promises(makefile)
+        self.assertIn("Makefile:1: bench/NOWHERE-RESULTS.md", problem)
+
+
 if __name__ == "__main__":
     unittest.main()
