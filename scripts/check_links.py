@@ -92,7 +92,8 @@ def makefile_promises(makefile: Path) -> list:
         return []
     problems = []
     for number, line in enumerate(makefile.read_text(encoding="utf-8").split("\n"), 1):
-        for name in PROMISED.findall(line):
+        help_text = line.partition(" ## ")[2]  # a target's help, which `make help` prints
+        for name in PROMISED.findall(help_text):
             if not (makefile.parent / name).exists():
                 problems.append(f"Makefile:{number}: {name}: no such file")
     return problems
