@@ -1,8 +1,8 @@
 //! The README's and the book's gateway configurations, checked as a reader would check
 //! them: every ```` ```toml ```` block and every ```` ```yaml ```` Envoy descriptor file goes
 //! through `rl-gateway --check-config`, and a block that says it is taken from a file
-//! (`from=FILE`) holds exactly that file's tables. CONTRIBUTING.md ("Every example is run")
-//! is the convention read here.
+//! (`from=FILE`) holds exactly that file's tables (or, in another language, is that file).
+//! CONTRIBUTING.md ("Every example is run") is the convention read here.
 mod common;
 use common::redis_support::doc_blocks::{blocks, pages, Block};
 use common::*;
@@ -27,6 +27,7 @@ fn every_documented_configuration_passes_check_config() {
             let problem = match block.language() {
                 "toml" => check_toml(block, &descriptors),
                 "yaml" => check_descriptors(block),
+                _ if block.attribute("from").is_some() => copy_differs(block),
                 _ => continue,
             };
             checked += 1;
@@ -101,6 +102,14 @@ fn check_config(dir: &Path, file: &str) -> Option<String> {
             String::from_utf8_lossy(&output.stderr)
         )
     })
+}
+
+/// A block of another language that says it is a file (`from=FILE`) must be that file.
+fn copy_differs(block: &Block) -> Option<String> {
+    let source = block.attribute("from")?;
+    let path = workspace_root().join(source);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{source}: {e}"));
+    (text != block.text()).then(|| format!("the block is not {source} as it is"))
 }
 
 /// Where the block's tables differ from the same tables of the checkout's `source` file:
