@@ -71,6 +71,7 @@ fn transcripts_answer_as_written() {
             }
         }
     }
+    println!("{commands} documented commands run (both servers together)");
     assert!(commands > 0, "no redis-cli transcript found");
     assert!(
         failures.is_empty(),
