@@ -30,6 +30,8 @@ EXTERNAL = ("http://", "https://", "mailto:")
 CODE_SPAN = re.compile(r"`([^`\s]+)`")
 TOP_FOLDERS = ("src", "core", "gateway", "tests", "bench", "scripts", "fuzz", "docs", "examples")
 NAMED_FILE = re.compile(r"^(?:(?:%s)/[\w./-]*|[A-Z][A-Z-]*\.md)$" % "|".join(TOP_FOLDERS))
+# Build output, absent until something builds it.
+BUILT = ("docs/book", "target")
 PROMISED = re.compile(r"bench/[\w.-]+\.md")
 
 
@@ -82,7 +84,7 @@ def named_files(text: str):
     for number, line in prose_lines(text):
         for match in CODE_SPAN.finditer(line):
             name = match.group(1).rstrip("/")
-            if NAMED_FILE.match(name):
+            if NAMED_FILE.match(name) and not name.startswith(BUILT):
                 yield number, name
 
 

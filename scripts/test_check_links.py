@@ -63,6 +63,9 @@ class NamedFiles(unittest.TestCase):
     def test_words_with_slashes_are_not_files(self):
         self.assertEqual(list(check_links.named_files("`10/1s` and `europe/paris`\n")), [])
 
+    def test_build_output_need_not_exist(self):
+        self.assertEqual(list(check_links.named_files("`docs/book/index.html`\n")), [])
+
     def test_the_makefile_promises_only_files_that_exist(self):
         makefile = Path(tempfile.mkdtemp()) / "Makefile"
         makefile.write_text("x: ## writes bench/NOWHERE-RESULTS.md\n")
