@@ -5,7 +5,7 @@ SHELL := /bin/bash
 # The tests find valkey-server here (scripts/setup.sh --valkey installs it into .venv).
 export VALKEY_SERVER = $(shell scripts/valkey-path.sh 2>/dev/null)
 
-.PHONY: help setup build run demo test lint unit integration clean
+.PHONY: help setup build run demo test lint unit integration docs clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -44,12 +44,18 @@ integration: ## Integration tests against real Redis 7.0 and Valkey 8.1 servers 
 	cargo test --test '*' -- --test-threads=2
 	cargo test -p rl-gateway --test '*' -- --test-threads=2
 
-test: ## Set up, lint, then unit and integration tests on Redis and Valkey, and the fuzz corpus replay
+docs: ## Check every link and #anchor of the README and the book, then build the book (docs/book/)
+	python3 -m unittest discover -s scripts -p 'test_check_links.py'
+	python3 scripts/check_links.py
+	PATH="$$HOME/.cargo/bin:$$PATH" mdbook build docs
+
+test: ## Set up, lint, then unit and integration tests on Redis and Valkey (the book's examples too), the fuzz corpus replay, and the book
 	$(MAKE) setup
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) integration
 	$(MAKE) fuzz-replay
+	$(MAKE) docs
 
 .PHONY: bench bench-gateway bench-cluster bench-instr bench-core
 bench: ## Build, then run every benchmark: module, instructions, rl-gateway and cluster (bench/*RESULTS.md)
@@ -61,7 +67,7 @@ bench: ## Build, then run every benchmark: module, instructions, rl-gateway and 
 	python3 bench/envoy.py
 	python3 bench/cluster.py
 
-bench-core: ## ns per decision in the pure core, every algorithm at its common and largest shape (bench/CORE-RESULTS.md)
+bench-core: ## ns per decision in the pure core, every algorithm at its common and largest shape (writes bench/CORE-RESULTS.md)
 	cargo bench -p ratelimit-core --bench decide | tee bench/CORE-RESULTS.md.new
 	mv bench/CORE-RESULTS.md.new bench/CORE-RESULTS.md
 

@@ -3,7 +3,7 @@
 # it (the server saves its RDB then, and loads it at the next start).
 #
 # The module is loaded with what named policies need: `policies-in-rdb yes`, without which
-# Redis 7.0 refuses RL.POLICY SET (see README, "Named policies"); newer servers and Valkey
+# Redis 7.0 refuses RL.POLICY SET (see docs/src/concepts/policies.md); newer servers and Valkey
 # ignore it. Every RDB this server writes then needs the module to load, which it always
 # has here.
 #

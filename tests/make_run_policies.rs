@@ -181,7 +181,7 @@ impl Drop for MakeRun {
 
 /// The README section `SECTION`, up to the next section.
 fn readme_section() -> String {
-    let path = workspace_root().join("README.md");
+    let path = workspace_root().join("docs/src/concepts/policies.md");
     let readme =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let start = readme

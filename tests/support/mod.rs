@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 pub mod cluster;
+pub mod doc_blocks;
 pub mod policy;
 pub mod shapes;
 
