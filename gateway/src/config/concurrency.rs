@@ -82,7 +82,7 @@ pub(super) fn concurrency(
         );
     }
     let concurrency = Concurrency::new(max, lease_ttl_ms, limit);
-    crate::module_grammar::check_acquire(&concurrency.acquire_args)?;
+    crate::module_grammar::check_acquire(&concurrency.acquire_args).map_err(|e| e.to_string())?;
     Ok(Some(concurrency))
 }
 

@@ -12,7 +12,6 @@ mod rule_set;
 mod schema;
 mod settings;
 
-pub(crate) use limit::tier as parse_tier;
 pub(crate) use one_of::one_of;
 pub use settings::{CheckHeaders, Mode, RedisSettings, RedisTarget, ServerSettings};
 
@@ -138,7 +137,7 @@ pub fn parse_rules_with(text: &str, mode: Mode, paths: &PathPolicy) -> Result<Ru
 
 /// `rest` after the `[server]` lines every file needs, parsed: for the tests of each part.
 #[cfg(test)]
-fn parse_after_server(rest: &str) -> Result<Config, String> {
+pub(crate) fn parse_after_server(rest: &str) -> Result<Config, String> {
     const MINIMAL: &str =
         "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n";
     parse(&format!("{MINIMAL}{rest}"))

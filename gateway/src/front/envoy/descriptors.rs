@@ -16,6 +16,7 @@
 //! and `on_failure` (`local`, the default, `ok`, `over_limit` or `unavailable`).
 
 use crate::failure::Failure;
+use crate::rules::limit::{check_policy_name, compile, tier};
 use crate::rules::{
     call_args, KeySource, Limit, OnFailure, RedisFailure, Rule, Tier, MAX_RULE_NAME_BYTES,
 };
@@ -278,8 +279,8 @@ impl DescriptorLimit {
         if self.limit_override == OverrideMode::Ignore {
             return None;
         }
+        let limit = compile(limit).ok()?;
         let args = call_args(&limit);
-        crate::module_grammar::check_call(&args).ok()?;
         let mut overridden = self.rule.as_ref().clone();
         overridden.limit = limit;
         overridden.call_args = args;
@@ -746,9 +747,7 @@ fn descriptor_limit(
     let limit = if rate_limit.unlimited || blocked {
         Limit::Unlimited
     } else if let Some(policy) = &rate_limit.policy {
-        if policy.is_empty() || policy.bytes().any(|b| !b.is_ascii_graphic()) {
-            return Err(format!("{at}.policy: '{policy}' is empty or has spaces"));
-        }
+        check_policy_name(policy).map_err(|e| format!("{at}.policy: {e}"))?;
         Limit::Policy {
             name: policy.clone(),
             cost: 1,
@@ -759,9 +758,7 @@ fn descriptor_limit(
         };
         let mut tiers = vec![unit.tier(requests_per_unit, rate_limit.tz.is_some())];
         for (i, text) in rate_limit.tiers.iter().enumerate() {
-            tiers.push(
-                crate::config::parse_tier(text).map_err(|e| format!("{at}.tiers[{i}]: {e}"))?,
-            );
+            tiers.push(tier(text).map_err(|e| format!("{at}.tiers[{i}]: {e}"))?);
         }
         Limit::Tiers {
             tiers,
@@ -772,9 +769,7 @@ fn descriptor_limit(
             cost: 1,
         }
     };
-    if !matches!(limit, Limit::Unlimited) {
-        crate::module_grammar::check_call(&call_args(&limit)).map_err(|e| format!("{at}: {e}"))?;
-    }
+    let limit = compile(limit).map_err(|e| format!("{at}: {e}"))?;
     let name = rule_name(rate_limit.name.as_deref().unwrap_or(&here.stat));
     let shadow = doc.shadow_mode || doc.quota_mode;
     // A shadow or quota descriptor never refuses the request, so it never closes the
@@ -869,48 +864,10 @@ pub fn metric_name(limit: &DescriptorLimit, last_value: &str) -> String {
 // Keys
 // ---------------------------------------------------------------------------------------
 
-/// The longest hash tag written out: `key=value` escaped; longer, its hash.
-const MAX_TAG: usize = 64;
-/// The longest rest of a key written out (domain, entries, override); longer, its hash.
-const MAX_REST: usize = 150;
-const _: () = assert!(
-    crate::rules::MAX_KEY_PREFIX_BYTES + 1 + MAX_TAG + 2 + MAX_REST <= crate::rules::MAX_KEY_BYTES
-);
-
-/// Appends `bytes` with every byte but letters, digits and `._-/@+*` percent-encoded, so
-/// that `:`, `=`, `{` and `}` in a value cannot pass for the key's own punctuation.
-fn escape(out: &mut String, bytes: &[u8]) {
-    for &b in bytes {
-        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b'@' | b'+' | b'*')
-        {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-}
-
-/// `text` into `out` when at most `limit` bytes, else `#` and the hex of the first 16
-/// bytes of its SHA-256 (the same on every gateway).
-fn push_or_hash(out: &mut String, text: &str, limit: usize) {
-    if text.len() <= limit {
-        out.push_str(text);
-    } else {
-        out.push('#');
-        for b in &Sha256::digest(text.as_bytes())[..16] {
-            let _ = write!(out, "{b:02x}");
-        }
-    }
-}
-
-/// The Redis key of one request descriptor: `<prefix>{<tag>}:<domain>:<k1>=<v1>:...`;
-/// with `limit_override`, the key of the descriptor's own limit under `tighten`, the same
-/// and `:limit=<n>/<unit>` (the node's key is charged beside it). Keys,
-/// values and the domain are escaped; the tag is the `key=value` of the entry the matched
-/// node's `subject` names (the first entry when it names none or the request lacks it),
-/// so that descriptors sharing that entry share a Cluster slot and are decided by one
-/// `RL.MHIT`. A tag over 64 bytes or a rest over 150 is written as its hash: no key is
-/// over 256 bytes ([`crate::rules::MAX_KEY_BYTES`]).
+/// The Redis key of one request descriptor, written by the one key builder
+/// ([`crate::rules::key::descriptor_key`], where its format is described); with
+/// `limit_override`, the key of the descriptor's own limit under `tighten` (the node's key
+/// is charged beside it).
 pub fn key<'e>(
     prefix: &str,
     domain: &str,
@@ -918,33 +875,8 @@ pub fn key<'e>(
     entries: impl Iterator<Item = (&'e str, &'e str)> + Clone,
     limit_override: Option<(u32, Unit)>,
 ) -> String {
-    let mut key = String::with_capacity(prefix.len() + 96);
-    key.push_str(prefix);
-    key.push('{');
-    let tagged = subject
-        .and_then(|s| entries.clone().find(|(k, _)| *k == s))
-        .or_else(|| entries.clone().next());
-    let mut scratch = String::with_capacity(64);
-    if let Some((k, v)) = tagged {
-        escape(&mut scratch, k.as_bytes());
-        scratch.push('=');
-        escape(&mut scratch, v.as_bytes());
-    }
-    push_or_hash(&mut key, &scratch, MAX_TAG);
-    key.push_str("}:");
-    scratch.clear();
-    escape(&mut scratch, domain.as_bytes());
-    for (k, v) in entries {
-        scratch.push(':');
-        escape(&mut scratch, k.as_bytes());
-        scratch.push('=');
-        escape(&mut scratch, v.as_bytes());
-    }
-    if let Some((n, unit)) = limit_override {
-        let _ = write!(scratch, ":limit={n}/{}", unit.name());
-    }
-    push_or_hash(&mut key, &scratch, MAX_REST);
-    key
+    let own_limit = limit_override.map(|(n, unit)| (n, unit.name()));
+    crate::rules::key::descriptor_key(prefix, domain, subject, entries, own_limit)
 }
 
 #[cfg(test)]
