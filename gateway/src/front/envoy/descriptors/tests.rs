@@ -6,18 +6,18 @@ domain: messaging
 descriptors:
   # Only allow 5 marketing messages a day
   - key: message_type
-value: marketing
-descriptors:
-  - key: to_number
-    rate_limit:
-      unit: day
-      requests_per_unit: 5
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
 
   # Only allow 100 messages a day to any unique phone number
   - key: to_number
-rate_limit:
-  unit: day
-  requests_per_unit: 100
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
 "#;
 
 #[test]
