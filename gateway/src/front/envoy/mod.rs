@@ -29,6 +29,8 @@ mod answer;
 pub mod descriptors;
 pub mod grpc_listener;
 mod plan;
+#[cfg(test)]
+mod tests;
 
 pub use plan::check;
 
