@@ -92,9 +92,9 @@ pub(super) struct Answer {
 }
 
 /// The answer to a request out of bounds.
-pub(super) fn invalid(problem: String) -> Answer {
+pub(super) fn invalid(problem: &super::RequestError) -> Answer {
     Answer {
-        result: Err(Status::invalid_argument(problem)),
+        result: Err(Status::invalid_argument(problem.to_string())),
         events: vec![Event::Envoy(EnvoyResult::Invalid)],
     }
 }

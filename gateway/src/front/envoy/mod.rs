@@ -32,7 +32,7 @@ mod plan;
 #[cfg(test)]
 mod tests;
 
-pub use plan::check;
+pub use plan::{check, RequestError};
 
 use crate::app::Gateway;
 use crate::decider::{Applied, Decider, End, Look};
@@ -136,7 +136,7 @@ impl EnvoyService {
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         let domains = self.domains();
         let answer = match plan::plan(&domains, request, &self.key_prefix) {
-            Err(Early::Invalid(problem)) => answer::invalid(problem),
+            Err(Early::Invalid(problem)) => answer::invalid(&problem),
             Err(Early::UnknownDomain) => answer::unknown_domain(request.descriptors.len()),
             Ok(plan) => {
                 self.record(&plan.events);

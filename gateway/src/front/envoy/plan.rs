@@ -86,8 +86,8 @@ impl Plan<'_> {
 /// A request answered without asking anything.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Early {
-    /// Out of bounds: INVALID_ARGUMENT with this message.
-    Invalid(String),
+    /// Out of bounds: INVALID_ARGUMENT.
+    Invalid(RequestError),
     /// A domain no file defines: every descriptor OK.
     UnknownDomain,
 }
@@ -223,24 +223,79 @@ fn hits_of(request: &RateLimitRequest, index: usize) -> u64 {
     }
 }
 
+/// Why a request is out of bounds (answered INVALID_ARGUMENT with this message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestError {
+    EmptyDomain,
+    LongDomain,
+    NoDescriptors,
+    /// This many descriptors.
+    TooManyDescriptors(usize),
+    /// Descriptor `i` has no entries.
+    NoEntries(usize),
+    /// Descriptor `i` has this many entries.
+    TooManyEntries(usize, usize),
+    /// Descriptor `i`, entry `j`: its key is empty or too long.
+    EntryKey(usize, usize),
+    /// Descriptor `i`, entry `j`: its value is too long.
+    EntryValue(usize, usize),
+    /// Descriptor `i`'s `hits_addend` is above `u32::MAX`.
+    HitsAddend(usize, u64),
+    /// Descriptor `i`'s own limit has a unit Envoy does not define.
+    OverrideUnit(usize),
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestError::EmptyDomain => write!(f, "the domain is empty"),
+            RequestError::LongDomain => {
+                write!(f, "the domain is longer than {MAX_DOMAIN_BYTES} bytes")
+            }
+            RequestError::NoDescriptors => write!(f, "no descriptors"),
+            RequestError::TooManyDescriptors(n) => {
+                write!(f, "{n} descriptors: at most {MAX_DESCRIPTORS}")
+            }
+            RequestError::NoEntries(i) => write!(f, "descriptor {i} has no entries"),
+            RequestError::TooManyEntries(i, n) => {
+                write!(f, "descriptor {i} has {n} entries: at most {MAX_ENTRIES}")
+            }
+            RequestError::EntryKey(i, j) => write!(
+                f,
+                "descriptor {i} entry {j}: the key must be 1 to {MAX_ENTRY_KEY_BYTES} bytes"
+            ),
+            RequestError::EntryValue(i, j) => write!(
+                f,
+                "descriptor {i} entry {j}: the value is longer than {MAX_ENTRY_VALUE_BYTES} bytes"
+            ),
+            RequestError::HitsAddend(i, n) => write!(
+                f,
+                "descriptor {i}: hits_addend {n} is more than {}",
+                u32::MAX
+            ),
+            RequestError::OverrideUnit(i) => write!(
+                f,
+                "descriptor {i}: the limit's unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
 /// The bounds of a request, each refusal naming what is wrong.
-pub fn check(request: &RateLimitRequest) -> Result<(), String> {
+pub fn check(request: &RateLimitRequest) -> Result<(), RequestError> {
     if request.domain.is_empty() {
-        return Err("the domain is empty".into());
+        return Err(RequestError::EmptyDomain);
     }
     if request.domain.len() > MAX_DOMAIN_BYTES {
-        return Err(format!(
-            "the domain is longer than {MAX_DOMAIN_BYTES} bytes"
-        ));
+        return Err(RequestError::LongDomain);
     }
     if request.descriptors.is_empty() {
-        return Err("no descriptors".into());
+        return Err(RequestError::NoDescriptors);
     }
     if request.descriptors.len() > MAX_DESCRIPTORS {
-        return Err(format!(
-            "{} descriptors: at most {MAX_DESCRIPTORS}",
-            request.descriptors.len()
-        ));
+        return Err(RequestError::TooManyDescriptors(request.descriptors.len()));
     }
     for (i, d) in request.descriptors.iter().enumerate() {
         check_descriptor(i, d)?;
@@ -248,42 +303,29 @@ pub fn check(request: &RateLimitRequest) -> Result<(), String> {
     Ok(())
 }
 
-fn check_descriptor(i: usize, d: &RateLimitDescriptor) -> Result<(), String> {
+fn check_descriptor(i: usize, d: &RateLimitDescriptor) -> Result<(), RequestError> {
     if d.entries.is_empty() {
-        return Err(format!("descriptor {i} has no entries"));
+        return Err(RequestError::NoEntries(i));
     }
     if d.entries.len() > MAX_ENTRIES {
-        return Err(format!(
-            "descriptor {i} has {} entries: at most {MAX_ENTRIES}",
-            d.entries.len()
-        ));
+        return Err(RequestError::TooManyEntries(i, d.entries.len()));
     }
     for (j, e) in d.entries.iter().enumerate() {
         if e.key.is_empty() || e.key.len() > MAX_ENTRY_KEY_BYTES {
-            return Err(format!(
-                "descriptor {i} entry {j}: the key must be 1 to {MAX_ENTRY_KEY_BYTES} bytes"
-            ));
+            return Err(RequestError::EntryKey(i, j));
         }
         if e.value.len() > MAX_ENTRY_VALUE_BYTES {
-            return Err(format!(
-                "descriptor {i} entry {j}: the value is longer than {MAX_ENTRY_VALUE_BYTES} bytes"
-            ));
+            return Err(RequestError::EntryValue(i, j));
         }
     }
     if let Some(h) = &d.hits_addend {
         if h.value > u64::from(u32::MAX) {
-            return Err(format!(
-                "descriptor {i}: hits_addend {} is more than {}",
-                h.value,
-                u32::MAX
-            ));
+            return Err(RequestError::HitsAddend(i, h.value));
         }
     }
     if let Some(o) = &d.limit {
         if Unit::from_proto(o.unit).is_none() {
-            return Err(format!(
-                "descriptor {i}: the limit's unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
-            ));
+            return Err(RequestError::OverrideUnit(i));
         }
     }
     Ok(())

@@ -111,7 +111,7 @@ fn a_request_out_of_bounds_or_of_an_unknown_domain_asks_nothing() {
     };
     assert_eq!(
         plan(&domains, &empty, "rl:").unwrap_err(),
-        Early::Invalid("no descriptors".into())
+        Early::Invalid(super::RequestError::NoDescriptors)
     );
     let elsewhere = RateLimitRequest {
         domain: "other".into(),

@@ -4,7 +4,7 @@
 use super::compile::descriptor_limit;
 use super::matching::{Level, Node};
 use super::schema::{DescriptorDoc, FileDoc};
-use super::{Domain, Domains, FailMode, OverrideMode};
+use super::{DescriptorError, Domain, Domains, FailMode, OverrideMode};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -25,10 +25,12 @@ pub const MAX_DEPTH: usize = 16;
 /// most [`MAX_DEPTH`] deep, and YAML aliases expanded at most a hundred times the events
 /// of the file (serde_yaml_ng's repetition limit), so that a billion-laughs file is
 /// refused, not expanded.
-pub fn load(path: &Path) -> Result<Domains, String> {
+pub fn load(path: &Path) -> Result<Domains, DescriptorError> {
     let files: Vec<PathBuf> = if path.is_dir() {
-        let entries =
-            std::fs::read_dir(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let entries = std::fs::read_dir(path).map_err(|error| DescriptorError::Read {
+            path: path.to_path_buf(),
+            error,
+        })?;
         let mut files: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
@@ -40,11 +42,10 @@ pub fn load(path: &Path) -> Result<Domains, String> {
             })
             .collect();
         if files.len() > MAX_FILES {
-            return Err(format!(
-                "{}: {} descriptor files, at most {MAX_FILES}",
-                path.display(),
-                files.len()
-            ));
+            return Err(DescriptorError::TooManyFiles {
+                dir: path.to_path_buf(),
+                count: files.len(),
+            });
         }
         files.sort();
         files
@@ -55,14 +56,16 @@ pub fn load(path: &Path) -> Result<Domains, String> {
     let mut origin: HashMap<String, PathBuf> = HashMap::new();
     for file in files {
         let text = read_bounded(&file)?;
-        let domain = parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let domain = parse(&text).map_err(|error| DescriptorError::In {
+            source: file.display().to_string(),
+            error: Box::new(error),
+        })?;
         if let Some(first) = origin.get(&domain.name) {
-            return Err(format!(
-                "{}: domain '{}' is already loaded from {}",
-                file.display(),
-                domain.name,
-                first.display()
-            ));
+            return Err(DescriptorError::DomainTwice {
+                at: file.display().to_string(),
+                domain: domain.name,
+                first: Some(first.clone()),
+            });
         }
         origin.insert(domain.name.clone(), file.clone());
         domains.domains.insert(domain.name.clone(), domain);
@@ -72,9 +75,12 @@ pub fn load(path: &Path) -> Result<Domains, String> {
 
 /// The text of `file`, refused when over [`MAX_FILE_BYTES`] (read through a bound, so a
 /// file that grows while it is read, or a device, is refused too).
-fn read_bounded(file: &Path) -> Result<String, String> {
+fn read_bounded(file: &Path) -> Result<String, DescriptorError> {
     use std::io::Read;
-    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", file.display());
+    let cannot = |error| DescriptorError::Read {
+        path: file.to_path_buf(),
+        error,
+    };
     let mut text = String::new();
     std::fs::File::open(file)
         .map_err(cannot)?
@@ -82,25 +88,26 @@ fn read_bounded(file: &Path) -> Result<String, String> {
         .read_to_string(&mut text)
         .map_err(cannot)?;
     if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!(
-            "{}: larger than {MAX_FILE_BYTES} bytes",
-            file.display()
-        ));
+        return Err(DescriptorError::TooLarge(file.to_path_buf()));
     }
     Ok(text)
 }
 
 /// Builds [`Domains`] from YAML texts given in memory (for tests and fuzzing); the same
 /// checks as [`load`], each text named by its index.
-pub fn from_texts(texts: &[&str]) -> Result<Domains, String> {
+pub fn from_texts(texts: &[&str]) -> Result<Domains, DescriptorError> {
     let mut domains = Domains::default();
     for (i, text) in texts.iter().enumerate() {
-        let domain = parse(text).map_err(|e| format!("text {i}: {e}"))?;
+        let domain = parse(text).map_err(|error| DescriptorError::In {
+            source: format!("text {i}"),
+            error: Box::new(error),
+        })?;
         if domains.domains.contains_key(&domain.name) {
-            return Err(format!(
-                "text {i}: domain '{}' is loaded twice",
-                domain.name
-            ));
+            return Err(DescriptorError::DomainTwice {
+                at: format!("text {i}"),
+                domain: domain.name,
+                first: None,
+            });
         }
         domains.domains.insert(domain.name.clone(), domain);
     }
@@ -123,12 +130,17 @@ pub(super) struct Inherited<'a> {
 }
 
 /// One file's text, checked.
-pub fn parse(text: &str) -> Result<Domain, String> {
-    let doc: FileDoc = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
-    let name = doc.domain.unwrap_or_default();
+pub fn parse(text: &str) -> Result<Domain, DescriptorError> {
+    let doc: FileDoc = serde_yaml_ng::from_str(text).map_err(DescriptorError::Yaml)?;
+    let name = doc.domain.clone().unwrap_or_default();
     if name.is_empty() {
-        return Err("domain: missing or empty".into());
+        return Err(DescriptorError::Field("domain: missing or empty".into()));
     }
+    domain(name, &doc).map_err(DescriptorError::Field)
+}
+
+/// The domain `name` of `doc`, its fields checked; the error names the place.
+fn domain(name: String, doc: &FileDoc) -> Result<Domain, String> {
     let on_failure = match &doc.on_failure {
         Some(text) => fail_mode("on_failure", text)?,
         None => FailMode::Local,

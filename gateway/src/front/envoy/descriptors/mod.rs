@@ -16,6 +16,7 @@
 //! and `on_failure` (`local`, the default, `ok`, `over_limit` or `unavailable`).
 
 mod compile;
+mod error;
 mod limit;
 mod load;
 mod matching;
@@ -24,6 +25,7 @@ mod names;
 mod schema;
 mod unit;
 
+pub use error::DescriptorError;
 pub use limit::DescriptorLimit;
 pub use load::{from_texts, load, parse, MAX_DEPTH, MAX_FILES, MAX_FILE_BYTES};
 pub use matching::{Domain, Domains};
