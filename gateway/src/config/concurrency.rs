@@ -175,7 +175,7 @@ mod tests {
         ]);
         let check =
             "[server]\nlisten = \"127.0.0.1:8080\"\nmode = \"check\"\n[default]\nconcurrency = 2\n";
-        let error = parse(check).unwrap_err();
+        let error = parse(check).unwrap_err().to_string();
         assert!(
             error.contains("concurrency needs mode = \"proxy\""),
             "{error}"

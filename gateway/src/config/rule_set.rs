@@ -396,6 +396,6 @@ mod tests {
     #[test]
     fn check_mode_refuses_status_counting() {
         let text = "[server]\nlisten = \"127.0.0.1:8080\"\nmode = \"check\"\n[default]\nlimits = [\"5/1m\"]\ncount = [401]\n";
-        assert!(parse(text).unwrap_err().contains("check mode"));
+        assert!(parse(text).unwrap_err().to_string().contains("check mode"));
     }
 }

@@ -276,6 +276,7 @@ mod tests {
     fn proxy_mode_needs_an_upstream() {
         assert!(parse("[server]\nlisten = \"127.0.0.1:8080\"\n")
             .unwrap_err()
+            .to_string()
             .contains("upstream"));
     }
 }
