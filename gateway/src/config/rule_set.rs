@@ -147,10 +147,11 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
         .path
         .as_deref()
         .map(PathPattern::parse)
-        .transpose()?;
+        .transpose()
+        .map_err(|e| e.to_string())?;
     // A pattern that no canonical path can match would leave its endpoint unlimited.
     if let Some(pattern) = &path {
-        pattern.check_canonical(paths)?;
+        pattern.check_canonical(paths).map_err(|e| e.to_string())?;
     }
     let key = key_source(&section.key)?;
     let limit = limit(&section)?;
