@@ -5,7 +5,7 @@
 //! metrics: what is to be counted is returned in [`Answer::events`].
 
 use super::descriptors::{DescriptorLimit, FailMode, Unit};
-use super::plan::{enforced, Ask, Plan};
+use super::plan::{enforced, Ask, Event, Known, Plan};
 use crate::decider::RuleOutcome;
 use crate::failure::Failure;
 use crate::headers;
@@ -21,16 +21,6 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use hyper::header::HeaderMap;
 use smallvec::SmallVec;
 use tonic::Status;
-
-/// One thing to count in the metrics.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Event {
-    Envoy(EnvoyResult),
-    /// A decision on the limit of this metric name.
-    Decision(String, Outcome),
-    /// A failure that let a request through (or decided it locally).
-    FailOpen(Failure),
-}
 
 /// What became of one descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,7 +181,15 @@ pub(super) fn answer(plan: &Plan<'_>, replies: &Replies, response_headers: bool)
 fn settle_all(plan: &Plan<'_>, replies: &[Reply], events: &mut Vec<Event>) -> Settled {
     let count = plan.count;
     let mut settled = Settled {
-        said: plan.said.clone(),
+        said: plan
+            .known
+            .iter()
+            .map(|known| match *known {
+                Known::Nothing => Said::Free,
+                Known::Unlimited => Said::Unlimited,
+                Known::Blocked(shown) => Said::Blocked(shown),
+            })
+            .collect(),
         source: (0..count).map(|_| None).collect(),
         denied: (0..count).map(|_| None).collect(),
         locally: (0..count).map(|_| false).collect(),

@@ -36,13 +36,13 @@ pub use plan::{check, RequestError};
 
 use crate::app::Gateway;
 use crate::decider::{Applied, Decider, End, Look};
-use answer::{Event, Replies, Reply};
+use answer::{Replies, Reply};
 use descriptors::Domains;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use plan::{Ask, Early, Plan};
+use plan::{Ask, Early, Event, Plan};
 use smallvec::SmallVec;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

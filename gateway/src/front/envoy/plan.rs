@@ -4,16 +4,37 @@
 //! (unlimited, blocked, no match). Nothing here talks to Redis or to the metrics: what is
 //! to be counted is listed in [`Plan::events`].
 
-use super::answer::{Event, Said};
 use super::descriptors::{self, DescriptorLimit, Domains, OverrideMode, Unit};
 use super::{MAX_DESCRIPTORS, MAX_DOMAIN_BYTES, MAX_ENTRIES};
 use super::{MAX_ENTRY_KEY_BYTES, MAX_ENTRY_VALUE_BYTES};
+use crate::failure::Failure;
 use crate::metrics::{EnvoyResult, Outcome};
 use crate::rules::Rule;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use smallvec::SmallVec;
 use std::sync::Arc;
+
+/// One thing to count in the metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Event {
+    Envoy(EnvoyResult),
+    /// A decision on the limit of this metric name.
+    Decision(String, Outcome),
+    /// A failure that let a request through (or decided it locally).
+    FailOpen(Failure),
+}
+
+/// What is known of a descriptor before anything is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Known {
+    /// Nothing yet: asked about, or no limit applies.
+    Nothing,
+    /// `unlimited: true`.
+    Unlimited,
+    /// `requests_per_unit: 0`, or an override of 0; with the limit to show.
+    Blocked(Option<(u32, Unit)>),
+}
 
 /// What one request descriptor asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,9 +77,8 @@ pub(super) struct Plan<'a> {
     pub count: usize,
     /// The matched limit of each descriptor that has one (replaced ones too).
     pub found: SmallVec<[(usize, &'a Arc<DescriptorLimit>); 4]>,
-    /// What is known without asking: [`Said::Unlimited`], [`Said::Blocked`], else
-    /// [`Said::Free`].
-    pub said: SmallVec<[Said; 4]>,
+    /// What is known of each descriptor without asking.
+    pub known: SmallVec<[Known; 4]>,
     /// The keys to ask about, in descriptor order.
     pub matched: SmallVec<[Matched<'a>; 4]>,
     /// What to count in the metrics.
@@ -79,7 +99,7 @@ impl Plan<'_> {
     pub fn blocks(&self) -> bool {
         self.found
             .iter()
-            .any(|(i, limit)| matches!(self.said[*i], Said::Blocked(_)) && enforced(limit))
+            .any(|(i, limit)| matches!(self.known[*i], Known::Blocked(_)) && enforced(limit))
     }
 }
 
@@ -104,7 +124,7 @@ pub(super) fn plan<'a>(
     let mut plan = Plan {
         count,
         found: SmallVec::new(),
-        said: (0..count).map(|_| Said::Free).collect(),
+        known: (0..count).map(|_| Known::Nothing).collect(),
         matched: SmallVec::new(),
         events: Vec::new(),
     };
@@ -141,7 +161,7 @@ fn plan_descriptor<'a>(
     let last_value = d.entries.last().map_or("", |e| e.value.as_str());
     let metric = descriptors::metric_name(limit, last_value);
     if limit.unlimited {
-        plan.said[i] = Said::Unlimited;
+        plan.known[i] = Known::Unlimited;
         return;
     }
     let asked = d
@@ -154,7 +174,7 @@ fn plan_descriptor<'a>(
         (Some(_), OverrideMode::Tighten) => limit.blocked.then_some(limit.shown),
     };
     if let Some(shown) = blocked {
-        plan.said[i] = Said::Blocked(shown);
+        plan.known[i] = Known::Blocked(shown);
         plan.events.push(Event::Decision(metric, Outcome::Denied));
         return;
     }

@@ -1,9 +1,9 @@
 //! The plan and the answer with plain structs, no server: what a request asks for, and
 //! what the decider's replies come to.
 
-use super::answer::{answer, refused_before_charging, Event, Replies, Reply, Said};
+use super::answer::{answer, refused_before_charging, Replies, Reply};
 use super::descriptors::{self, Domains};
-use super::plan::{plan, Ask, Early, Plan};
+use super::plan::{plan, Ask, Early, Event, Known, Plan};
 use crate::decider::RuleOutcome;
 use crate::failure::Failure;
 use crate::metrics::{EnvoyResult, Outcome};
@@ -161,8 +161,8 @@ fn unlimited_and_blocked_descriptors_are_known_without_asking() {
         desc("user", "c"),
     ]);
     let plan = planned(&domains, &req);
-    assert_eq!(plan.said[0], Said::Unlimited);
-    assert!(matches!(plan.said[1], Said::Blocked(Some((0, _)))));
+    assert_eq!(plan.known[0], Known::Unlimited);
+    assert!(matches!(plan.known[1], Known::Blocked(Some((0, _)))));
     assert_eq!(plan.matched.len(), 1);
     assert!(
         plan.blocks(),

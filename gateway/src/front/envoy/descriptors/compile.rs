@@ -2,13 +2,27 @@
 //! for what goes together, then the limit compiled by the one limit compiler
 //! ([`crate::rules::limit`]), as a TOML rule's is.
 
-use super::load::Inherited;
 use super::names::rule_name;
 use super::schema::{DescriptorDoc, RateLimitDoc};
-use super::{DescriptorLimit, FailMode, Unit};
+use super::{DescriptorLimit, FailMode, OverrideMode, Unit};
 use crate::rules::limit::{check_policy_name, compile, tier};
 use crate::rules::{KeySource, Limit, OnFailure, RedisFailure, Rule};
 use std::sync::Arc;
+
+/// The settings a descriptor inherits from those above it.
+#[derive(Clone)]
+pub(super) struct Inherited<'a> {
+    pub(super) on_failure: FailMode,
+    pub(super) on_module_error: FailMode,
+    pub(super) limit_override: OverrideMode,
+    pub(super) subject: Option<&'a str>,
+    /// `domain.key_value.key...`, the metric name of a node (envoyproxy/ratelimit's).
+    pub(super) stat: String,
+    /// Where in the file, for errors: `descriptors[0].descriptors[2]`.
+    pub(super) at: String,
+    /// How many levels are above.
+    pub(super) depth: usize,
+}
 
 pub(super) fn descriptor_limit(
     doc: &DescriptorDoc,

@@ -1,7 +1,7 @@
 //! Reading the files: bounded reads, one domain per file, the tree built level by level
 //! with the settings each descriptor inherits, errors naming the file and the place.
 
-use super::compile::descriptor_limit;
+use super::compile::{descriptor_limit, Inherited};
 use super::matching::{Level, Node};
 use super::schema::{DescriptorDoc, FileDoc};
 use super::{DescriptorError, Domain, Domains, FailMode, OverrideMode};
@@ -112,21 +112,6 @@ pub fn from_texts(texts: &[&str]) -> Result<Domains, DescriptorError> {
         domains.domains.insert(domain.name.clone(), domain);
     }
     Ok(domains)
-}
-
-/// The settings a descriptor inherits from those above it.
-#[derive(Clone)]
-pub(super) struct Inherited<'a> {
-    pub(super) on_failure: FailMode,
-    pub(super) on_module_error: FailMode,
-    pub(super) limit_override: OverrideMode,
-    pub(super) subject: Option<&'a str>,
-    /// `domain.key_value.key...`, the metric name of a node (envoyproxy/ratelimit's).
-    pub(super) stat: String,
-    /// Where in the file, for errors: `descriptors[0].descriptors[2]`.
-    pub(super) at: String,
-    /// How many levels are above.
-    pub(super) depth: usize,
 }
 
 /// One file's text, checked.
