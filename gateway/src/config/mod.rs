@@ -90,7 +90,8 @@ fn checked(file: FileConfig) -> Result<Config, String> {
                 .into(),
         );
     }
-    let redis = redis_settings(file.redis)?;
+    let has_redis = file.redis.is_some();
+    let redis = redis_settings(file.redis.unwrap_or_default())?;
     let rules = rule_set(
         file.headers,
         file.rules,
@@ -98,6 +99,15 @@ fn checked(file: FileConfig) -> Result<Config, String> {
         server.mode,
         &server.requests.paths,
     )?;
+    // Neither a server to count in nor a rule to count by: the file limits nothing, which
+    // is a mistake to say at `--check-config`, not a gateway to run.
+    if !has_redis && rules.count() == 0 && file.envoy.is_none() {
+        return Err(
+            "the file has neither [redis] nor any rule ([[rule]], [default] or [envoy]): it \
+             would limit nothing"
+                .into(),
+        );
+    }
     let envoy = match file.envoy {
         None => None,
         Some(section) => Some(EnvoySettings {

@@ -22,8 +22,12 @@ pub(super) fn rule_set(
 ) -> Result<RuleSet, String> {
     let mut rules = Vec::with_capacity(sections.len());
     for (index, section) in sections.into_iter().enumerate() {
-        let rule = rule(section, RulePlace::List, paths)
-            .map_err(|e| format!("[[rule]] number {}: {e}", index + 1))?;
+        // Named by its `name` when it has one, and by its place in the file.
+        let place = match &section.name {
+            Some(name) => format!("[[rule]] '{name}' (number {})", index + 1),
+            None => format!("[[rule]] number {}", index + 1),
+        };
+        let rule = rule(section, RulePlace::List, paths).map_err(|e| format!("{place}: {e}"))?;
         if rules.iter().any(|r: &Arc<Rule>| r.name == rule.name) {
             return Err(format!("two rules are named '{}'", rule.name));
         }
