@@ -8,13 +8,13 @@
 mod concurrency;
 mod error;
 mod limit;
-mod one_of;
 mod rule_set;
 mod schema;
 mod settings;
 
 pub use error::ConfigError;
-pub(crate) use one_of::one_of;
+
+pub use crate::rules::one_of::SettingError;
 pub use settings::{CheckHeaders, Mode, RedisSettings, RedisTarget, ServerSettings};
 
 use crate::rules::pattern::PathPolicy;

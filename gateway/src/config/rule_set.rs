@@ -4,9 +4,9 @@
 
 use super::concurrency::concurrency;
 use super::limit::limit;
-use super::one_of;
 use super::schema::{CountSection, HeadersSection, RuleSection};
 use super::Mode;
+use crate::rules::one_of::one_of;
 use crate::rules::pattern::{PathPattern, PathPolicy};
 use crate::rules::{Counting, KeySource, OnFailure, RedisFailure, Rule, RuleSet};
 use std::sync::Arc;
@@ -202,7 +202,7 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
 
 /// `"open"` (false) or `"closed"` (true), the value of the setting `name`.
 fn open_or_closed(name: &str, value: &str) -> Result<bool, String> {
-    one_of(name, value, &[("open", false), ("closed", true)])
+    Ok(one_of(name, value, &[("open", false), ("closed", true)])?)
 }
 
 fn key_source(key: &str) -> Result<KeySource, String> {

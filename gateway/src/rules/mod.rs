@@ -5,6 +5,11 @@
 //! override headers and parameters), its canonical path (`canonical`, `pattern`, and the
 //! `[requests]` settings in `request_policy`), its header names (`header_names`) and its
 //! client (`client_ip`).
+//!
+//! Both front ends share the one limit compiler (`limit`: a TOML rule's limits and an Envoy
+//! descriptor's `rate_limit` checked alike, and the module call words made once) and the
+//! one key builder (`key`). A setting that takes one of a few words, or a range, is
+//! checked by `one_of`, with a typed error.
 
 pub mod canonical;
 pub mod client_ip;
@@ -12,6 +17,7 @@ pub mod header_names;
 pub mod key;
 pub mod limit;
 pub mod methods;
+pub mod one_of;
 pub mod pattern;
 pub mod request_policy;
 
