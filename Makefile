@@ -32,6 +32,7 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 	cargo clippy --workspace --all-targets -- -D warnings
 	scripts/check-core-pure.sh
 	scripts/check-unsafe.sh
+	python3 scripts/check_layout.py
 
 unit: ## Unit and property tests of the pure core, the module, the gateway, and the benchmarks' parsers
 	cargo test -p ratelimit-core
