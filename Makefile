@@ -111,8 +111,8 @@ demo-compose: ## Build the images, then start compose.yaml's demo: Redis with th
 	@echo "demo-compose: try  curl -i localhost:8080/home  (200s, then 429);  curl -s localhost:9090/metrics"
 	@echo "demo-compose: stop with  make demo-compose-down"
 
-demo-compose-down: ## Stop and remove the compose demo's containers and networks
-	$(COMPOSE) -p $(DEMO_PROJECT) -f compose.yaml down --remove-orphans
+demo-compose-down: ## Stop and remove the compose demo's containers, networks and Redis volume
+	$(COMPOSE) -p $(DEMO_PROJECT) -f compose.yaml down --volumes --remove-orphans
 
 .PHONY: fuzz fuzz-replay
 fuzz: ## Run every cargo-fuzz target for FUZZ_SECONDS (default 60) each; installs cargo-fuzz

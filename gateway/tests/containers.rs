@@ -291,7 +291,10 @@ fn demo_through_gateway(compose: &[&'static str]) {
         "{closed} not counted:\n{metrics}"
     );
     let local = r#"rl_gateway_decisions_total{rule="default",outcome="local_allowed"}"#;
-    assert!(metric(&metrics, local) >= 1.0, "{local} not counted:\n{metrics}");
+    assert!(
+        metric(&metrics, local) >= 1.0,
+        "{local} not counted:\n{metrics}"
+    );
 }
 
 /// The rules of the two-gateway check: one budget for every client, a token bucket that
