@@ -250,7 +250,11 @@ fn demo_through_gateway(compose: &[&'static str]) {
     // allows 5 more at most, so a 429 comes within 11 requests.
     let mut answers: Vec<Answer> = Vec::new();
     while !matches!(answers.last(), Some(a) if a.status == 429) {
-        assert!(answers.len() < 11, "no 429 within 11 requests");
+        let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+        assert!(
+            statuses.len() < 11,
+            "no 429 within 11 requests: {statuses:?}"
+        );
         answers.push(request("GET", &format!("http://{http}/home")));
     }
     let first = &answers[0];
