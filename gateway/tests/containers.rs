@@ -221,6 +221,30 @@ fn wait_healthy(admin: &str) {
     }
 }
 
+/// Runs the image's own HEALTHCHECK command inside each running container of `service`,
+/// as Docker would (without waiting for Docker's first interval): it must succeed.
+fn assert_healthcheck_passes(project: &Project, service: &str) {
+    let ids = project.compose_ok(&["ps", "-q", service]);
+    for id in ids.lines() {
+        let test = run_ok(
+            "docker",
+            &["inspect", "-f", "{{json .Config.Healthcheck.Test}}", id],
+            &[],
+        );
+        let command: Vec<String> = test
+            .trim()
+            .strip_prefix(r#"["CMD","#)
+            .and_then(|rest| rest.strip_suffix(']'))
+            .unwrap_or_else(|| panic!("{service}: no exec-form HEALTHCHECK: {test}"))
+            .split(',')
+            .map(|word| word.trim_matches('"').to_owned())
+            .collect();
+        let mut args = vec!["exec", id];
+        args.extend(command.iter().map(String::as_str));
+        run_ok("docker", &args, &[]);
+    }
+}
+
 /// The value of the metric line `name{labels}` in Prometheus text, 0 when absent.
 fn metric(text: &str, series: &str) -> f64 {
     text.lines()
@@ -277,6 +301,8 @@ fn demo_through_gateway(compose: &[&'static str]) {
         metric(&metrics, series) >= 1.0,
         "{series} not counted:\n{metrics}"
     );
+    assert_healthcheck_passes(&project, "gateway");
+    assert_healthcheck_passes(&project, "redis");
 
     project.compose_ok(&["stop", "--timeout", "5", "redis"]);
     let login = request("POST", &format!("http://{http}/auth/login?status=401"));
@@ -387,11 +413,15 @@ fn images_and_compose_demo() {
         &[],
     );
     assert!(config.contains("valid"), "the image's rules: {config}");
+    let demo_started = Instant::now();
     demo_through_gateway(&compose);
+    let demo = demo_started.elapsed();
     two_gateways_share_one_budget(&compose);
     eprintln!(
-        "containers: images built in {:.1} s, whole test {:.1} s",
+        "containers: images built in {:.1} s, demo {:.1} s, two gateways {:.1} s, whole test {:.1} s",
         built.as_secs_f64(),
+        demo.as_secs_f64(),
+        (started.elapsed() - built - demo).as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
 }
