@@ -30,7 +30,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 if [ ! -s "$packed" ]; then
-    command -v debootstrap >/dev/null || {
+    # In /usr/sbin, which a user's PATH may lack.
+    debootstrap="$(command -v debootstrap || echo /usr/sbin/debootstrap)"
+    [ -x "$debootstrap" ] || {
         echo "base-image: debootstrap is missing: apt-get install debootstrap" >&2
         exit 1
     }
@@ -38,7 +40,7 @@ if [ ! -s "$packed" ]; then
     root="$cache/rootfs.$$"
     trap '"${as_root[@]}" rm -rf "$root"' EXIT
     echo "base-image: debootstrap $suite (minbase) from $mirror into $root"
-    "${as_root[@]}" debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 || {
+    "${as_root[@]}" "$debootstrap" --variant=minbase "$suite" "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 || {
         tail -n 20 "$cache/debootstrap.log" >&2
         exit 1
     }
