@@ -107,14 +107,14 @@ struct Project {
 
 impl Project {
     fn up(compose: &[&'static str], suffix: &str, config: Option<&Path>, gateways: u32) -> Self {
-        let mut env = vec![
+        // Every variable compose.yaml reads is set, so that the caller's own do not count.
+        let config = config.map_or_else(|| "./docker/rl-gateway/config".into(), Into::into);
+        let env = vec![
             ("RL_IMAGE_TAG", TAG.into()),
             ("RL_DEMO_HTTP", "127.0.0.1:".into()),
             ("RL_DEMO_ADMIN", "127.0.0.1:".into()),
+            ("RL_DEMO_CONFIG", config),
         ];
-        if let Some(dir) = config {
-            env.push(("RL_DEMO_CONFIG", dir.as_os_str().to_owned()));
-        }
         let project = Project {
             compose: compose.to_vec(),
             name: format!("rltest-{}-{suffix}", std::process::id()),
