@@ -1,4 +1,4 @@
-//! Command flags against what each command really does (issue 11, A1): the flags the
+//! Command flags against what each command really does: the flags the
 //! server reports, `min-replicas-to-write` (writing commands are refused with NOREPLICAS,
 //! reading ones answer) and OOM (commands that can grow memory are refused, the others
 //! answer).
@@ -110,7 +110,7 @@ fn flags_say_what_each_command_does() {
 /// CL.THROTTLE is GCRA only, but a key may hold another algorithm's state (the caller's
 /// RL.HIT with `ALGO log` under the same name): it then decodes that state to count its
 /// units, up to 10,000 log entries, so its cost is not bounded by a small constant and it
-/// must not be flagged `fast` (review of issue 11, A1).
+/// must not be flagged `fast`.
 #[test]
 fn cl_throttle_reads_a_full_log_so_it_is_not_fast() {
     const ENTRIES: usize = 10_000;

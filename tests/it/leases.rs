@@ -1,4 +1,4 @@
-//! Concurrency leases (issue 15, part 1) on real Redis 7.0 and Valkey 8.1 servers:
+//! Concurrency leases on real Redis 7.0 and Valkey 8.1 servers:
 //! RL.ACQUIRE, RL.RELEASE, RL.RENEW and RL.LEASES. Never more than `max` held, even with 8
 //! clients racing; a lease frees at its absolute expiry (the key's PEXPIRETIME), checked
 //! against the server's clock, never against a duration measured here; release and renew

@@ -1,4 +1,4 @@
-//! Leases against bad input, corrupt values and replication (issue 15, part 1), on Redis
+//! Leases against bad input, corrupt values and replication, on Redis
 //! 7.0 and Valkey 8.1: every malformed call gets one exact `ERR` (or `WRONGTYPE`) and
 //! writes nothing (DBSIZE and DUMP before and after); a value that is not leases is refused,
 //! never read; a replica (without the module) and a restart from the AOF (plain and

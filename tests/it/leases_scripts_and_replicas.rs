@@ -1,5 +1,5 @@
 //! The lease commands inside scripts, transactions, replicas and failovers, and against
-//! crafted values, on Redis 7.0 and Valkey 8.1, beside `leases.rs` and `leases_hostile.rs`:
+//! crafted values, on Redis 7.0 and Valkey 8.1, beside `leases.rs` and `leases_integrity.rs`:
 //!
 //! 1. RL.ACQUIRE with generated ids inside EVAL, FCALL and MULTI/EXEC (and a script that
 //!    acquires and releases): the replica and an AOF replay hold the primary's exact bytes

@@ -1,4 +1,4 @@
-//! Upgrading to the exact log that decides at constant cost (issue 13): a log stored by an
+//! Upgrading to the exact log that decides at constant cost: a log stored by an
 //! earlier module, in the plain layout (entry count, oldest time, then every entry), is
 //! read as it was by RL.PEEK and RL.HIT on Redis and Valkey; its units keep counting
 //! exactly; the first counted hit rewrites it in the header layout, and the replica holds

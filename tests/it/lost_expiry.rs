@@ -1,4 +1,4 @@
-//! Keys that lost their expiry (issue 11, A3). `PERSIST key`, or `RESTORE key 0 <dump>`
+//! Keys that lost their expiry. `PERSIST key`, or `RESTORE key 0 <dump>`
 //! (what a migration does when it drops TTLs), leaves a rate-limit state without the
 //! expiry that some encodings keep their time in. Before, such a key was "not a ratelimit
 //! state" for good: RL.HIT failed (and the gateway failed open for that client), RL.RESET

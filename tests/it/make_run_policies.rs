@@ -180,15 +180,7 @@ impl Drop for MakeRun {
 
 /// The README section `SECTION`, up to the next section.
 fn readme_section() -> String {
-    let path = workspace_root().join("README.md");
-    let readme =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let start = readme
-        .find(&format!("\n{SECTION}\n"))
-        .unwrap_or_else(|| panic!("README.md has no section `{SECTION}`"));
-    let body = &readme[start + SECTION.len() + 2..];
-    let end = body.find("\n## ").unwrap_or(body.len());
-    body[..end].to_string()
+    testkit::docs::doc_section("README.md", SECTION)
 }
 
 /// The lines of the section's first code block: what a newcomer types.

@@ -1,4 +1,4 @@
-//! Propagation that cannot fail silently (issue 11, A2). The module carries every effect
+//! Propagation that cannot fail silently. The module carries every effect
 //! to replicas and the AOF as `SET key value PXAT ms` or `DEL key`; a server where
 //! `rename-command` took one of them away would let the module write without propagating,
 //! so the module refuses to load there, naming the command. `CONFIG`, which `RL.POLICY SET`

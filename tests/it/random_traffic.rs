@@ -1,4 +1,4 @@
-//! Hostile traffic against a primary (AOF on) and its replica, on Redis 7.0 and Valkey 8.1:
+//! Random traffic against a primary (AOF on) and its replica, on Redis 7.0 and Valkey 8.1:
 //! several clients at once send random calls of every command of the module with edge and
 //! malformed arguments, while others overwrite the same keys with plain commands, wrap
 //! calls in MULTI/EXEC and Lua, change `ratelimit.*` configs and start background saves.
@@ -28,20 +28,20 @@ use std::time::{Duration, Instant};
 const OUTLIVES_COMPARISON_MS: i64 = 90_000;
 
 #[test]
-fn hostile_traffic_on_redis() {
-    hostile_run(Flavor::Redis);
+fn random_traffic_on_redis() {
+    random_run(Flavor::Redis);
 }
 
 #[test]
-fn hostile_traffic_on_valkey() {
-    hostile_run(Flavor::Valkey);
+fn random_traffic_on_valkey() {
+    random_run(Flavor::Valkey);
 }
 
-fn hostile_run(flavor: Flavor) {
+fn random_run(flavor: Flavor) {
     let seed = seed();
     let duration = traffic_duration();
     eprintln!(
-        "hostile traffic on {flavor:?}: seed {seed} (replay: RL_HOSTILE_SEED={seed}), {} s",
+        "random traffic on {flavor:?}: seed {seed} (replay: RL_HOSTILE_SEED={seed}), {} s",
         duration.as_secs()
     );
     let primary_config = server_config(flavor).arg("appendonly", "yes");
@@ -319,7 +319,7 @@ fn settle(primary: &Server, replica: &Server, flavor: Flavor) {
     });
     let mut con = primary.conn();
     redis::cmd("SET")
-        .arg("hostile:fence")
+        .arg("random:fence")
         .arg(flavor_name(flavor))
         .exec(&mut con)
         .expect("SET");

@@ -1,5 +1,5 @@
 //! `aux_save`, which writes the policies into the RDB, runs under the panic guard like
-//! every other callback (issue 11, A2): a panic there leaves the server serving, is logged,
+//! every other callback: a panic there leaves the server serving, is logged,
 //! and the RDB it was writing still loads (without policies). Without the guard, the panic
 //! would unwind into the server and abort it in the middle of `SAVE`.
 

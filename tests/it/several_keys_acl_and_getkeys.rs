@@ -1,8 +1,8 @@
-//! RL.MHIT, RL.MPEEK and RL.MREFUND against an attacker, on Redis 7.0 and Valkey 8.1:
-//! calls that make the server look for the keys before the module runs (ACL key patterns,
-//! `COMMAND GETKEYS`) with the count missing or absurd, a user limited to some keys, and
-//! the worst values of every argument. The server stays up, each bad call is refused by
-//! name and nothing is written.
+//! RL.MHIT, RL.MPEEK and RL.MREFUND where the server reads their keys itself, on Redis 7.0
+//! and Valkey 8.1: calls that make the server look for the keys before the module runs (ACL
+//! key patterns, `COMMAND GETKEYS`) with the count missing or absurd, a user limited to
+//! some keys, and the worst values of every argument. The server stays up, each bad call is
+//! refused by name and nothing is written.
 
 use testkit::*;
 

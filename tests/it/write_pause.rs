@@ -2,7 +2,7 @@
 //! on their own): the server holds the call until the pause ends, then runs it, and answers
 //! PING and the reading commands meanwhile. A writing command flagged neither `write` nor
 //! `may-replicate` would run during the pause, propagate, and abort the server with
-//! `ASSERTION FAILED` (issue 11, A1), which is what `RL.POLICY` did.
+//! `ASSERTION FAILED`, which is what `RL.POLICY` did.
 
 use redis::{Connection, Value};
 use std::sync::mpsc;
@@ -227,7 +227,7 @@ fn every_writing_command_waits_for_a_write_pause_and_then_completes() {
     });
 }
 
-/// The issue's steps as they are: a pause that ends on its own, `RL.POLICY SET` sent into
+/// The steps that once failed, as they were: a pause that ends on its own, `RL.POLICY SET` sent into
 /// it. The call completes once the pause is over and the server is still there.
 #[test]
 fn a_policy_set_into_a_timed_pause_completes_after_it() {

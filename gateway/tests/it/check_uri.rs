@@ -1,4 +1,4 @@
-//! Check mode and the bytes of the trusted headers (issue 11, B11): nginx passes
+//! Check mode and the bytes of the trusted headers: nginx passes
 //! `$request_uri` raw, UTF-8 included. When the trusted proxy sends `X-Original-URI` (or
 //! `X-Original-Method`), its bytes are the request, canonicalised and checked like any
 //! path; a header that cannot be a path or a method gets 400 (501 for an unknown method),

@@ -10,7 +10,7 @@ use testkit::gateway::envoy::*;
 use testkit::gateway::*;
 
 const DESCRIPTORS: &str = r#"
-domain: attack
+domain: callers
 descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 3}
@@ -32,12 +32,12 @@ const WEEK: i32 = 7;
 
 fn start() -> (Server, EnvoyGateway) {
     let redis = ServerConfig::new(Flavor::Redis).start();
-    let envoy = EnvoyGateway::on(&redis, &[("attack.yaml", DESCRIPTORS)]);
+    let envoy = EnvoyGateway::on(&redis, &[("callers.yaml", DESCRIPTORS)]);
     (redis, envoy)
 }
 
 fn ask(envoy: &mut EnvoyGateway, descriptors: Vec<RateLimitDescriptor>) -> RateLimitResponse {
-    envoy.ask(request("attack", descriptors))
+    envoy.ask(request("callers", descriptors))
 }
 
 /// One descriptor repeated is as many hits as copies: RL.MHIT decides every key from what
@@ -232,7 +232,7 @@ fn huge_numbers_and_odd_zones_are_answered() {
     let many: Vec<_> = (0..16)
         .map(|i| desc(&[("user", &format!("k{i}") as &str)]))
         .collect();
-    let mut big = request("attack", many);
+    let mut big = request("callers", many);
     big.hits_addend = u32::MAX;
     assert_eq!(overall(&envoy.ask(big)), Code::OverLimit);
     let answer = ask(&mut envoy, vec![desc(&[("user", "k0")])]);
@@ -287,7 +287,7 @@ fn a_body_that_never_ends_is_cut_off_by_the_request_timeout() {
     let mut envoy = EnvoyGateway::start_with(
         &redis_section(redis.port(), ""),
         "request_timeout_ms = 300",
-        &[("attack.yaml", DESCRIPTORS)],
+        &[("callers.yaml", DESCRIPTORS)],
     );
     let mut socket = TcpStream::connect(("127.0.0.1", envoy.grpc_port)).expect("connect");
     let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();

@@ -16,7 +16,7 @@ use testkit::gateway::envoy::*;
 use testkit::gateway::*;
 
 const DESCRIPTORS: &str = r#"
-domain: review
+domain: overrides
 descriptors:
   - key: plain
     rate_limit: {unit: minute, requests_per_unit: 3}
@@ -59,14 +59,14 @@ const MINUTE: i32 = 2;
 const MONTH: i32 = 5;
 
 fn one(envoy: &mut EnvoyGateway, d: RateLimitDescriptor) -> RateLimitResponse {
-    envoy.ask(request("review", vec![d]))
+    envoy.ask(request("overrides", vec![d]))
 }
 
 #[test]
 fn an_override_spends_the_configured_budget_and_by_default_only_tightens() {
     each_flavor(|flavor| {
         let redis = ServerConfig::new(flavor).start();
-        let mut envoy = EnvoyGateway::on(&redis, &[("review.yaml", DESCRIPTORS)]);
+        let mut envoy = EnvoyGateway::on(&redis, &[("overrides.yaml", DESCRIPTORS)]);
         for i in 0..3 {
             let answer = one(&mut envoy, desc(&[("plain", "a")]));
             assert_eq!(overall(&answer), Code::Ok, "{flavor:?} hit {i}");
@@ -142,7 +142,7 @@ fn an_override_spends_the_configured_budget_and_by_default_only_tightens() {
 #[test]
 fn requests_with_and_without_an_override_do_not_change_each_others_rule() {
     let redis = ServerConfig::new(Flavor::Redis).start();
-    let mut envoy = EnvoyGateway::on(&redis, &[("review.yaml", DESCRIPTORS)]);
+    let mut envoy = EnvoyGateway::on(&redis, &[("overrides.yaml", DESCRIPTORS)]);
     // Two routes send the same entries, one with a (looser) limit of its own: under
     // `tighten` it is a key of its own, so the node's key keeps its rule and its window
     // ends on time. (Were the override a tier of the node's key, every switch would change
@@ -172,7 +172,7 @@ fn requests_with_and_without_an_override_do_not_change_each_others_rule() {
     let many: Vec<_> = (0..16)
         .map(|i| desc_limit(&[("plain", &format!("many{i}"))], 2, MINUTE))
         .collect();
-    let answer = envoy.ask(request("review", many));
+    let answer = envoy.ask(request("overrides", many));
     assert_eq!(overall(&answer), Code::Ok, "{answer:?}");
     assert!(
         answer.statuses.iter().all(|s| s.limit_remaining == 1),
@@ -193,7 +193,7 @@ fn a_policy_is_tightened_by_an_override_and_never_loosened() {
             .arg(&["SET", "partners", "3", "1m"])
             .query::<redis::Value>(&mut redis.conn())
             .expect("RL.POLICY SET");
-        let mut envoy = EnvoyGateway::on(&redis, &[("review.yaml", DESCRIPTORS)]);
+        let mut envoy = EnvoyGateway::on(&redis, &[("overrides.yaml", DESCRIPTORS)]);
         // 1 a minute beside the policy's 3: the second is denied by the override.
         let tight = || desc_limit(&[("partner", "p1")], 1, MINUTE);
         assert_eq!(overall(&one(&mut envoy, tight())), Code::Ok, "{flavor:?}");
@@ -219,7 +219,7 @@ fn a_policy_is_tightened_by_an_override_and_never_loosened() {
 fn a_module_error_fails_closed_unless_the_descriptor_says_ok() {
     each_flavor(|flavor| {
         let redis = ServerConfig::new(flavor).start();
-        let mut envoy = EnvoyGateway::on(&redis, &[("review.yaml", DESCRIPTORS)]);
+        let mut envoy = EnvoyGateway::on(&redis, &[("overrides.yaml", DESCRIPTORS)]);
         // `on_failure` is `ok` (the default): Redis down fails open. A policy that does not
         // exist is a misconfiguration, which must not become "no limit".
         let gone = one(&mut envoy, desc(&[("gone", "x")]));
@@ -229,7 +229,7 @@ fn a_module_error_fails_closed_unless_the_descriptor_says_ok() {
         assert_eq!(overall(&open), Code::Ok, "{flavor:?} {open:?}");
         // With another descriptor beside it: still refused, and nothing charged there.
         let both = envoy.ask(request(
-            "review",
+            "overrides",
             vec![desc(&[("plain", "z")]), desc(&[("gone", "x")])],
         ));
         assert_eq!(overall(&both), Code::OverLimit, "{flavor:?} {both:?}");
@@ -237,12 +237,12 @@ fn a_module_error_fails_closed_unless_the_descriptor_says_ok() {
         assert_eq!(remaining(&left, 0), 3, "{flavor:?}: given back {left:?}");
         let metrics = envoy.gateway.metrics();
         assert!(
-            metrics.decisions("review.gone", "fail_closed") >= 2.0,
+            metrics.decisions("overrides.gone", "fail_closed") >= 2.0,
             "{}",
             metrics.text
         );
         assert!(
-            metrics.decisions("review.gone_open", "fail_open") >= 1.0,
+            metrics.decisions("overrides.gone_open", "fail_open") >= 1.0,
             "{}",
             metrics.text
         );
@@ -255,7 +255,7 @@ fn a_shadow_descriptor_never_denies_when_redis_cannot_decide() {
         let redis = ServerConfig::new(flavor).start();
         let mut envoy = EnvoyGateway::start(
             &redis_section_with(redis.port(), "deadline_ms = 30\nbreaker_failures = 1000"),
-            &[("review.yaml", DESCRIPTORS)],
+            &[("overrides.yaml", DESCRIPTORS)],
         );
         wait_until(Duration::from_secs(20), "a decision by Redis", || {
             let answer = one(&mut envoy, desc(&[("plain", "warm")]));
@@ -264,7 +264,7 @@ fn a_shadow_descriptor_never_denies_when_redis_cannot_decide() {
         let stopped = Stopped::new(redis.pid());
         for key in ["watch", "watch_strict"] {
             let answer = envoy
-                .call(request("review", vec![desc(&[(key, "x")])]))
+                .call(request("overrides", vec![desc(&[(key, "x")])]))
                 .unwrap_or_else(|status| panic!("{flavor:?} {key}: {status:?}"));
             assert_eq!(overall(&answer), Code::Ok, "{flavor:?} {key}: {answer:?}");
             assert_eq!(code(&answer, 0), Code::Ok, "{flavor:?} {key}");
@@ -272,7 +272,7 @@ fn a_shadow_descriptor_never_denies_when_redis_cannot_decide() {
         // Beside an enforced descriptor that fails open: OK as a whole.
         let mixed = envoy
             .call(request(
-                "review",
+                "overrides",
                 vec![desc(&[("watch_strict", "y")]), desc(&[("plain", "y")])],
             ))
             .expect("answered");
@@ -325,7 +325,7 @@ fn reset_ms(answer: &RateLimitResponse) -> i64 {
 fn month_and_year_are_calendar_windows() {
     each_flavor(|flavor| {
         let redis = ServerConfig::new(flavor).start();
-        let mut envoy = EnvoyGateway::on(&redis, &[("review.yaml", DESCRIPTORS)]);
+        let mut envoy = EnvoyGateway::on(&redis, &[("overrides.yaml", DESCRIPTORS)]);
         for (key, boundary, unit) in [
             ("monthly", next_month_utc as fn(i64) -> i64, MONTH),
             ("yearly", next_year_paris, 6),

@@ -423,7 +423,7 @@ fn overrides_headers_quota_mode_and_what_no_rule_limits() {
 }
 
 #[test]
-fn hostile_requests_get_invalid_argument_and_keys_stay_bounded() {
+fn malformed_requests_get_invalid_argument_and_keys_stay_bounded() {
     let redis = ServerConfig::new(Flavor::Redis).start();
     let mut envoy = EnvoyGateway::on(&redis, &files());
     let invalid = |envoy: &mut EnvoyGateway, request: RateLimitRequest, what: &str| match envoy

@@ -1,4 +1,4 @@
-//! Bounds on what one request can cost (issue 11, B8): no key longer than 256 bytes
+//! Bounds on what one request can cost: no key longer than 256 bytes
 //! whatever the method, path and headers; a head over `max_header_bytes` (16 KiB by
 //! default) gets 431; a path over `max_path_segments` (128 by default) gets 414.
 
@@ -9,7 +9,7 @@ use testkit::gateway::*;
 /// longest a client can make.
 const NAME: &str = "a-rule-name-of-the-longest-length-allowed-48-byt";
 
-fn hostile_rules() -> String {
+fn worst_case_rules() -> String {
     assert_eq!(NAME.len(), 48);
     format!(
         r#"
@@ -49,7 +49,7 @@ fn all_keys(redis: &Server) -> Vec<String> {
 }
 
 #[test]
-fn hostile_requests_make_no_key_longer_than_256_bytes() {
+fn worst_case_requests_make_no_key_longer_than_256_bytes() {
     each_flavor(|flavor| {
         let redis = ServerConfig::new(flavor).start();
         let upstream = Upstream::start();
@@ -61,7 +61,7 @@ fn hostile_requests_make_no_key_longer_than_256_bytes() {
                     redis.port(),
                     "key_prefix = \"a-key-prefix-of-32-bytes-length:\""
                 ),
-                hostile_rules()
+                worst_case_rules()
             ),
         );
         let port = gateway.port;

@@ -1,4 +1,4 @@
-//! Method case and unknown methods (issue 11, B7): methods match regardless of case, are
+//! Method case and unknown methods: methods match regardless of case, are
 //! keyed and forwarded upper-cased, and a method that is neither registered nor named by
 //! a rule is refused (501; 400 when it is no token or longer than 32 bytes). A `_method`
 //! query parameter naming another method is refused like an override header, since

@@ -1,4 +1,4 @@
-//! Path spellings (issue 11, B6): every spelling the upstream routes to one endpoint is one
+//! Path spellings: every spelling the upstream routes to one endpoint is one
 //! budget, and the upstream receives exactly the path the decision was made on. `;`
 //! parameters are stripped, encoded `/` and `\` are refused by default (or kept, or
 //! unescaped, as `[requests] path_with_escaped_slashes_action` says), and paths can be

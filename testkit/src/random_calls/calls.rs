@@ -10,7 +10,7 @@ use super::rng::Rng;
 /// One command line: the name first.
 pub type Argv = Vec<Vec<u8>>;
 
-/// Numbers a hostile client sends where an integer is expected.
+/// Numbers a client of the random traffic sends where an integer is expected.
 const EDGE_NUMBERS: &[&[u8]] = &[
     b"0",
     b"-1",
@@ -46,7 +46,7 @@ const WINDOWS: &[&[u8]] = &[
     b"1Ms", b"day", b"week", b"Month", b"YEAR",
 ];
 
-/// Windows a hostile client sends.
+/// Windows a client of the random traffic sends.
 const EDGE_WINDOWS: &[&[u8]] = &[
     b"0",
     b"-1",
@@ -305,7 +305,7 @@ fn bare_call(rng: &mut Rng) -> Argv {
     }
 }
 
-/// Lease ids a hostile client gives: a few shared ones (so releases and renewals find
+/// Lease ids a client of the random traffic gives: a few shared ones (so releases and renewals find
 /// their lease), 64 bytes (the most), 65, empty, binary, and 32 hex digits in both cases.
 const LEASE_IDS: &[&[u8]] = &[
     b"job-1",

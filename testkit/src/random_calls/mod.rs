@@ -1,4 +1,4 @@
-//! The parts of the hostile-traffic test (`tests/hostile.rs`): a seeded generator of the
+//! The parts of the random-traffic test (`tests/it/random_traffic.rs`): a seeded generator of the
 //! module's calls and of other clients' traffic, the reply checks, server snapshots, and
 //! the slow log.
 

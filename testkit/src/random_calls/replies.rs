@@ -1,4 +1,4 @@
-//! What a hostile run checks in every reply: each error, at any depth (EXEC's array,
+//! What a random-traffic run checks in every reply: each error, at any depth (EXEC's array,
 //! a script's result), must start with `ERR` or `WRONGTYPE`, and none may be the panic
 //! guard's "internal error".
 

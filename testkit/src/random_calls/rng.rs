@@ -1,5 +1,5 @@
 //! A small seeded generator (SplitMix64): the same seed gives the same calls on every
-//! machine, which is what makes a hostile run replayable with `RL_HOSTILE_SEED`.
+//! machine, which is what makes a random-traffic run replayable with `RL_HOSTILE_SEED`.
 
 pub struct Rng(u64);
 

@@ -1,4 +1,4 @@
-//! The slow log of a hostile run: no call of the module may take 1 ms or more.
+//! The slow log of a random-traffic run: no call of the module may take 1 ms or more.
 //!
 //! Only entries of the module's own commands (`RL.*`, `CL.*`, also when they ran inside
 //! MULTI/EXEC, where the server logs each command) count. `EVAL` is the script's time (Lua

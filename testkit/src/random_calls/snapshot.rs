@@ -85,7 +85,7 @@ fn entry(con: &mut Connection, name: &[u8]) -> Option<Entry> {
             pairs.sort();
             pairs.into_iter().flat_map(|(f, v)| [f, v]).collect()
         }
-        other => panic!("the hostile traffic makes no {other} key"),
+        other => panic!("the random traffic makes no {other} key"),
     };
     let expiry_ms: i64 = redis::cmd("PEXPIRETIME")
         .arg(name)
