@@ -42,8 +42,8 @@ unit: ## Unit and property tests of the pure core, the module, the gateway, and 
 
 integration: ## Integration tests against real Redis 7.0 and Valkey 8.1 servers (module and gateway)
 	cargo build --lib
-	cargo test --test '*' -- --test-threads=2
-	cargo test -p rl-gateway --test '*' -- --test-threads=2
+	cargo test --test it -- --test-threads=2
+	cargo test -p rl-gateway --test it -- --test-threads=2
 
 docs: ## Check every link and #anchor of the README and the book, then build the book (docs/book/)
 	python3 -m unittest discover -s scripts -p 'test_check_links.py'
