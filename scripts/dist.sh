@@ -41,7 +41,7 @@ install -m 0644 packaging/examples/envoy/ratelimit/*.yaml "$root/examples/envoy/
 
 # The built book when mdBook is there (what a reader wants), else its markdown sources.
 if command -v mdbook >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/mdbook" ]; then
-    PATH="$HOME/.cargo/bin:$PATH" mdbook build docs --dest-dir "$root/docs/html" >/dev/null
+    RUST_LOG=warn PATH="$HOME/.cargo/bin:$PATH" mdbook build docs --dest-dir "$root/docs/html" >/dev/null
 else
     cp -r docs/src "$root/docs/markdown"
 fi
