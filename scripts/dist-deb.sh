@@ -73,7 +73,8 @@ finish_package() {
 
 module_package() {
     local root="$stage/redis-ratelimit"
-    install -D -m 0644 "$MODULE_SO" "$root/usr/lib/redis/modules/libredis_ratelimit.so"
+    # 0755, not a library's usual 0644: Redis 7 refuses to load a module it cannot execute.
+    install -D -m 0755 "$MODULE_SO" "$root/usr/lib/redis/modules/libredis_ratelimit.so"
     install -D -m 0644 packaging/deb/redis-ratelimit/ratelimit.conf \
         "$root/etc/redis/ratelimit.conf"
     add_docs "$root" redis-ratelimit
