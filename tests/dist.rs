@@ -10,9 +10,12 @@ mod support;
 use support::*;
 
 use redis::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The scripts share dist/SHA256SUMS: one build at a time.
 static DIST: Mutex<()> = Mutex::new(());
@@ -255,6 +258,100 @@ fn run_unit_command(root: &Path, command: &str) -> String {
     run(Command::new(&words[0]).args(&words[1..]))
 }
 
+/// A stand-in for the API behind the gateway: answers every request `200 ok`, for as long
+/// as the test process lives.
+fn start_upstream() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the upstream");
+    let port = listener.local_addr().expect("upstream address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    port
+}
+
+/// The status code of `GET path` on `port`, or None while nothing answers there.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    reply.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A gateway process, killed when dropped.
+struct Gateway(Child);
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `text` with `from` replaced by `to`, which must be there (the example changed if not).
+fn replaced(text: &str, from: &str, to: &str) -> String {
+    assert!(
+        text.contains(from),
+        "the example rules no longer hold {from}"
+    );
+    text.replace(from, to)
+}
+
+/// Starts the packaged gateway as its unit does, with the packaged rules moved to free ports,
+/// and sends requests through it: the example's default rule allows 5 a minute per client
+/// and path, so the sixth `GET /home` is 429, and the upstream answered the others.
+fn gateway_serves_through(root: &Path, exec_start: &str, redis_port: u16) {
+    let rules = std::fs::read_to_string(root.join("etc/rl-gateway/rules.toml")).expect("rules");
+    let (listen, admin) = (free_port(), free_port());
+    let rules = replaced(&rules, "127.0.0.1:8080", &format!("127.0.0.1:{listen}"));
+    let rules = replaced(&rules, "127.0.0.1:9090", &format!("127.0.0.1:{admin}"));
+    let upstream = format!("http://127.0.0.1:{}", start_upstream());
+    let rules = replaced(&rules, "http://127.0.0.1:9000", &upstream);
+    let redis = format!("redis://127.0.0.1:{redis_port}");
+    let rules = replaced(&rules, "redis://127.0.0.1:6379", &redis);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("rules.toml");
+    std::fs::write(&config, rules).expect("write the rules");
+
+    let command = exec_start.replace("/etc/rl-gateway/rules.toml", &config.to_string_lossy());
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let binary = root.join(words[0].trim_start_matches('/'));
+    let child = Command::new(binary)
+        .args(&words[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the packaged rl-gateway starts");
+    let _gateway = Gateway(child);
+    // A deadline for the start only: the gateway may take its time, never forever.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_status(admin, "/healthz") != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never became healthy"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let statuses: Vec<Option<u16>> = (0..6).map(|_| http_status(listen, "/home")).collect();
+    let mut expected = vec![Some(200); 5];
+    expected.push(Some(429));
+    assert_eq!(statuses, expected);
+}
+
 #[test]
 #[ignore = "builds release artefacts: make package-test"]
 fn the_debian_packages_install_and_the_module_loads() {
@@ -315,4 +412,11 @@ fn the_debian_packages_install_and_the_module_loads() {
     );
     let checked = run_unit_command(root, unit_value(&unit, "ExecStartPre"));
     assert!(checked.contains("valid"), "{checked}");
+
+    let module_path = root.join(module.trim_start_matches('/'));
+    let server = ServerConfig::new(Flavor::Redis)
+        .without_module()
+        .arg("loadmodule", &module_path.to_string_lossy())
+        .start();
+    gateway_serves_through(root, unit_value(&unit, "ExecStart"), server.port());
 }
