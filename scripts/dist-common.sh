@@ -22,10 +22,9 @@ MODULE_SO="$TARGET_DIR/release/libredis_ratelimit.so"
 GATEWAY_BIN="$TARGET_DIR/release/rl-gateway"
 
 # One date for every file of every artefact, so that two builds of a commit compare equal.
-if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
-    SOURCE_DATE_EPOCH="$(git log -1 --format=%ct 2>/dev/null || date +%s)"
-fi
-export SOURCE_DATE_EPOCH
+# Not exported: redis-module's build script reruns (minutes) when SOURCE_DATE_EPOCH
+# changes, so only the packing commands are given it.
+EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
 
 require_release_artefacts() {
     local f

@@ -64,9 +64,9 @@ finish_package() {
     (cd "$root" && find etc -type f 2>/dev/null | sed 's|^|/|' | LC_ALL=C sort) \
         > "$root/DEBIAN/conffiles"
     [ -s "$root/DEBIAN/conffiles" ] || rm "$root/DEBIAN/conffiles"
-    find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+    find "$root" -exec touch -h -d "@$EPOCH" {} +
     local deb="dist/${package}_${VERSION}_amd64.deb"
-    dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+    SOURCE_DATE_EPOCH="$EPOCH" dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
     update_sums "$deb"
     echo "$deb"
 }

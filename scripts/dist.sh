@@ -52,7 +52,7 @@ fi
 
 mkdir -p dist
 archive="dist/$name.tar.gz"
-tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$EPOCH" \
     -C "$stage" -cf - "$name" | gzip -n -9 > "$archive"
 update_sums "$archive"
 echo "$archive"

@@ -388,14 +388,17 @@ fn the_debian_packages_install_and_the_module_loads() {
         &["/etc/rl-gateway/rules.toml"],
     );
 
-    // Installed as dpkg would place them, into a scratch root.
+    // Installed by dpkg itself into a scratch root, its maintainer scripts run (without
+    // chroot: they see DPKG_ROOT and leave this machine's users and systemd alone).
     let scratch = tempfile::tempdir().expect("temp dir");
-    for deb in [&module_deb, &gateway_deb] {
-        run(Command::new("dpkg-deb")
-            .arg("-x")
-            .arg(deb)
-            .arg(scratch.path()));
-    }
+    std::fs::create_dir_all(scratch.path().join("var/lib/dpkg/info")).expect("dpkg dir");
+    std::fs::write(scratch.path().join("var/lib/dpkg/status"), "").expect("dpkg status");
+    // libc6 and libgcc-s1 are this machine's, not in the scratch root's database.
+    dpkg_in(
+        scratch.path(),
+        &["--force-depends", "--install"],
+        &[&module_deb, &gateway_deb],
+    );
     let root = scratch.path();
     let snippet =
         std::fs::read_to_string(root.join("etc/redis/ratelimit.conf")).expect("the snippet");
@@ -419,4 +422,46 @@ fn the_debian_packages_install_and_the_module_loads() {
         .arg("loadmodule", &module_path.to_string_lossy())
         .start();
     gateway_serves_through(root, unit_value(&unit, "ExecStart"), server.port());
+    drop(server);
+    removed_cleanly(root);
+}
+
+/// Runs dpkg on the packages under `root`, as root or not.
+fn dpkg_in(root: &Path, action: &[&str], packages: &[&Path]) -> String {
+    let root_option = format!("--root={}", root.display());
+    run(Command::new("dpkg")
+        .args([
+            root_option.as_str(),
+            "--force-script-chrootless",
+            "--force-not-root",
+        ])
+        .args(action)
+        .args(packages))
+}
+
+/// The files left under `root` outside dpkg's own database.
+fn files_left(root: &Path) -> Vec<String> {
+    let out = run(Command::new("find")
+        .arg(".")
+        .args(["-type", "f", "-not", "-path", "./var/lib/dpkg/*"])
+        .current_dir(root));
+    let mut files: Vec<String> = out.lines().map(str::to_string).collect();
+    files.sort();
+    files
+}
+
+/// `dpkg --remove` keeps the conffiles only; `--purge` leaves nothing of either package.
+fn removed_cleanly(root: &Path) {
+    let packages = ["rl-gateway", "redis-ratelimit"].map(Path::new);
+    dpkg_in(root, &["--remove"], &packages);
+    assert_eq!(
+        files_left(root),
+        ["./etc/redis/ratelimit.conf", "./etc/rl-gateway/rules.toml"]
+    );
+    dpkg_in(root, &["--purge"], &packages);
+    assert_eq!(files_left(root), Vec::<String>::new());
+    assert!(
+        !root.join("etc/rl-gateway").exists(),
+        "purge removes the folder"
+    );
 }
