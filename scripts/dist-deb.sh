@@ -19,8 +19,8 @@ case "${1:-}" in
     *) echo "usage: scripts/dist-deb.sh [--no-build]" >&2; exit 2 ;;
 esac
 if [ "$build" = 1 ]; then
-    cargo build --release --locked --lib
-    cargo build --release --locked -p rl-gateway --bin rl-gateway
+    "${CARGO:-cargo}" build --release --locked --lib
+    "${CARGO:-cargo}" build --release --locked -p rl-gateway --bin rl-gateway
 fi
 require_release_artefacts
 

@@ -6,7 +6,8 @@
 #
 # Usage: scripts/dist.sh [--no-build]
 #   --no-build  package what target/release already holds (the tests use it after a build)
-# CARGO_TARGET_DIR is honoured, as cargo does. The archive is reproducible: files sorted,
+# CARGO (the cargo running the tests, when they call this) and CARGO_TARGET_DIR are
+# honoured. The archive is reproducible: files sorted,
 # owned by root, dated by the last commit (SOURCE_DATE_EPOCH overrides).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,8 +21,8 @@ case "${1:-}" in
 esac
 
 if [ "$build" = 1 ]; then
-    cargo build --release --locked --lib
-    cargo build --release --locked -p rl-gateway --bin rl-gateway
+    "${CARGO:-cargo}" build --release --locked --lib
+    "${CARGO:-cargo}" build --release --locked -p rl-gateway --bin rl-gateway
 fi
 require_release_artefacts
 
