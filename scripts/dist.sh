@@ -5,10 +5,10 @@
 # README, LICENSE, CHANGELOG and the book, with a SHA256SUMS of its own files inside.
 #
 # Usage: scripts/dist.sh [--no-build]
-#   --no-build  package what target/release already holds (the tests use it after a build)
+#   --no-build  package what target/release already holds, without calling cargo
 # CARGO (the cargo running the tests, when they call this) and CARGO_TARGET_DIR are
-# honoured. The archive is reproducible: files sorted,
-# owned by root, dated by the last commit (SOURCE_DATE_EPOCH overrides).
+# honoured. The archive is reproducible: files sorted, owned by root, dated by the last
+# commit (SOURCE_DATE_EPOCH overrides).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/dist-common.sh
