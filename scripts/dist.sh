@@ -30,7 +30,7 @@ name="redis-ratelimit-${VERSION}-${TRIPLE}"
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 root="$stage/$name"
-mkdir -p "$root/examples/envoy/ratelimit" "$root/docs"
+mkdir -p "$root/examples/envoy/ratelimit"
 
 install -m 0755 "$MODULE_SO" "$root/libredis_ratelimit.so"
 install -m 0755 "$GATEWAY_BIN" "$root/rl-gateway"
@@ -40,11 +40,12 @@ install -m 0644 packaging/examples/envoy/rules.toml packaging/examples/envoy/env
     "$root/examples/envoy/"
 install -m 0644 packaging/examples/envoy/ratelimit/*.yaml "$root/examples/envoy/ratelimit/"
 
-# The built book when mdBook is there (what a reader wants), else its markdown sources.
+# The book's markdown where the README's links expect it (docs/src/), and built into
+# docs/html/ when mdBook is there.
+mkdir -p "$root/docs/src"
+cp -r docs/src/. "$root/docs/src/"
 if command -v mdbook >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/mdbook" ]; then
     RUST_LOG=warn PATH="$HOME/.cargo/bin:$PATH" mdbook build docs --dest-dir "$root/docs/html" >/dev/null
-else
-    cp -r docs/src "$root/docs/markdown"
 fi
 
 # Checked after unpacking with `sha256sum -c SHA256SUMS` from inside the folder.
