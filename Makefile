@@ -32,6 +32,7 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 	cargo clippy --workspace --all-targets -- -D warnings
 	scripts/check-core-pure.sh
 	scripts/check-unsafe.sh
+	python3 scripts/check_layout.py
 
 unit: ## Unit and property tests of the pure core, the module, the gateway, and the benchmarks' parsers
 	cargo test -p ratelimit-core
@@ -104,6 +105,25 @@ soak: ## A million mixed calls on Redis and Valkey with the release module: memo
 
 memcheck: ## Integration tests and a leak run with Redis 7.0 and Valkey 8.1 under Valgrind memcheck (slow)
 	scripts/memcheck.sh
+
+.PHONY: images demo-compose demo-compose-down
+# Compose v2 (the docker plugin) where installed, else the standalone docker-compose;
+# evaluated only by the targets that use it.
+COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo 'docker compose' || echo docker-compose)
+DEMO_PROJECT := redis-ratelimit-demo
+
+images: ## Build the release binaries, then the images redis-ratelimit, rl-gateway and rl-gateway-demo-upstream (the base from Debian's packages, once)
+	$(MAKE) build
+	docker/build.sh $(or $(CARGO_TARGET_DIR),target)/release
+
+demo-compose: ## Build the images, then start compose.yaml's demo: Redis with the module, the demo upstream, rl-gateway on localhost:8080 (admin :9090)
+	$(MAKE) images
+	$(COMPOSE) -p $(DEMO_PROJECT) -f compose.yaml up -d
+	@echo "demo-compose: try  curl -i localhost:8080/home  (200s, then 429);  curl -s localhost:9090/metrics"
+	@echo "demo-compose: stop with  make demo-compose-down"
+
+demo-compose-down: ## Stop and remove the compose demo's containers, networks and Redis volume
+	$(COMPOSE) -p $(DEMO_PROJECT) -f compose.yaml down --volumes --remove-orphans
 
 .PHONY: fuzz fuzz-replay
 fuzz: ## Run every cargo-fuzz target for FUZZ_SECONDS (default 60) each; installs cargo-fuzz

@@ -8,9 +8,32 @@ use ratelimit_core::args::{parse_limits, parse_policy_call, ArgError, Settings};
 use ratelimit_core::lease::args::parse_acquire;
 use ratelimit_core::lease::MAX_LEASES;
 
+/// A call the module would refuse: which command, its words and the module's reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// `RL.HIT` or `RL.ACQUIRE`.
+    pub command: &'static str,
+    /// The words after the key, joined by spaces.
+    pub words: String,
+    /// The module's error reply without its `ERR ` prefix.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} would refuse '{}': {}",
+            self.command, self.words, self.reason
+        )
+    }
+}
+
+impl std::error::Error for Refused {}
+
 /// Whether the module, with its default settings, takes `args` (the words after the key).
 /// The error names the words and gives the module's reason without its `ERR ` prefix.
-pub fn check_call(args: &[String]) -> Result<(), String> {
+pub fn check_call(args: &[String]) -> Result<(), Refused> {
     let words = || args.iter().map(|word| word.as_bytes());
     let refused: Option<ArgError> = match parse_policy_call(words()) {
         Some(call) => call.err(),
@@ -18,27 +41,27 @@ pub fn check_call(args: &[String]) -> Result<(), String> {
     };
     match refused {
         None => Ok(()),
-        Some(error) => Err(format!(
-            "RL.HIT would refuse '{}': {}",
-            args.join(" "),
-            reason(&error)
-        )),
+        Some(error) => Err(Refused {
+            command: "RL.HIT",
+            words: args.join(" "),
+            reason: reason(&error),
+        }),
     }
 }
 
 /// Whether the module, with its default settings (`ratelimit.max-leases` 10,000), takes
 /// `args` after the key of `RL.ACQUIRE`; the error as [`check_call`]'s.
-pub fn check_acquire(args: &[String]) -> Result<(), String> {
+pub fn check_acquire(args: &[String]) -> Result<(), Refused> {
     let words: Vec<&[u8]> = args.iter().map(|word| word.as_bytes()).collect();
     match parse_acquire(&words, &Settings::default(), MAX_LEASES) {
         Ok(_) => Ok(()),
         Err(error) => {
             let message = error.message();
-            Err(format!(
-                "RL.ACQUIRE would refuse '{}': {}",
-                args.join(" "),
-                message.strip_prefix("ERR ").unwrap_or(&message)
-            ))
+            Err(Refused {
+                command: "RL.ACQUIRE",
+                words: args.join(" "),
+                reason: message.strip_prefix("ERR ").unwrap_or(&message).to_owned(),
+            })
         }
     }
 }
@@ -87,7 +110,7 @@ mod tests {
             (&["POLICY"], ArgError::PolicyName),
         ];
         for (args, expected) in cases {
-            let error = check_call(&words(args)).unwrap_err();
+            let error = check_call(&words(args)).unwrap_err().to_string();
             assert!(error.ends_with(&reason(&expected)), "{args:?}: {error}");
             assert!(!error.contains("ERR "), "{error}");
         }

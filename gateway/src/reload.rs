@@ -52,7 +52,13 @@ impl RuleSource {
         let server = &self.started_with.server;
         std::str::from_utf8(bytes)
             .map_err(|e| e.to_string())
-            .and_then(|text| config::parse_rules_with(text, server.mode, &server.requests.paths))
+            .and_then(|text| {
+                Ok(config::parse_rules_with(
+                    text,
+                    server.mode,
+                    &server.requests.paths,
+                )?)
+            })
     }
 }
 

@@ -140,3 +140,44 @@ fn a_policy_deleted_in_redis_closes_the_route_by_default_and_is_counted_and_logg
         );
     }
 }
+
+/// `--check-config` on `rest` after the `[server]` lines: whether it passed, and stderr.
+fn checked(rest: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("rules.toml");
+    let head = "[server]\nlisten = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\n";
+    std::fs::write(&path, format!("{head}{rest}")).expect("write the file");
+    let output = check_config(&path);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.success(), stderr)
+}
+
+/// A file with neither `[redis]` nor a rule would limit nothing: refused, not valid.
+#[test]
+fn check_config_refuses_a_file_that_limits_nothing() {
+    let (passed, stderr) = checked("");
+    assert!(!passed, "a file of [server] alone passed");
+    assert!(stderr.contains("neither [redis] nor any rule"), "{stderr}");
+    let (passed, stderr) = checked("[redis]\nurl = \"redis://127.0.0.1:6379\"\n");
+    assert!(passed, "[redis] alone (rules from Redis, say): {stderr}");
+    let (passed, stderr) = checked("[default]\nlimits = [\"5/1m\"]\n");
+    assert!(passed, "a rule alone: {stderr}");
+}
+
+/// A refused rule is named by its `name`, and by its place in the file.
+#[test]
+fn check_config_names_a_refused_rule_by_its_name() {
+    let (passed, stderr) =
+        checked("[[rule]]\nname = \"login\"\npath = \"/login\"\nlimits = [\"5\"]\n");
+    assert!(!passed);
+    assert!(
+        stderr.contains("[[rule]] 'login' (number 1): limit '5'"),
+        "{stderr}"
+    );
+    let (passed, stderr) = checked("[[rule]]\npath = \"/login\"\nlimits = [\"5/1m\"]\n");
+    assert!(!passed);
+    assert!(
+        stderr.contains("[[rule]] number 1: needs a name"),
+        "{stderr}"
+    );
+}

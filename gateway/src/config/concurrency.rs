@@ -82,7 +82,7 @@ pub(super) fn concurrency(
         );
     }
     let concurrency = Concurrency::new(max, lease_ttl_ms, limit);
-    crate::module_grammar::check_acquire(&concurrency.acquire_args)?;
+    crate::module_grammar::check_acquire(&concurrency.acquire_args).map_err(|e| e.to_string())?;
     Ok(Some(concurrency))
 }
 
@@ -175,7 +175,7 @@ mod tests {
         ]);
         let check =
             "[server]\nlisten = \"127.0.0.1:8080\"\nmode = \"check\"\n[default]\nconcurrency = 2\n";
-        let error = parse(check).unwrap_err();
+        let error = parse(check).unwrap_err().to_string();
         assert!(
             error.contains("concurrency needs mode = \"proxy\""),
             "{error}"

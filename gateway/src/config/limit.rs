@@ -1,24 +1,24 @@
 //! A rule's limit: `limits = ["5/1m", ...]` with its algorithm, burst and cost, or a named
-//! `policy`. The module's grammar decides what a call may say (through
-//! [`crate::module_grammar`], which asks the core); what is left here is what only the
-//! gateway knows, such as a cost no tier could ever hold.
+//! `policy`. Only what the TOML says is read here (which fields go together); what the
+//! limit means is checked by the one limit compiler, [`crate::rules::limit`], which the
+//! Envoy descriptors use too.
 
 use super::schema::RuleSection;
-use crate::rules::{call_args, Limit, Tier};
-
-/// The largest integer a structured header field can carry.
-const MAX_FIELD_INTEGER: u64 = 999_999_999_999_999;
+use crate::rules::limit::{compile, tier, LimitError};
+use crate::rules::Limit;
 
 /// The limit `section` names, checked as the module will check the call.
 pub(super) fn limit(section: &RuleSection) -> Result<Limit, String> {
     if section.cost == 0 {
         return Err("cost must be at least 1".into());
     }
-    match (&section.limits, &section.policy) {
-        (Some(_), Some(_)) => Err("has both limits and policy: choose one".into()),
+    let limit = match (&section.limits, &section.policy) {
+        (Some(_), Some(_)) => return Err("has both limits and policy: choose one".into()),
         // A concurrency limit alone: the lease is the whole limit.
-        (None, None) if section.concurrency.is_some() => Ok(Limit::Unlimited),
-        (None, None) => Err("needs limits (e.g. [\"5/1m\"]), a policy name or concurrency".into()),
+        (None, None) if section.concurrency.is_some() => return Ok(Limit::Unlimited),
+        (None, None) => {
+            return Err("needs limits (e.g. [\"5/1m\"]), a policy name or concurrency".into())
+        }
         (None, Some(policy)) => {
             if section.algorithm.is_some()
                 || section.burst.is_some()
@@ -31,89 +31,28 @@ pub(super) fn limit(section: &RuleSection) -> Result<Limit, String> {
                     .into(),
                 );
             }
-            if policy.is_empty()
-                || policy
-                    .bytes()
-                    .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
-            {
-                return Err(format!("policy name '{policy}' is empty or has spaces"));
-            }
-            let limit = Limit::Policy {
+            Limit::Policy {
                 name: policy.clone(),
                 cost: section.cost,
-            };
-            crate::module_grammar::check_call(&call_args(&limit))?;
-            Ok(limit)
+            }
         }
-        (Some(limits), None) if limits.is_empty() => Ok(Limit::Unlimited),
-        (Some(limits), None) => {
-            // The tier count, the algorithm's name, the sliding log's cap and where BURST
-            // applies are the module's grammar: `check_call` applies it to the call.
-            let tiers = limits
+        (Some(limits), None) if limits.is_empty() => return Ok(Limit::Unlimited),
+        (Some(limits), None) => Limit::Tiers {
+            tiers: limits
                 .iter()
                 .map(|l| tier(l))
-                .collect::<Result<Vec<_>, _>>()?;
-            let algorithm = section.algorithm.clone();
-            let limit = Limit::Tiers {
-                tiers: tiers.clone(),
-                algorithm,
-                burst: section.burst,
-                tz: section.tz.clone(),
-                anchor: section.anchor,
-                cost: section.cost,
-            };
-            crate::module_grammar::check_call(&call_args(&limit))?;
-            // A request costing more than a tier can ever hold would be denied forever.
-            let capacity = |tier: &Tier| section.burst.unwrap_or(tier.limit);
-            if let Some(tier) = tiers.iter().find(|t| section.cost > capacity(t)) {
-                return Err(format!(
-                    "cost {} is more than the {} a request can ever get under {}/{}",
-                    section.cost,
-                    capacity(tier),
-                    tier.limit,
-                    tier.period
-                        .map_or_else(|| format!("{}ms", tier.window_ms), |p| p.name().into())
-                ));
-            }
-            Ok(limit)
-        }
-    }
-}
-
-/// `count/window`, e.g. `5/1m`, or a calendar window, e.g. `1000/month`.
-pub(crate) fn tier(text: &str) -> Result<Tier, String> {
-    let bad = || format!("limit '{text}' must be <count>/<window>, e.g. \"5/1m\"");
-    let (count, window) = text.split_once('/').ok_or_else(bad)?;
-    let limit: u64 = count.trim().parse().map_err(|_| bad())?;
-    if limit == 0 {
-        return Err(format!("limit '{text}': the count must be at least 1"));
-    }
-    // Header integers (RFC 8941) have at most 15 digits.
-    if limit > MAX_FIELD_INTEGER {
-        return Err(format!(
-            "limit '{text}': the count must be at most {MAX_FIELD_INTEGER}"
-        ));
-    }
-    if let Some(period) = ratelimit_core::calendar::Period::from_name(window.trim().as_bytes()) {
-        let window_ms = u64::try_from(period.nominal_ms()).map_err(|_| bad())?;
-        return Ok(Tier {
-            limit,
-            window_ms,
-            period: Some(period),
-        });
-    }
-    // The module's duration grammar; its cap on windows is checked with the whole call.
-    let window_ms =
-        ratelimit_core::duration::parse_duration_ms(window.trim().as_bytes()).map_err(|error| {
-            let reason =
-                crate::module_grammar::reason(&ratelimit_core::args::ArgError::Window(error));
-            format!("limit '{text}': {reason}")
-        })?;
-    let window_ms = u64::try_from(window_ms).map_err(|_| bad())?;
-    Ok(Tier {
-        limit,
-        window_ms,
-        period: None,
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?,
+            algorithm: section.algorithm.clone(),
+            burst: section.burst,
+            tz: section.tz.clone(),
+            anchor: section.anchor,
+            cost: section.cost,
+        },
+    };
+    compile(limit).map_err(|error| match error {
+        LimitError::PolicyName(_) => format!("policy name {error}"),
+        error => error.to_string(),
     })
 }
 

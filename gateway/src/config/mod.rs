@@ -6,14 +6,15 @@
 //! - `rule_set` and `limit`: the rules, compiled.
 
 mod concurrency;
+mod error;
 mod limit;
-mod one_of;
 mod rule_set;
 mod schema;
 mod settings;
 
-pub(crate) use limit::tier as parse_tier;
-pub(crate) use one_of::one_of;
+pub use error::ConfigError;
+
+pub use crate::rules::one_of::SettingError;
 pub use settings::{CheckHeaders, Mode, RedisSettings, RedisTarget, ServerSettings};
 
 use crate::rules::pattern::PathPolicy;
@@ -47,9 +48,11 @@ pub struct EnvoySettings {
 }
 
 /// Reads and checks the file at `path`.
-pub fn load(path: &Path) -> Result<Config, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+        path: path.to_path_buf(),
+        error,
+    })?;
     let mut config = parse(&text)?;
     if let Some(envoy) = &mut config.envoy {
         if envoy.descriptors.is_relative() {
@@ -62,8 +65,14 @@ pub fn load(path: &Path) -> Result<Config, String> {
 }
 
 /// Checks a configuration given as TOML text.
-pub fn parse(text: &str) -> Result<Config, String> {
-    let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    let file: FileConfig = toml::from_str(text).map_err(ConfigError::Toml)?;
+    checked(file).map_err(ConfigError::Invalid)
+}
+
+/// The configuration `file` says, every section checked; the error names the section,
+/// the rule and the field.
+fn checked(file: FileConfig) -> Result<Config, String> {
     let mut server = server_settings(file.server)?;
     server.connections = file.connections.limits()?;
     server.client_prefixes = file.client_ip.prefixes()?;
@@ -81,7 +90,8 @@ pub fn parse(text: &str) -> Result<Config, String> {
                 .into(),
         );
     }
-    let redis = redis_settings(file.redis)?;
+    let has_redis = file.redis.is_some();
+    let redis = redis_settings(file.redis.unwrap_or_default())?;
     let rules = rule_set(
         file.headers,
         file.rules,
@@ -89,6 +99,15 @@ pub fn parse(text: &str) -> Result<Config, String> {
         server.mode,
         &server.requests.paths,
     )?;
+    // Neither a server to count in nor a rule to count by: the file limits nothing, which
+    // is a mistake to say at `--check-config`, not a gateway to run.
+    if !has_redis && rules.count() == 0 && file.envoy.is_none() {
+        return Err(
+            "the file has neither [redis] nor any rule ([[rule]], [default] or [envoy]): it \
+             would limit nothing"
+                .into(),
+        );
+    }
     let envoy = match file.envoy {
         None => None,
         Some(section) => Some(EnvoySettings {
@@ -120,13 +139,17 @@ pub fn parse(text: &str) -> Result<Config, String> {
 /// The rules alone, as stored in Redis under `[redis] rules_key`: `[headers]`,
 /// `[[rule]]` and `[default]` in the file's format, checked for a gateway in `mode` whose
 /// requests' paths are canonicalised under the default `[requests]`.
-pub fn parse_rules(text: &str, mode: Mode) -> Result<RuleSet, String> {
+pub fn parse_rules(text: &str, mode: Mode) -> Result<RuleSet, ConfigError> {
     parse_rules_with(text, mode, &PathPolicy::default())
 }
 
 /// [`parse_rules`] for a gateway whose requests' paths are canonicalised under `paths`.
-pub fn parse_rules_with(text: &str, mode: Mode, paths: &PathPolicy) -> Result<RuleSet, String> {
-    let document: RulesDocument = toml::from_str(text).map_err(|e| e.to_string())?;
+pub fn parse_rules_with(
+    text: &str,
+    mode: Mode,
+    paths: &PathPolicy,
+) -> Result<RuleSet, ConfigError> {
+    let document: RulesDocument = toml::from_str(text).map_err(ConfigError::Toml)?;
     rule_set(
         document.headers,
         document.rules,
@@ -134,14 +157,15 @@ pub fn parse_rules_with(text: &str, mode: Mode, paths: &PathPolicy) -> Result<Ru
         mode,
         paths,
     )
+    .map_err(ConfigError::Invalid)
 }
 
 /// `rest` after the `[server]` lines every file needs, parsed: for the tests of each part.
 #[cfg(test)]
-fn parse_after_server(rest: &str) -> Result<Config, String> {
+pub(crate) fn parse_after_server(rest: &str) -> Result<Config, String> {
     const MINIMAL: &str =
         "[server]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:9000\"\n";
-    parse(&format!("{MINIMAL}{rest}"))
+    parse(&format!("{MINIMAL}{rest}")).map_err(|e| e.to_string())
 }
 
 /// Asserts that each text (after the `[server]` lines) is refused with an error naming
@@ -186,6 +210,7 @@ mod tests {
         assert!(
             parse_rules("[server]\nlisten = \"127.0.0.1:1\"\n", Mode::Proxy)
                 .unwrap_err()
+                .to_string()
                 .contains("server")
         );
         assert!(parse_rules(
@@ -198,7 +223,8 @@ mod tests {
             Mode::Proxy,
             &PathPolicy::default(),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("canonical"), "{error}");
     }
 }

@@ -4,9 +4,9 @@
 
 use super::concurrency::concurrency;
 use super::limit::limit;
-use super::one_of;
 use super::schema::{CountSection, HeadersSection, RuleSection};
 use super::Mode;
+use crate::rules::one_of::one_of;
 use crate::rules::pattern::{PathPattern, PathPolicy};
 use crate::rules::{Counting, KeySource, OnFailure, RedisFailure, Rule, RuleSet};
 use std::sync::Arc;
@@ -22,8 +22,12 @@ pub(super) fn rule_set(
 ) -> Result<RuleSet, String> {
     let mut rules = Vec::with_capacity(sections.len());
     for (index, section) in sections.into_iter().enumerate() {
-        let rule = rule(section, RulePlace::List, paths)
-            .map_err(|e| format!("[[rule]] number {}: {e}", index + 1))?;
+        // Named by its `name` when it has one, and by its place in the file.
+        let place = match &section.name {
+            Some(name) => format!("[[rule]] '{name}' (number {})", index + 1),
+            None => format!("[[rule]] number {}", index + 1),
+        };
+        let rule = rule(section, RulePlace::List, paths).map_err(|e| format!("{place}: {e}"))?;
         if rules.iter().any(|r: &Arc<Rule>| r.name == rule.name) {
             return Err(format!("two rules are named '{}'", rule.name));
         }
@@ -139,87 +143,24 @@ enum RulePlace {
 
 fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Rule, String> {
     let name = match place {
-        RulePlace::Default => {
-            if section.name.is_some() || section.methods.is_some() || section.path.is_some() {
-                return Err(
-                    "takes no name, methods or path (it applies to everything else)".into(),
-                );
-            }
-            if section.stack {
-                return Err(
-                    "stack = true makes no sense on the default rule: no rule comes after it"
-                        .into(),
-                );
-            }
-            "default".to_owned()
-        }
-        RulePlace::List => {
-            let name = section.name.clone().ok_or("needs a name")?;
-            if name.is_empty()
-                || !name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-            {
-                return Err(format!(
-                    "name '{name}' must be letters, digits, '-', '_' or '.'"
-                ));
-            }
-            if name.len() > crate::rules::MAX_RULE_NAME_BYTES {
-                return Err(format!(
-                    "name '{name}' is longer than {} bytes",
-                    crate::rules::MAX_RULE_NAME_BYTES
-                ));
-            }
-            if name == "default" {
-                return Err("the name 'default' belongs to the [default] rule".into());
-            }
-            if section.path.is_none() && section.methods.is_none() {
-                return Err(format!("rule '{name}' needs a path or methods to match"));
-            }
-            name
-        }
+        RulePlace::Default => default_name(&section)?,
+        RulePlace::List => list_name(&section)?,
     };
-    let methods = section
-        .methods
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|m| {
-            let upper = m.to_ascii_uppercase();
-            hyper::Method::from_bytes(upper.as_bytes())
-                .ok()
-                .filter(|_| upper.len() <= crate::rules::methods::MAX_METHOD_BYTES)
-                .map(|_| upper)
-                .ok_or_else(|| format!("method '{m}' is not an HTTP method of at most 32 bytes"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let methods = methods(section.methods.as_deref().unwrap_or_default())?;
     let path = section
         .path
         .as_deref()
         .map(PathPattern::parse)
-        .transpose()?;
+        .transpose()
+        .map_err(|e| e.to_string())?;
     // A pattern that no canonical path can match would leave its endpoint unlimited.
     if let Some(pattern) = &path {
-        pattern.check_canonical(paths)?;
+        pattern.check_canonical(paths).map_err(|e| e.to_string())?;
     }
     let key = key_source(&section.key)?;
     let limit = limit(&section)?;
     let concurrency = concurrency(&section, &limit)?;
-    let count = match section.count {
-        None => Counting::All,
-        Some(CountSection::Word(word)) if word == "all" => Counting::All,
-        Some(CountSection::Word(word)) => {
-            return Err(format!(
-                "count '{word}' must be \"all\" or a list of statuses"
-            ))
-        }
-        Some(CountSection::Statuses(statuses)) => {
-            if statuses.is_empty() || statuses.iter().any(|s| !(100..=599).contains(s)) {
-                return Err("count must list HTTP statuses (100-599)".into());
-            }
-            Counting::Statuses(statuses)
-        }
-    };
+    let count = counting(section.count)?;
     let shadow = one_of(
         "mode",
         &section.mode,
@@ -261,7 +202,7 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
 
 /// `"open"` (false) or `"closed"` (true), the value of the setting `name`.
 fn open_or_closed(name: &str, value: &str) -> Result<bool, String> {
-    one_of(name, value, &[("open", false), ("closed", true)])
+    Ok(one_of(name, value, &[("open", false), ("closed", true)])?)
 }
 
 fn key_source(key: &str) -> Result<KeySource, String> {
@@ -285,6 +226,80 @@ fn key_source(key: &str) -> Result<KeySource, String> {
     Err(format!(
         "key '{key}' must be \"ip\", \"header:<name>\", \"segment:<n>\" or \"global\""
     ))
+}
+
+/// The default rule's name, once it is checked to have none of its own.
+fn default_name(section: &RuleSection) -> Result<String, String> {
+    if section.name.is_some() || section.methods.is_some() || section.path.is_some() {
+        return Err("takes no name, methods or path (it applies to everything else)".into());
+    }
+    if section.stack {
+        return Err(
+            "stack = true makes no sense on the default rule: no rule comes after it".into(),
+        );
+    }
+    Ok("default".to_owned())
+}
+
+/// A listed rule's `name`, checked, once the rule is checked to match something.
+fn list_name(section: &RuleSection) -> Result<String, String> {
+    let name = section.name.clone().ok_or("needs a name")?;
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return Err(format!(
+            "name '{name}' must be letters, digits, '-', '_' or '.'"
+        ));
+    }
+    if name.len() > crate::rules::MAX_RULE_NAME_BYTES {
+        return Err(format!(
+            "name '{name}' is longer than {} bytes",
+            crate::rules::MAX_RULE_NAME_BYTES
+        ));
+    }
+    if name == "default" {
+        return Err("the name 'default' belongs to the [default] rule".into());
+    }
+    if section.path.is_none() && section.methods.is_none() {
+        return Err(format!("rule '{name}' needs a path or methods to match"));
+    }
+    Ok(name)
+}
+
+/// `methods`, upper-cased, each an HTTP method of at most 32 bytes.
+fn methods(methods: &[String]) -> Result<Vec<String>, String> {
+    methods
+        .iter()
+        .map(|m| {
+            let upper = m.to_ascii_uppercase();
+            hyper::Method::from_bytes(upper.as_bytes())
+                .ok()
+                .filter(|_| upper.len() <= crate::rules::methods::MAX_METHOD_BYTES)
+                .map(|_| upper)
+                .ok_or_else(|| format!("method '{m}' is not an HTTP method of at most 32 bytes"))
+        })
+        .collect()
+}
+
+/// `count`: every response, or only these statuses.
+fn counting(count: Option<CountSection>) -> Result<Counting, String> {
+    Ok(match count {
+        None => Counting::All,
+        Some(CountSection::Word(word)) if word == "all" => Counting::All,
+        Some(CountSection::Word(word)) => {
+            return Err(format!(
+                "count '{word}' must be \"all\" or a list of statuses"
+            ))
+        }
+        Some(CountSection::Statuses(statuses)) => {
+            if statuses.is_empty() || statuses.iter().any(|s| !(100..=599).contains(s)) {
+                return Err("count must list HTTP statuses (100-599)".into());
+            }
+            Counting::Statuses(statuses)
+        }
+    })
 }
 
 #[cfg(test)]
@@ -386,6 +401,6 @@ mod tests {
     #[test]
     fn check_mode_refuses_status_counting() {
         let text = "[server]\nlisten = \"127.0.0.1:8080\"\nmode = \"check\"\n[default]\nlimits = [\"5/1m\"]\ncount = [401]\n";
-        assert!(parse(text).unwrap_err().contains("check mode"));
+        assert!(parse(text).unwrap_err().to_string().contains("check mode"));
     }
 }

@@ -9,8 +9,9 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub(super) struct FileConfig {
     pub(super) server: ServerSection,
-    #[serde(default)]
-    pub(super) redis: RedisSection,
+    /// Left out: the default server, and then the file must have rules (else it would
+    /// limit nothing).
+    pub(super) redis: Option<RedisSection>,
     #[serde(default)]
     pub(super) headers: HeadersSection,
     #[serde(default)]

@@ -2,8 +2,8 @@
 //! (the listeners, the mode, the upstream, the trusted proxies, check mode's headers) and
 //! `[redis]` (where, how long to wait, the breaker, the key prefix, the rules key).
 
-use super::one_of;
 use super::schema::{RedisSection, ServerSection};
+use crate::rules::one_of::one_of;
 use ipnet::IpNet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -276,6 +276,7 @@ mod tests {
     fn proxy_mode_needs_an_upstream() {
         assert!(parse("[server]\nlisten = \"127.0.0.1:8080\"\n")
             .unwrap_err()
+            .to_string()
             .contains("upstream"));
     }
 }

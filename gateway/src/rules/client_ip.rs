@@ -57,12 +57,13 @@ impl Default for PrefixSection {
 impl PrefixSection {
     /// The checked prefixes: 1-32 for IPv4, 1-128 for IPv6 (0 would put every client on
     /// one budget, which a rule without `key = "ip"` says more plainly).
-    pub fn prefixes(self) -> Result<Prefixes, String> {
+    pub fn prefixes(self) -> Result<Prefixes, crate::rules::one_of::SettingError> {
+        use crate::rules::one_of::SettingError;
         if !(1..=32).contains(&self.ipv4_prefix) {
-            return Err("[client_ip] ipv4_prefix must be 1 to 32".into());
+            return Err(SettingError::new("[client_ip] ipv4_prefix", "be 1 to 32"));
         }
         if !(1..=128).contains(&self.ipv6_prefix) {
-            return Err("[client_ip] ipv6_prefix must be 1 to 128".into());
+            return Err(SettingError::new("[client_ip] ipv6_prefix", "be 1 to 128"));
         }
         Ok(Prefixes {
             ipv4: self.ipv4_prefix,
@@ -244,18 +245,22 @@ mod tests {
         assert!(section(0, 64)
             .prefixes()
             .unwrap_err()
+            .to_string()
             .contains("ipv4_prefix"));
         assert!(section(33, 64)
             .prefixes()
             .unwrap_err()
+            .to_string()
             .contains("ipv4_prefix"));
         assert!(section(32, 0)
             .prefixes()
             .unwrap_err()
+            .to_string()
             .contains("ipv6_prefix"));
         assert!(section(32, 129)
             .prefixes()
             .unwrap_err()
+            .to_string()
             .contains("ipv6_prefix"));
         assert_eq!(
             section(24, 56).prefixes(),

@@ -5,21 +5,30 @@
 //! override headers and parameters), its canonical path (`canonical`, `pattern`, and the
 //! `[requests]` settings in `request_policy`), its header names (`header_names`) and its
 //! client (`client_ip`).
+//!
+//! Both front ends share the one limit compiler (`limit`: a TOML rule's limits and an Envoy
+//! descriptor's `rate_limit` checked alike, and the module call words made once) and the
+//! one key builder (`key`). A setting that takes one of a few words, or a range, is
+//! checked by `one_of`, with a typed error.
 
 pub mod canonical;
 pub mod client_ip;
 pub mod header_names;
+pub mod key;
+pub mod limit;
 pub mod methods;
+pub mod one_of;
 pub mod pattern;
 pub mod request_policy;
 
 use crate::failure::Failure;
 use crate::rules::pattern::PathPattern;
 use hyper::header::{HeaderMap, HeaderName};
-use sha2::{Digest, Sha256};
-use std::fmt::Write;
 use std::net::IpAddr;
 use std::sync::Arc;
+
+pub use key::{MAX_KEY_BYTES, MAX_KEY_PREFIX_BYTES, MAX_RULE_NAME_BYTES};
+pub use limit::call_args;
 
 /// The rules of one version of the file, tried in order, then the default.
 #[derive(Debug, Clone)]
@@ -334,69 +343,6 @@ impl Rule {
             Counting::Statuses(statuses) => statuses.contains(&status),
         }
     }
-
-    /// The Redis key of the budget `request` spends: `<prefix>{<subject>}:<rule>`, then
-    /// `:<METHOD> <path>` when the rule counts per endpoint. The subject is the hash tag, so
-    /// in Redis Cluster all of a client's keys are on one slot. Every part a client
-    /// chooses is bounded, so that with the prefix and name the file may have the key is
-    /// at most [`MAX_KEY_BYTES`] long; the path is named without its trailing `/`, which
-    /// matching ignores too.
-    ///
-    /// A rule with `concurrency` keeps its leases in another key family:
-    /// `<prefix>{<subject>}:<rule>:lease`, then `:<METHOD> <path>` per endpoint. The subject,
-    /// and so the Cluster slot, stays the same; the key cannot be any rule's `RL.HIT` key,
-    /// since after the rule's name those have the end or `:<METHOD> ` with a space, and no
-    /// method has a `:`. A rule changed to or from `concurrency` does not meet its old key
-    /// (of another type) on the next request.
-    pub fn key(&self, prefix: &str, request: &RequestFacts<'_>) -> String {
-        let mut key = String::with_capacity(prefix.len() + 48);
-        key.push_str(prefix);
-        key.push('{');
-        let subject = match &self.key {
-            KeySource::ClientIp => None,
-            KeySource::Global => Some(("global", &b""[..])),
-            // Any spelling with `_` for `-` too, which a CGI-style upstream reads as this
-            // header (only present under `headers_with_underscores_action = "allow"`).
-            KeySource::Header(name) => crate::rules::header_names::get(request.headers, name)
-                .map(|value| ("h:", value.as_bytes())),
-            KeySource::Segment(n) => request
-                .path
-                .split('/')
-                .filter(|s| !s.is_empty())
-                .nth(n - 1)
-                .map(|segment| ("seg:", segment.as_bytes())),
-        };
-        match subject {
-            Some((tag, value)) => {
-                key.push_str(tag);
-                push_bounded(&mut key, value, MAX_KEY_PART);
-            }
-            None => {
-                let _ = write!(key, "ip:{}", request.client_ip);
-            }
-        }
-        key.push_str("}:");
-        key.push_str(&self.name);
-        if self.concurrency.is_some() {
-            key.push_str(LEASE_KEY_MARK);
-        }
-        if self.per_endpoint {
-            key.push(':');
-            push_bounded(
-                &mut key,
-                budget_method(request.method).as_bytes(),
-                MAX_KEY_METHOD,
-            );
-            key.push(' ');
-            let path = request.path;
-            let path = path
-                .strip_suffix('/')
-                .filter(|p| !p.is_empty())
-                .unwrap_or(path);
-            push_bounded(&mut key, path.as_bytes(), MAX_KEY_PART);
-        }
-        key
-    }
 }
 
 /// The method whose budget a request spends: `HEAD` is `GET` without the body (RFC 9110,
@@ -417,68 +363,6 @@ pub struct RequestFacts<'a> {
     pub path: &'a str,
     pub headers: &'a HeaderMap,
     pub client_ip: IpAddr,
-}
-
-/// The longest key a request can make (in Redis and in the deny cache), given
-/// [`MAX_KEY_PREFIX_BYTES`] and [`MAX_RULE_NAME_BYTES`], which the configuration enforces.
-pub const MAX_KEY_BYTES: usize = 256;
-/// The longest `[redis] key_prefix`.
-pub const MAX_KEY_PREFIX_BYTES: usize = 32;
-/// The longest rule name.
-pub const MAX_RULE_NAME_BYTES: usize = 48;
-
-/// The longest header value, path segment or path written out in a key; a longer one is
-/// written as its hash, so that a client cannot make keys as large as a request's head.
-const MAX_KEY_PART: usize = 64;
-/// The longest method written out (a method is at most 32 bytes, but a key must stay
-/// bounded whatever it is handed).
-const MAX_KEY_METHOD: usize = 33;
-/// What follows the rule's name in a lease key.
-const LEASE_KEY_MARK: &str = ":lease";
-/// `{`, `seg:` (the longest tag), `}:`, `:lease`, `:` and ` `.
-const KEY_PUNCTUATION: usize = 1 + 4 + 2 + LEASE_KEY_MARK.len() + 1 + 1;
-const _: () = assert!(
-    MAX_KEY_PREFIX_BYTES
-        + MAX_RULE_NAME_BYTES
-        + KEY_PUNCTUATION
-        + 2 * MAX_KEY_PART
-        + MAX_KEY_METHOD
-        <= MAX_KEY_BYTES
-);
-/// `#` and 32 hex digits.
-const HASHED_PART: usize = 33;
-const _: () = assert!(HASHED_PART <= MAX_KEY_METHOD && HASHED_PART <= MAX_KEY_PART);
-
-/// Appends `bytes` escaped, or `#` and the hex of the first 16 bytes of their SHA-256 when
-/// that would be longer than `limit`. The hash is the same on every gateway, so they all
-/// charge the same budget.
-pub(crate) fn push_bounded(out: &mut String, bytes: &[u8], limit: usize) {
-    let start = out.len();
-    push_escaped(out, bytes, limit);
-    if out.len() - start > limit {
-        out.truncate(start);
-        out.push('#');
-        for b in &Sha256::digest(bytes)[..16] {
-            let _ = write!(out, "{b:02x}");
-        }
-    }
-}
-
-/// Appends `bytes` with `%`, braces (which would move the hash tag), spaces, control and
-/// non-ASCII bytes percent-encoded, stopping once more than `limit` bytes are written (the
-/// caller then hashes instead), so that a huge value costs no huge string.
-fn push_escaped(out: &mut String, bytes: &[u8], limit: usize) {
-    let start = out.len();
-    for &b in bytes {
-        if out.len() - start > limit {
-            return;
-        }
-        if b.is_ascii_graphic() && !matches!(b, b'%' | b'{' | b'}') {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
 }
 
 /// A rule of one tier, `limit` per `window_ms`, keyed by client IP, for unit tests.
@@ -518,54 +402,6 @@ pub(crate) fn test_rule(
         false,
         on_failure,
     )
-}
-
-/// The words after the key of RL.HIT and RL.REFUND for `limit`.
-/// `COST`, when the rule has one, is always the last two words: a request that brings its
-/// own cost (`decider::Applied::cost`) replaces them.
-pub fn call_args(limit: &Limit) -> Vec<String> {
-    let mut args = Vec::new();
-    match limit {
-        Limit::Unlimited => {}
-        Limit::Tiers {
-            tiers,
-            algorithm,
-            burst,
-            tz,
-            anchor,
-            cost,
-        } => {
-            for tier in tiers {
-                args.push(tier.limit.to_string());
-                args.push(match tier.period {
-                    Some(period) => period.name().into(),
-                    None => format!("{}ms", tier.window_ms),
-                });
-            }
-            if let Some(algorithm) = algorithm {
-                args.extend(["ALGO".into(), algorithm.clone()]);
-            }
-            if let Some(burst) = burst {
-                args.extend(["BURST".into(), burst.to_string()]);
-            }
-            if let Some(tz) = tz {
-                args.extend(["TZ".into(), tz.clone()]);
-            }
-            if let Some(anchor) = anchor {
-                args.extend(["ANCHOR".into(), anchor.to_string()]);
-            }
-            if *cost != 1 {
-                args.extend(["COST".into(), cost.to_string()]);
-            }
-        }
-        Limit::Policy { name, cost } => {
-            args.extend(["POLICY".into(), name.clone()]);
-            if *cost != 1 {
-                args.extend(["COST".into(), cost.to_string()]);
-            }
-        }
-    }
-    args
 }
 
 #[cfg(test)]

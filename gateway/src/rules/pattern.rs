@@ -14,6 +14,65 @@ enum Segment {
     Any,
 }
 
+/// Why a path pattern is refused; the message names the pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatternError {
+    /// The pattern does not start with `/`.
+    NoLeadingSlash(String),
+    /// A `*` inside a segment (`/log*`): only `*` and `**` whole segments are wildcards.
+    PartialWildcard(String),
+    /// A literal segment a request can never spell, with the canonicaliser's refusal.
+    NoCanonicalForm {
+        pattern: String,
+        segment: String,
+        refusal: String,
+    },
+    /// A literal segment in another spelling than requests are matched in, with how to
+    /// write it.
+    NotCanonical {
+        pattern: String,
+        segment: String,
+        advice: String,
+    },
+}
+
+impl std::fmt::Display for PatternError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PatternError::NoLeadingSlash(pattern) => {
+                write!(f, "path pattern '{pattern}' must start with '/'")
+            }
+            PatternError::PartialWildcard(pattern) => write!(
+                f,
+                "path pattern '{pattern}': '*' must be a whole segment ('*' or '**')"
+            ),
+            PatternError::NoCanonicalForm {
+                pattern,
+                segment,
+                refusal,
+            } => write!(
+                f,
+                "path pattern '{pattern}': segment '{segment}' has no canonical form \
+                 (a request spelling it is refused: {refusal}), so the rule would match \
+                 nothing"
+            ),
+            PatternError::NotCanonical {
+                pattern,
+                segment,
+                advice,
+            } => write!(
+                f,
+                "path pattern '{pattern}': segment '{segment}' is not in the canonical form \
+                 requests are matched in ('.' and '..' resolved, ';' parameters as \
+                 [requests] says, escapes decoded or upper-cased), so the rule would \
+                 match nothing; {advice}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PatternError {}
+
 /// A compiled path pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathPattern {
@@ -23,17 +82,15 @@ pub struct PathPattern {
 
 impl PathPattern {
     /// Compiles `pattern`, which must start with `/`.
-    pub fn parse(pattern: &str) -> Result<Self, String> {
+    pub fn parse(pattern: &str) -> Result<Self, PatternError> {
         if !pattern.starts_with('/') {
-            return Err(format!("path pattern '{pattern}' must start with '/'"));
+            return Err(PatternError::NoLeadingSlash(pattern.to_owned()));
         }
         let segments = split(pattern)
             .map(|segment| match segment {
                 "*" => Ok(Segment::One),
                 "**" => Ok(Segment::Any),
-                s if s.contains('*') => Err(format!(
-                    "path pattern '{pattern}': '*' must be a whole segment ('*' or '**')"
-                )),
+                s if s.contains('*') => Err(PatternError::PartialWildcard(pattern.to_owned())),
                 s => Ok(Segment::Literal(s.to_owned())),
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -47,7 +104,7 @@ impl PathPattern {
     /// under `policy`: paths are matched in their canonical form only, so a segment in
     /// another spelling (`caf%c3%a9`, raw UTF-8, `%7Euser`, `.`, `..`, `login;x`) would
     /// match no request, and the endpoint it was written for would have no limit.
-    pub fn check_canonical(&self, policy: &PathPolicy) -> Result<(), String> {
+    pub fn check_canonical(&self, policy: &PathPolicy) -> Result<(), PatternError> {
         for segment in &self.segments {
             let Segment::Literal(literal) = segment else {
                 continue;
@@ -56,13 +113,11 @@ impl PathPattern {
             let canonical = match canonicalize(alone.as_bytes(), policy) {
                 Ok(canonical) => canonical,
                 Err(refusal) => {
-                    return Err(format!(
-                        "path pattern '{}': segment '{literal}' has no canonical form \
-                         (a request spelling it is refused: {}), so the rule would match \
-                         nothing",
-                        self.source,
-                        refusal.message().trim_end()
-                    ))
+                    return Err(PatternError::NoCanonicalForm {
+                        pattern: self.source.clone(),
+                        segment: literal.clone(),
+                        refusal: refusal.message().trim_end().to_owned(),
+                    })
                 }
             };
             let same = match policy.case_insensitive {
@@ -75,13 +130,11 @@ impl PathPattern {
                     true => "leave it out".to_owned(),
                     false => format!("write it '{written}'"),
                 };
-                return Err(format!(
-                    "path pattern '{}': segment '{literal}' is not in the canonical form \
-                     requests are matched in ('.' and '..' resolved, ';' parameters as \
-                     [requests] says, escapes decoded or upper-cased), so the rule would \
-                     match nothing; {advice}",
-                    self.source
-                ));
+                return Err(PatternError::NotCanonical {
+                    pattern: self.source.clone(),
+                    segment: literal.clone(),
+                    advice,
+                });
             }
         }
         Ok(())
@@ -243,7 +296,7 @@ mod tests {
             ("/a%00", "refused"),
             ("/a%zz", "refused"),
         ] {
-            let error = canonical(bad, &default).unwrap_err();
+            let error = canonical(bad, &default).unwrap_err().to_string();
             assert!(error.contains(advice), "{bad}: {error}");
         }
         let case = PathPolicy {

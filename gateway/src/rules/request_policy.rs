@@ -3,10 +3,10 @@
 //! `HttpConnectionManager` where it has one (`normalize_path`, `merge_slashes`,
 //! `path_with_escaped_slashes_action`).
 
-use crate::config::one_of;
 use crate::rules::canonical::{EscapedSlashes, PathParameters, PathPolicy};
 use crate::rules::header_names::UnderscoreHeaders;
 use crate::rules::methods::MethodOverrides;
+use crate::rules::one_of::{one_of, SettingError};
 use serde::Deserialize;
 
 /// The checked `[requests]` settings.
@@ -72,7 +72,7 @@ impl Default for RequestsSection {
 }
 
 /// Checks the section.
-pub fn request_policy(section: RequestsSection) -> Result<RequestPolicy, String> {
+pub fn request_policy(section: RequestsSection) -> Result<RequestPolicy, SettingError> {
     let escaped_slashes = one_of(
         "[requests] path_with_escaped_slashes_action",
         &section.path_with_escaped_slashes_action,
@@ -109,17 +109,19 @@ pub fn request_policy(section: RequestsSection) -> Result<RequestPolicy, String>
         ],
     )?;
     if !SEGMENTS_RANGE.contains(&section.max_path_segments) {
-        return Err(format!(
-            "[requests] max_path_segments must be {} to {}",
-            SEGMENTS_RANGE.start(),
-            SEGMENTS_RANGE.end()
+        return Err(SettingError::new(
+            "[requests] max_path_segments",
+            format!("be {} to {}", SEGMENTS_RANGE.start(), SEGMENTS_RANGE.end()),
         ));
     }
     if !HEADER_BYTES_RANGE.contains(&section.max_header_bytes) {
-        return Err(format!(
-            "[requests] max_header_bytes must be {} to {}",
-            HEADER_BYTES_RANGE.start(),
-            HEADER_BYTES_RANGE.end()
+        return Err(SettingError::new(
+            "[requests] max_header_bytes",
+            format!(
+                "be {} to {}",
+                HEADER_BYTES_RANGE.start(),
+                HEADER_BYTES_RANGE.end()
+            ),
         ));
     }
     Ok(RequestPolicy {
@@ -142,7 +144,9 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<RequestPolicy, String> {
-        request_policy(toml::from_str(text).map_err(|e| e.to_string())?)
+        Ok(request_policy(
+            toml::from_str(text).map_err(|e| e.to_string())?,
+        )?)
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //!   [`MAX_CONCURRENT_STREAMS`] calls at once, and a request's headers are at most
 //!   [`MAX_HEADER_LIST_BYTES`].
 
+use crate::rules::one_of::SettingError;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -62,20 +63,29 @@ pub struct GrpcLimitFields {
 }
 
 impl GrpcLimitFields {
-    pub fn limits(&self) -> Result<GrpcLimits, String> {
+    pub fn limits(&self) -> Result<GrpcLimits, SettingError> {
         let default = GrpcLimits::default();
         let ms = |name: &str, value: Option<u64>, default: Duration| match value {
             None => Ok(default),
-            Some(0) => Err(format!("[envoy] {name} must be at least 1")),
-            Some(ms) if ms > 3_600_000 => {
-                Err(format!("[envoy] {name} must be at most 3600000 (an hour)"))
-            }
+            Some(0) => Err(SettingError::new(
+                format!("[envoy] {name}"),
+                "be at least 1",
+            )),
+            Some(ms) if ms > 3_600_000 => Err(SettingError::new(
+                format!("[envoy] {name}"),
+                "be at most 3600000 (an hour)",
+            )),
             Some(ms) => Ok(Duration::from_millis(ms)),
         };
         let max_connections = match self.max_connections {
             None => default.max_connections,
             Some(n) if (1..=Semaphore::MAX_PERMITS).contains(&n) => n,
-            Some(n) => return Err(format!("[envoy] max_connections {n} must be at least 1")),
+            Some(n) => {
+                return Err(SettingError::new(
+                    format!("[envoy] max_connections {n}"),
+                    "be at least 1",
+                ))
+            }
         };
         Ok(GrpcLimits {
             max_connections,
@@ -255,7 +265,7 @@ mod tests {
             (fields(None, Some(0), None), "handshake_timeout_ms"),
             (fields(None, None, Some(3_600_001)), "request_timeout_ms"),
         ] {
-            let error = bad.limits().unwrap_err();
+            let error = bad.limits().unwrap_err().to_string();
             assert!(error.contains(expected), "{error}");
         }
     }

@@ -13,7 +13,7 @@
 //! - Looks and refunds go first; when a look says an enforced descriptor is over, nothing
 //!   is charged (all or nothing), else the charged descriptors are decided together.
 //! - A descriptor's `limit` (Envoy's override) is as its node's `limit_override` says
-//!   ([`OverrideMode`]): by default a key of its own charged beside the node's (two answers
+//!   ([`descriptors::OverrideMode`]): by default a key of its own charged beside the node's (two answers
 //!   for one descriptor, of which the weightier stands); the node's key is
 //!   charged for every request, so no override value opens a fresh budget.
 //! - Shadow descriptors answer OK whatever the count says; quota-mode descriptors answer
@@ -25,28 +25,24 @@
 //!   shadow descriptor never denies, on a failure either; a quota one reports it in its own
 //!   status only.
 
+mod answer;
 pub mod descriptors;
 pub mod grpc_listener;
+mod plan;
+#[cfg(test)]
+mod tests;
+
+pub use plan::{check, RequestError};
 
 use crate::app::Gateway;
-use crate::decider::{Applied, End, Look, RuleOutcome};
-use crate::failure::Failure;
-use crate::headers;
-use crate::metrics::{EnvoyResult, Outcome};
-use crate::rules::Rule;
-use crate::verdict::Verdict;
-use descriptors::{DescriptorLimit, Domains, FailMode, OverrideMode, Unit};
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit,
-};
+use crate::decider::{Applied, Decider, End, Look};
+use answer::{Replies, Reply};
+use descriptors::Domains;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use hyper::header::HeaderMap;
+use plan::{Ask, Early, Event, Plan};
 use smallvec::SmallVec;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -70,79 +66,6 @@ pub struct EnvoyService {
     domains: RwLock<Arc<Domains>>,
     key_prefix: String,
     response_headers: bool,
-}
-
-/// What one request descriptor asks for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Ask {
-    Charge,
-    Peek,
-    Refund,
-}
-
-/// One request descriptor that a limit applies to.
-struct Matched<'a> {
-    /// Its index in the request.
-    index: usize,
-    limit: &'a Arc<DescriptorLimit>,
-    rule: Arc<Rule>,
-    /// The request's own limit, when this charges it (under `replace`, in the node's key;
-    /// under `tighten`, in a key of its own beside the node's, which another `Matched` of
-    /// the same index charges).
-    overriding: Option<(u32, Unit)>,
-    /// This charges the override's own key (`tighten`).
-    own_key: bool,
-    ask: Ask,
-    metric: String,
-}
-
-impl Matched<'_> {
-    /// The limit `current_limit` shows.
-    fn shown(&self) -> Option<(u32, Unit)> {
-        self.overriding.or(self.limit.shown)
-    }
-}
-
-/// What became of one descriptor.
-enum Said {
-    /// No limit applies (no match, replaced, a node without a limit).
-    Free,
-    Unlimited,
-    /// `requests_per_unit: 0`, or an override of 0; with the limit to show.
-    Blocked(Option<(u32, Unit)>),
-    Verdict(Verdict),
-    /// Denied without a verdict to show (a shadow or quota descriptor over its limit).
-    Over,
-    /// Not decided: another descriptor was over first.
-    NotAsked,
-    Failed(Failure),
-}
-
-impl Said {
-    /// Which of two answers for one descriptor (its node's key and its own limit's key)
-    /// stands: a denial over a failure (whose mode may be `ok`) over an allowance, and of
-    /// two allowances the one with less left.
-    fn weight(&self) -> (u8, u64) {
-        match self {
-            Said::Free => (0, 0),
-            Said::Unlimited => (1, 0),
-            Said::NotAsked => (2, 0),
-            Said::Verdict(v) if v.allowed() => (3, u64::MAX - v.binding_tier().remaining),
-            Said::Failed(_) => (4, 0),
-            Said::Over => (5, 0),
-            Said::Verdict(_) => (6, 0),
-            Said::Blocked(_) => (7, 0),
-        }
-    }
-}
-
-/// Puts what `matched[at]` said for its descriptor, unless what another key of the same
-/// descriptor said weighs more ([`Said::weight`]); `source` keeps which one stands.
-fn settle(said: &mut [Said], source: &mut [Option<usize>], index: usize, at: usize, new: Said) {
-    if source[index].is_none() || new.weight() > said[index].weight() {
-        said[index] = new;
-        source[index] = Some(at);
-    }
 }
 
 impl EnvoyService {
@@ -208,369 +131,77 @@ impl EnvoyService {
         });
     }
 
-    /// Decides one request: the answer, or the gRPC status to fail it with.
+    /// Decides one request: the answer, or the gRPC status to fail it with. The plan and
+    /// the answer are pure; only [`execute`] asks the decider.
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        let metrics = self.gateway.metrics();
-        if let Err(problem) = check(request) {
-            metrics.envoy(EnvoyResult::Invalid);
-            return Err(Status::invalid_argument(problem));
-        }
-        let count = request.descriptors.len();
         let domains = self.domains();
-        let Some(domain) = domains.get(&request.domain) else {
-            metrics.envoy(EnvoyResult::UnknownDomain);
-            metrics.envoy(EnvoyResult::Ok);
-            return Ok(ok_response(count));
+        let answer = match plan::plan(&domains, request, &self.key_prefix) {
+            Err(Early::Invalid(problem)) => answer::invalid(&problem),
+            Err(Early::UnknownDomain) => answer::unknown_domain(request.descriptors.len()),
+            Ok(plan) => {
+                self.record(&plan.events);
+                let replies = execute(self.gateway.decider(), &plan).await;
+                answer::answer(&plan, &replies, self.response_headers)
+            }
         };
-        fn entries(d: &RateLimitDescriptor) -> impl Iterator<Item = (&str, &str)> + Clone + '_ {
-            d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))
-        }
-        let mut said: SmallVec<[Said; 4]> = (0..count).map(|_| Said::Free).collect();
-        // Which of `matched` said what `said` holds.
-        let mut source: SmallVec<[Option<usize>; 4]> = (0..count).map(|_| None).collect();
-        let mut found: SmallVec<[(usize, &Arc<DescriptorLimit>); 4]> = SmallVec::new();
-        for (i, d) in request.descriptors.iter().enumerate() {
-            match domain.find(entries(d)) {
-                Some(limit) => found.push((i, limit)),
-                None => metrics.envoy(EnvoyResult::NoMatch),
-            }
-        }
-        // `replaces`: a matched limit that another matched limit replaces is not applied.
-        let replaced = |limit: &DescriptorLimit| {
-            limit.name.as_ref().is_some_and(|name| {
-                found
-                    .iter()
-                    .any(|(_, other)| other.replaces.iter().any(|r| r == name))
-            })
-        };
-        let mut matched: SmallVec<[Matched<'_>; 4]> = SmallVec::new();
-        for &(i, limit) in &found {
-            if replaced(limit) {
-                continue;
-            }
-            let d = &request.descriptors[i];
-            let last_value = d.entries.last().map_or("", |e| e.value.as_str());
-            let metric = descriptors::metric_name(limit, last_value);
-            if limit.unlimited {
-                said[i] = Said::Unlimited;
-                continue;
-            }
-            let asked = d
-                .limit
-                .and_then(|o| Unit::from_proto(o.unit).map(|u| (o.requests_per_unit, u)));
-            let blocked = match (asked, limit.limit_override) {
-                (None, _) | (Some(_), OverrideMode::Ignore) => limit.blocked.then_some(limit.shown),
-                (Some((n, u)), OverrideMode::Replace) => (n == 0).then_some(Some((n, u))),
-                (Some((n, u)), OverrideMode::Tighten) if n == 0 => Some(Some((n, u))),
-                (Some(_), OverrideMode::Tighten) => limit.blocked.then_some(limit.shown),
-            };
-            if let Some(shown) = blocked {
-                said[i] = Said::Blocked(shown);
-                metrics.decision(&metric, Outcome::Denied);
-                continue;
-            }
-            let ask = if hits_of(request, i) == 0 {
-                Ask::Peek
-            } else if d.is_negative_hits {
-                Ask::Refund
-            } else {
-                Ask::Charge
-            };
-            let mut charge = |rule: Arc<Rule>, overriding, own_key| {
-                matched.push(Matched {
-                    index: i,
-                    limit,
-                    rule,
-                    overriding,
-                    own_key,
-                    ask,
-                    metric: metric.clone(),
-                })
-            };
-            // The node's key is charged whatever the override says, except under `replace`,
-            // where the override is its rule.
-            let own = asked.and_then(|(n, unit)| Some(((n, unit), limit.overridden(n, unit)?)));
-            match (own, limit.limit_override) {
-                (Some((asked, rule)), OverrideMode::Replace) => charge(rule, Some(asked), false),
-                (Some((asked, rule)), _) => {
-                    charge(limit.rule.clone(), None, false);
-                    charge(rule, Some(asked), true);
-                }
-                (None, _) => {
-                    if asked.is_some() {
-                        metrics.envoy(EnvoyResult::OverrideIgnored);
-                    }
-                    charge(limit.rule.clone(), None, false);
-                }
-            }
-        }
-        let applied = |m: &Matched<'_>| Applied {
-            rule: m.rule.clone(),
-            key: descriptors::key(
-                &self.key_prefix,
-                &request.domain,
-                m.limit.subject.as_deref(),
-                entries(&request.descriptors[m.index]),
-                m.overriding.filter(|_| m.own_key),
-            ),
-            cost: Some(match m.ask {
-                Ask::Peek => 1,
-                _ => hits_of(request, m.index),
-            }),
-        };
-        let decider = self.gateway.decider();
-        // Looks and refunds first.
-        let mut over_by_look = false;
-        for look in [Look::Peek, Look::Refund] {
-            let ask = if look == Look::Peek {
-                Ask::Peek
-            } else {
-                Ask::Refund
-            };
-            let these: SmallVec<[(usize, &Matched<'_>); 4]> = matched
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| m.ask == ask)
-                .collect();
-            if these.is_empty() {
-                continue;
-            }
-            let applying: SmallVec<[Applied; 4]> = these.iter().map(|(_, m)| applied(m)).collect();
-            let answers = decider.look(&applying, look).await;
-            for (&(at, m), answer) in these.iter().zip(answers) {
-                let new = match answer {
-                    Ok(Some(verdict)) => {
-                        if look == Look::Peek && !verdict.allowed() && enforced(m.limit) {
-                            over_by_look = true;
-                        }
-                        // A look answers what one more hit would leave; shown is what is
-                        // left now.
-                        if look == Look::Peek && verdict.allowed() {
-                            Said::Verdict(verdict.before_look(1))
-                        } else {
-                            Said::Verdict(verdict)
-                        }
-                    }
-                    Ok(None) => Said::Unlimited,
-                    Err(failure) => {
-                        // A look that fails closed refuses the request: nothing charged.
-                        if enforced(m.limit) && m.limit.mode_for(failure).refuses() {
-                            over_by_look = true;
-                        }
-                        Said::Failed(failure)
-                    }
-                };
-                settle(&mut said, &mut source, m.index, at, new);
-            }
-        }
-        // A blocked descriptor (requests_per_unit 0) refuses the request as a whole.
-        over_by_look |= found
-            .iter()
-            .any(|(i, limit)| matches!(said[*i], Said::Blocked(_)) && enforced(limit));
-        // Then the charges, all of them in one decision.
-        let charging: SmallVec<[(usize, &Matched<'_>); 4]> = matched
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m.ask == Ask::Charge)
-            .collect();
-        let mut closed = None;
-        // Per descriptor, whether a key denied it, and from the deny cache.
-        let mut denied: SmallVec<[Option<bool>; 4]> = (0..count).map(|_| None).collect();
-        // Per descriptor, whether its local limit decided (counted already).
-        let mut locally: SmallVec<[bool; 4]> = (0..count).map(|_| false).collect();
-        if !charging.is_empty() {
-            if over_by_look {
-                for &(at, m) in &charging {
-                    settle(&mut said, &mut source, m.index, at, Said::NotAsked);
-                }
-            } else {
-                let applying: SmallVec<[Applied; 4]> =
-                    charging.iter().map(|(_, m)| applied(m)).collect();
-                let stacked = decider.decide(&applying, None).await;
-                if let End::Closed { rule, .. } = stacked.end {
-                    closed = Some(charging[rule].1.index);
-                }
-                for (&(at, m), outcome) in charging.iter().zip(stacked.outcomes) {
-                    let new = match outcome {
-                        RuleOutcome::Unlimited => Said::Unlimited,
-                        RuleOutcome::NotAsked => Said::NotAsked,
-                        RuleOutcome::Allowed(v) | RuleOutcome::Uncounted(v) => Said::Verdict(v),
-                        RuleOutcome::Denied { verdict, cached } => {
-                            let was = denied[m.index].unwrap_or(true);
-                            denied[m.index] = Some(was && cached);
-                            Said::Verdict(verdict)
-                        }
-                        RuleOutcome::ShadowDenied => Said::Over,
-                        RuleOutcome::Local { verdict, failure } => {
-                            metrics.fail_open(failure);
-                            let outcome = match verdict.allowed() {
-                                true => Outcome::LocalAllowed,
-                                false => Outcome::LocalDenied,
-                            };
-                            metrics.decision(&m.metric, outcome);
-                            locally[m.index] = true;
-                            Said::Verdict(verdict)
-                        }
-                        RuleOutcome::Failed(f) => Said::Failed(f),
-                    };
-                    settle(&mut said, &mut source, m.index, at, new);
-                }
-            }
-        }
-        // One denial counted per descriptor, however many of its keys denied.
-        for (i, cached) in denied.iter().enumerate() {
-            let (Some(cached), Some(at)) = (cached, source[i]) else {
-                continue;
-            };
-            let outcome = if *cached {
-                Outcome::DeniedCached
-            } else {
-                Outcome::Denied
-            };
-            metrics.decision(&matched[at].metric, outcome);
-        }
-        // The answer, descriptor by descriptor.
-        let mut overall_over = false;
-        let mut unavailable = false;
-        let mut statuses = Vec::with_capacity(count);
-        let mut shown: SmallVec<[(&Rule, &Verdict); 4]> = SmallVec::new();
-        let mut binding = None;
-        for (i, s) in said.iter().enumerate() {
-            let m = source[i].map(|at| &matched[at]);
-            let limit = found.iter().find(|(j, _)| *j == i).map(|(_, l)| *l);
-            let mut status = DescriptorStatus {
-                code: Code::Ok as i32,
-                ..Default::default()
-            };
-            let over = |status: &mut DescriptorStatus, limit: &DescriptorLimit| {
-                if !limit.shadow {
-                    status.code = Code::OverLimit as i32;
-                }
-                !limit.shadow && !limit.quota
-            };
-            match (s, m) {
-                (Said::Free, _) => {}
-                (Said::Unlimited, _) => {
-                    status.limit_remaining = u32::MAX;
-                    if let Some(limit) = limit {
-                        self.gateway
-                            .metrics()
-                            .decision(&limit.rule.name, Outcome::Allowed);
-                    }
-                }
-                (Said::Blocked(shown), _) => {
-                    if let Some(limit) = limit {
-                        let (n, unit) = shown.unwrap_or((0, Unit::Second));
-                        status.current_limit = Some(current(&limit.rule.name, n, Some(unit)));
-                        status.duration_until_reset = Some(duration(unit.window_ms()));
-                        overall_over |= over(&mut status, limit);
-                    }
-                }
-                (Said::Verdict(verdict), Some(m)) => {
-                    let tier = verdict.binding_tier();
-                    status.current_limit = Some(match m.shown() {
-                        Some((n, unit)) => current(&m.rule.name, n, Some(unit)),
-                        None => current(&m.rule.name, clamp(tier.limit), None),
-                    });
-                    status.limit_remaining = clamp(tier.remaining);
-                    status.duration_until_reset = Some(duration(tier.reset_after_ms));
-                    let denied = m.ask != Ask::Refund && !verdict.allowed();
-                    if denied {
-                        overall_over |= over(&mut status, m.limit);
-                    }
-                    if m.ask == Ask::Charge && verdict.allowed() && !locally[i] {
-                        metrics.decision(&m.metric, Outcome::Allowed);
-                    }
-                    if enforced(m.limit) {
-                        if denied && binding.is_none() {
-                            binding = Some(shown.len());
-                        }
-                        shown.push((&m.rule, verdict));
-                    }
-                }
-                (Said::Over, Some(m)) => {
-                    status.current_limit =
-                        m.shown().map(|(n, u)| current(&m.rule.name, n, Some(u)));
-                    over(&mut status, m.limit);
-                    metrics.decision(&m.metric, Outcome::ShadowDenied);
-                }
-                (Said::NotAsked, Some(m)) => {
-                    status.current_limit =
-                        m.shown().map(|(n, u)| current(&m.rule.name, n, Some(u)));
-                }
-                (Said::Failed(failure), Some(m)) => {
-                    status.current_limit =
-                        m.shown().map(|(n, u)| current(&m.rule.name, n, Some(u)));
-                    let mode = m.limit.mode_for(*failure);
-                    let failed_closed = enforced(m.limit) && (mode.refuses() || closed == Some(i));
-                    if failed_closed {
-                        metrics.decision(&m.metric, Outcome::FailClosed);
-                    } else {
-                        metrics.fail_open(*failure);
-                        metrics.decision(&m.metric, Outcome::FailOpen);
-                    }
-                    // A shadow descriptor never denies; a quota one reports its failure in
-                    // its own code only; an enforced one answers as its mode says.
-                    if m.limit.quota && mode.refuses() {
-                        status.code = Code::OverLimit as i32;
-                    } else if enforced(m.limit) {
-                        match mode {
-                            FailMode::Ok | FailMode::Local => {}
-                            FailMode::OverLimit => {
-                                status.code = Code::OverLimit as i32;
-                                overall_over = true;
-                            }
-                            FailMode::Unavailable => unavailable = true,
-                        }
-                    }
-                }
-                (_, None) => {}
-            }
-            statuses.push(status);
-        }
-        if unavailable {
-            metrics.envoy(EnvoyResult::Unavailable);
-            return Err(Status::unavailable(
-                "Redis could not decide within the deadline",
-            ));
-        }
-        metrics.envoy(if overall_over {
-            EnvoyResult::OverLimit
-        } else {
-            EnvoyResult::Ok
-        });
-        let mut response = RateLimitResponse {
-            overall_code: if overall_over {
-                Code::OverLimit
-            } else {
-                Code::Ok
-            } as i32,
-            statuses,
-            ..Default::default()
-        };
-        if self.response_headers && !shown.is_empty() {
-            let at = binding.unwrap_or_else(|| least_remaining(&shown));
-            let mut fields = HeaderMap::new();
-            headers::add_all(
-                &mut fields,
-                &shown,
-                at,
-                false,
-                overall_over && binding.is_some(),
-            );
-            response.response_headers_to_add = fields
-                .iter()
-                .filter_map(|(name, value)| {
-                    Some(HeaderValue {
-                        key: name.as_str().to_owned(),
-                        value: value.to_str().ok()?.to_owned(),
-                        ..Default::default()
-                    })
-                })
-                .collect();
-        }
-        Ok(response)
+        self.record(&answer.events);
+        answer.result
     }
+
+    /// Counts `events` in the metrics.
+    fn record(&self, events: &[Event]) {
+        let metrics = self.gateway.metrics();
+        for event in events {
+            match event {
+                Event::Envoy(result) => metrics.envoy(*result),
+                Event::Decision(name, outcome) => metrics.decision(name, *outcome),
+                Event::FailOpen(failure) => metrics.fail_open(*failure),
+            }
+        }
+    }
+}
+
+/// Asks the decider what `plan` says to ask: the looks first (peeks, then refunds), then,
+/// unless they refused the request, every charge in one decision (all or nothing).
+async fn execute(decider: &Decider, plan: &Plan<'_>) -> Replies {
+    let mut replies: SmallVec<[Reply; 4]> = plan.matched.iter().map(|_| Reply::NotAsked).collect();
+    let applied = |at: &usize| {
+        let m = &plan.matched[*at];
+        Applied {
+            rule: m.rule.clone(),
+            key: m.key.clone(),
+            cost: Some(m.cost),
+        }
+    };
+    let asking = |ask: Ask| -> SmallVec<[usize; 4]> {
+        (0..plan.matched.len())
+            .filter(|&at| plan.matched[at].ask == ask)
+            .collect()
+    };
+    for (look, ask) in [(Look::Peek, Ask::Peek), (Look::Refund, Ask::Refund)] {
+        let these = asking(ask);
+        if these.is_empty() {
+            continue;
+        }
+        let applying: SmallVec<[Applied; 4]> = these.iter().map(applied).collect();
+        let answers = decider.look(&applying, look).await;
+        for (&at, answer) in these.iter().zip(answers) {
+            replies[at] = Reply::Looked(answer);
+        }
+    }
+    let charging = asking(Ask::Charge);
+    let mut closed = None;
+    if !charging.is_empty() && !answer::refused_before_charging(plan, &replies) {
+        let applying: SmallVec<[Applied; 4]> = charging.iter().map(applied).collect();
+        let stacked = decider.decide(&applying, None).await;
+        if let End::Closed { rule, .. } = stacked.end {
+            closed = Some(plan.matched[charging[rule]].index);
+        }
+        for (&at, outcome) in charging.iter().zip(stacked.outcomes) {
+            replies[at] = Reply::Charged(outcome);
+        }
+    }
+    Replies { replies, closed }
 }
 
 /// What tells a change of the descriptors: each file's name, size and modification time.
@@ -592,123 +223,6 @@ fn stamp(path: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
         }
         Err(_) => vec![of(path.to_path_buf())],
     }
-}
-
-/// A limit that can make the whole answer OVER_LIMIT.
-fn enforced(limit: &DescriptorLimit) -> bool {
-    !limit.shadow && !limit.quota
-}
-
-/// The units descriptor `index` counts: its own `hits_addend`, else the request's (whose
-/// 0 is protobuf's "unset": 1).
-fn hits_of(request: &RateLimitRequest, index: usize) -> u64 {
-    match &request.descriptors[index].hits_addend {
-        Some(h) => h.value,
-        None if request.hits_addend == 0 => 1,
-        None => u64::from(request.hits_addend),
-    }
-}
-
-/// The position in `shown` of the one with the least remaining in its binding tier.
-fn least_remaining(shown: &[(&Rule, &Verdict)]) -> usize {
-    shown
-        .iter()
-        .enumerate()
-        .min_by_key(|(i, (_, v))| (v.binding_tier().remaining, *i))
-        .map_or(0, |(i, _)| i)
-}
-
-fn clamp(n: u64) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-fn duration(ms: u64) -> ProtoDuration {
-    ProtoDuration {
-        seconds: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
-        nanos: i32::try_from((ms % 1000) * 1_000_000).unwrap_or(0),
-    }
-}
-
-fn current(name: &str, requests_per_unit: u32, unit: Option<Unit>) -> RateLimit {
-    RateLimit {
-        name: name.to_owned(),
-        requests_per_unit,
-        unit: unit.map_or(0, Unit::proto),
-    }
-}
-
-fn ok_response(count: usize) -> RateLimitResponse {
-    RateLimitResponse {
-        overall_code: Code::Ok as i32,
-        statuses: (0..count)
-            .map(|_| DescriptorStatus {
-                code: Code::Ok as i32,
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-/// The bounds of a request, each refusal naming what is wrong.
-pub fn check(request: &RateLimitRequest) -> Result<(), String> {
-    if request.domain.is_empty() {
-        return Err("the domain is empty".into());
-    }
-    if request.domain.len() > MAX_DOMAIN_BYTES {
-        return Err(format!(
-            "the domain is longer than {MAX_DOMAIN_BYTES} bytes"
-        ));
-    }
-    if request.descriptors.is_empty() {
-        return Err("no descriptors".into());
-    }
-    if request.descriptors.len() > MAX_DESCRIPTORS {
-        return Err(format!(
-            "{} descriptors: at most {MAX_DESCRIPTORS}",
-            request.descriptors.len()
-        ));
-    }
-    for (i, d) in request.descriptors.iter().enumerate() {
-        if d.entries.is_empty() {
-            return Err(format!("descriptor {i} has no entries"));
-        }
-        if d.entries.len() > MAX_ENTRIES {
-            return Err(format!(
-                "descriptor {i} has {} entries: at most {MAX_ENTRIES}",
-                d.entries.len()
-            ));
-        }
-        for (j, e) in d.entries.iter().enumerate() {
-            if e.key.is_empty() || e.key.len() > MAX_ENTRY_KEY_BYTES {
-                return Err(format!(
-                    "descriptor {i} entry {j}: the key must be 1 to {MAX_ENTRY_KEY_BYTES} bytes"
-                ));
-            }
-            if e.value.len() > MAX_ENTRY_VALUE_BYTES {
-                return Err(format!(
-                    "descriptor {i} entry {j}: the value is longer than {MAX_ENTRY_VALUE_BYTES} bytes"
-                ));
-            }
-        }
-        if let Some(h) = &d.hits_addend {
-            if h.value > u64::from(u32::MAX) {
-                return Err(format!(
-                    "descriptor {i}: hits_addend {} is more than {}",
-                    h.value,
-                    u32::MAX
-                ));
-            }
-        }
-        if let Some(o) = &d.limit {
-            if Unit::from_proto(o.unit).is_none() {
-                return Err(format!(
-                    "descriptor {i}: the limit's unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 #[tonic::async_trait]

@@ -1,0 +1,82 @@
+//! Why a descriptor file is refused: each error names the file (or the in-memory text)
+//! and the place in it.
+
+use super::load::{MAX_FILES, MAX_FILE_BYTES};
+use std::path::PathBuf;
+
+/// A descriptor file (or directory) that does not load.
+#[derive(Debug)]
+pub enum DescriptorError {
+    /// A file or directory that cannot be read.
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// A directory of more than [`MAX_FILES`] files.
+    TooManyFiles { dir: PathBuf, count: usize },
+    /// A file of more than [`MAX_FILE_BYTES`].
+    TooLarge(PathBuf),
+    /// The YAML itself: its syntax, an unknown field, aliases expanded past the limit.
+    Yaml(serde_yaml_ng::Error),
+    /// A field's value, the message naming its place (`descriptors[0].rate_limit.unit`).
+    Field(String),
+    /// A domain loaded twice: where, and the file it was first loaded from (none for
+    /// in-memory texts).
+    DomainTwice {
+        at: String,
+        domain: String,
+        first: Option<PathBuf>,
+    },
+    /// An error in one file (or in-memory text, `text <i>`).
+    In {
+        source: String,
+        error: Box<DescriptorError>,
+    },
+}
+
+impl std::fmt::Display for DescriptorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DescriptorError::Read { path, error } => {
+                write!(f, "cannot read {}: {error}", path.display())
+            }
+            DescriptorError::TooManyFiles { dir, count } => write!(
+                f,
+                "{}: {count} descriptor files, at most {MAX_FILES}",
+                dir.display()
+            ),
+            DescriptorError::TooLarge(file) => {
+                write!(f, "{}: larger than {MAX_FILE_BYTES} bytes", file.display())
+            }
+            DescriptorError::Yaml(error) => error.fmt(f),
+            DescriptorError::Field(message) => f.write_str(message),
+            DescriptorError::DomainTwice { at, domain, first } => match first {
+                Some(first) => write!(
+                    f,
+                    "{at}: domain '{domain}' is already loaded from {}",
+                    first.display()
+                ),
+                None => write!(f, "{at}: domain '{domain}' is loaded twice"),
+            },
+            DescriptorError::In { source, error } => write!(f, "{source}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for DescriptorError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DescriptorError::Read { error, .. } => Some(error),
+            DescriptorError::Yaml(error) => Some(error),
+            DescriptorError::In { error, .. } => Some(error.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+/// For callers that report errors as text (the binary's start-up and `--check-config`).
+impl From<DescriptorError> for String {
+    fn from(error: DescriptorError) -> String {
+        error.to_string()
+    }
+}

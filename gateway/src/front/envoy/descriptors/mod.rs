@@ -1,0 +1,37 @@
+//! envoyproxy/ratelimit's YAML configuration, read as it is: one `domain` per file, its
+//! nested `descriptors` of `key` and optional `value`, each with an optional `rate_limit`
+//! {`unit`, `requests_per_unit`} or {`unlimited: true`}, `name` and `replaces`, and
+//! `shadow_mode`, `detailed_metric`. A directory loads every `*.yaml` / `*.yml` in it.
+//!
+//! Matching is theirs: a request descriptor of n entries matches a node n levels deep, each
+//! entry trying, at its level, the node with its key and exactly its value, then a node
+//! whose value ends in `*` and prefixes it, then the node with its key and no value (any
+//! value, one counter per value). No match, or a node without a `rate_limit`, is not
+//! limited.
+//!
+//! Our extensions are fields of their own names, which envoyproxy/ratelimit would refuse:
+//! in `rate_limit`, `algorithm`, `burst`, `tiers` (more `n/window` tiers) and `policy` (a
+//! named policy stored in Redis); on a descriptor (or for the whole file, at the top),
+//! `quota_mode`, `subject` (which entry's key and value are the hash tag, see [`key`])
+//! and `on_failure` (`local`, the default, `ok`, `over_limit` or `unavailable`).
+
+mod compile;
+mod error;
+mod limit;
+mod load;
+mod matching;
+mod modes;
+mod names;
+mod schema;
+mod unit;
+
+pub use error::DescriptorError;
+pub use limit::DescriptorLimit;
+pub use load::{from_texts, load, parse, MAX_DEPTH, MAX_FILES, MAX_FILE_BYTES};
+pub use matching::{Domain, Domains};
+pub use modes::{FailMode, OverrideMode};
+pub use names::{key, metric_name, rule_name};
+pub use unit::Unit;
+
+#[cfg(test)]
+mod tests;
