@@ -5,7 +5,7 @@ SHELL := /bin/bash
 # The tests find valkey-server here (scripts/setup.sh --valkey installs it into .venv).
 export VALKEY_SERVER = $(shell scripts/valkey-path.sh 2>/dev/null)
 
-.PHONY: help setup build run demo test lint unit integration docs clean
+.PHONY: help setup build run demo test lint unit integration docs clean dist deb package-test
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -49,6 +49,16 @@ docs: ## Check every link and #anchor of the README and the book, then build the
 	python3 -m unittest discover -s scripts -p 'test_check_links.py'
 	python3 scripts/check_links.py
 	PATH="$$HOME/.cargo/bin:$$PATH" mdbook build docs
+
+dist: ## Release build, then dist/redis-ratelimit-<version>-x86_64-linux-gnu.tar.gz and dist/SHA256SUMS
+	scripts/dist.sh
+
+deb: ## Release build, then the Debian packages redis-ratelimit and rl-gateway in dist/ (dpkg-deb)
+	scripts/dist-deb.sh
+
+package-test: ## Build the archive and the packages, unpack and install them in a scratch folder, run the quick start from them
+	cargo build --lib
+	RL_MODULE=$${CARGO_TARGET_DIR:-target}/debug/libredis_ratelimit.so cargo test --test dist -- --include-ignored --test-threads=1
 
 test: ## Set up, lint, then unit and integration tests on Redis and Valkey (the book's examples too), the fuzz corpus replay, and the book
 	$(MAKE) setup
