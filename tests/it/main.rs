@@ -9,6 +9,7 @@ mod command_flags;
 mod command_reference;
 mod commands;
 mod configs;
+mod dist;
 mod doc_examples;
 mod leases;
 mod leases_integrity;

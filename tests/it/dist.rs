@@ -6,8 +6,7 @@
 //! target/release is stale), so they are `#[ignore]`d in `make integration` and run by
 //! `make package-test`. Each fails when its artefact is broken: a file missing or corrupt,
 //! a module that does not load or answer, a config the shipped gateway refuses.
-mod support;
-use support::*;
+use testkit::*;
 
 use redis::Value;
 use std::io::{Read, Write};
@@ -94,7 +93,7 @@ fn check_dist_sums() {
 /// RL.HIT answers the README's quick start, and MODULE LIST shows Cargo's version, with
 /// `module` loaded by path on every server flavour.
 fn quick_start_with(module: &Path) {
-    for flavor in FLAVORS {
+    each_flavor(|flavor| {
         let server = ServerConfig::new(flavor)
             .without_module()
             .arg("loadmodule", &module.to_string_lossy())
@@ -107,7 +106,7 @@ fn quick_start_with(module: &Path) {
             packed_version(env!("CARGO_PKG_VERSION")),
             "{flavor:?}"
         );
-    }
+    });
 }
 
 /// `rl-gateway --check-config` accepts `config`.
