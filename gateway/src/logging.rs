@@ -30,10 +30,10 @@ pub const FILTER_VARIABLE: &str = "RL_LOG";
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LogFormat {
-    /// `<time>  INFO <module>: <message>`, for people.
+    /// <time> <LEVEL> <module>: <message>, for people.
     #[default]
     Text,
-    /// One JSON object a line (`timestamp`, `level`, `target`, `message`), for a log pipeline.
+    /// One JSON object a line (timestamp, level, target, message), for a log pipeline.
     Json,
 }
 

@@ -48,8 +48,8 @@ const VERSION: &str = concat!(
 
 /// A rate limiter in front of an API, deciding with the redis-ratelimit module.
 ///
-/// Serves with `--config FILE`, or checks a file with `--check-config FILE`. Log lines go to
-/// stderr; RL_LOG (or --log-level) filters them: `warn`, `info,rl_gateway::heartbeat=warn`.
+/// Serves with --config FILE, or checks a file with --check-config FILE. Log lines go to
+/// stderr; RL_LOG (or --log-level) filters them: warn, info,rl_gateway::heartbeat=warn...
 /// On SIGTERM or SIGINT the listeners close, the requests in flight have --drain-seconds to
 /// finish, their leases are given back, and it exits 0; a second signal stops it at once.
 #[derive(Parser, Debug)]
@@ -304,7 +304,7 @@ async fn stop(running: Running, drain: Duration) {
 /// Waits for the leases still held or being given back, up to [`LEASE_WAIT`].
 async fn give_back_leases(gateway: &Gateway) {
     if !gateway.leases_pending() {
-        log!("no lease held");
+        log!("every lease given back");
         return;
     }
     log!("giving back the leases still held");
