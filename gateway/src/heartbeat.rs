@@ -11,7 +11,9 @@
 //! - **Readiness.** It asks whether the module's commands exist (`COMMAND INFO RL.HIT`): a
 //!   Redis that answers without them (started without `--loadmodule`) makes every decision
 //!   fail, so the gateway reports not ready on `/readyz` and says how to fix it, once per
-//!   change. The first beat is at start.
+//!   change. It asks at the first beat (at start), at every beat until the module is
+//!   there, and again after Redis was lost or restarted (another server may have no
+//!   module); not at every beat, since a loaded module that holds keys stays loaded.
 //! - **Redis's state, logged once per change.** Lost (with the reason), back (after how
 //!   long), and restarted: the server's `run_id` changed, so the counters it held are gone
 //!   unless it loaded them from RDB or AOF (or a replica took over with them).
@@ -72,8 +74,8 @@ impl std::error::Error for BeatError {
 #[derive(Debug, Default)]
 struct Beat {
     run_id: Option<String>,
-    /// Whether the server knows `RL.HIT`.
-    module: bool,
+    /// Whether the server knows `RL.HIT`, if the beat asked.
+    module: Option<bool>,
 }
 
 /// Why `/readyz` answers 503 when the module is missing; what the log says besides.
@@ -87,6 +89,9 @@ struct Known {
     run_id: Option<String>,
     /// Whether the module was found, once a beat has asked.
     module: Option<bool>,
+    /// Whether the module was found since Redis was last lost or restarted: then the
+    /// beats need not ask again.
+    module_settled: bool,
 }
 
 /// Starts beating in the background.
@@ -103,8 +108,9 @@ pub fn spawn(gateway: Arc<Gateway>, backend: Backend, key_prefix: String, every:
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let beat =
-                tokio::time::timeout(BEAT_TIMEOUT, beat(&gateway, &backend, &key, &id, every));
+            let probe = !known.module_settled;
+            let beat = beat(&gateway, &backend, (&key, &id), every, probe);
+            let beat = tokio::time::timeout(BEAT_TIMEOUT, beat);
             let result = match beat.await {
                 Ok(result) => result,
                 Err(_) => Err(BeatError::NoAnswer(BEAT_TIMEOUT)),
@@ -122,6 +128,7 @@ impl Known {
         match result {
             Err(reason) => {
                 let why = format!("Redis does not answer: {reason}");
+                self.module_settled = false;
                 if self.lost_since.is_none() {
                     self.lost_since = Some(Instant::now());
                     log!(
@@ -133,13 +140,21 @@ impl Known {
             }
             Ok(beat) => {
                 self.answered(beat.run_id, cluster);
-                self.module_found(beat.module)
+                if let Some(module) = beat.module {
+                    self.module_found(module);
+                }
+                match self.module {
+                    Some(true) => Ok(()),
+                    Some(false) => Err(NO_MODULE.to_owned()),
+                    // Not asked yet: cannot be after an answered beat, which asks first.
+                    None => Err("the module not probed yet".to_owned()),
+                }
             }
         }
     }
 
     /// Whether the module was found: logged when that changes (and at the first beat).
-    fn module_found(&mut self, module: bool) -> Result<(), String> {
+    fn module_found(&mut self, module: bool) {
         if self.module != Some(module) {
             match module {
                 true => log!("the module's commands are there (RL.HIT known): ready"),
@@ -152,10 +167,7 @@ impl Known {
             }
             self.module = Some(module);
         }
-        match module {
-            true => Ok(()),
-            false => Err(NO_MODULE.to_owned()),
-        }
+        self.module_settled = module;
     }
 
     /// Redis answered a beat: logged if it had been lost, or if it restarted.
@@ -170,6 +182,9 @@ impl Known {
             (Some(before), Some(now)) => before != now,
             _ => false,
         };
+        if restarted {
+            self.module_settled = false;
+        }
         if restarted && !cluster {
             log_warn!(
                 "Redis restarted or another server took its place (run_id {} -> {}): \
@@ -185,14 +200,14 @@ impl Known {
     }
 }
 
-/// One beat: whether the module is there, this gateway's entry, the live count, the
-/// policies, and the server's run_id.
+/// One beat: whether the module is there (if `probe`), this gateway's entry (`id` in
+/// `key`), the live count, the policies, and the server's run_id.
 async fn beat(
     gateway: &Gateway,
     backend: &Backend,
-    key: &str,
-    id: &str,
+    (key, id): (&str, &str),
     every: Duration,
+    probe: bool,
 ) -> Result<Beat, BeatError> {
     let call = |cmd: redis::Cmd| async move {
         backend
@@ -211,7 +226,10 @@ async fn beat(
         _ => None,
     }
     .ok_or(BeatError::NoTime)?;
-    let module = module_loaded(&call(command_info_hit()).await?);
+    let module = match probe {
+        true => Some(module_loaded(&call(command_info_hit()).await?)),
+        false => None,
+    };
     let stale_before = now_ms.saturating_sub(stale_after(every).as_millis() as u64);
     call(redis::cmd("ZADD").arg(key).arg(now_ms).arg(id).clone()).await?;
     call(
@@ -340,7 +358,7 @@ mod tests {
         let beat = |run_id: &str| {
             Ok(Beat {
                 run_id: Some(run_id.into()),
-                module: true,
+                module: Some(true),
             })
         };
         let mut known = Known::default();
@@ -356,17 +374,23 @@ mod tests {
     #[test]
     fn without_the_module_the_gateway_is_not_ready() {
         let mut known = Known::default();
-        let without = Beat {
-            run_id: None,
-            module: false,
+        let beat = |module| {
+            Ok(Beat {
+                run_id: Some("a".into()),
+                module,
+            })
         };
-        assert_eq!(known.update(Ok(without), false), Err(NO_MODULE.into()));
+        assert_eq!(
+            known.update(beat(Some(false)), false),
+            Err(NO_MODULE.into())
+        );
         assert_eq!(known.module, Some(false));
-        let with = Beat {
-            run_id: None,
-            module: true,
-        };
-        assert_eq!(known.update(Ok(with), false), Ok(()));
+        assert!(!known.module_settled, "asked again at the next beat");
+        assert_eq!(known.update(beat(Some(true)), false), Ok(()));
+        assert!(known.module_settled, "not asked at every beat");
+        assert_eq!(known.update(beat(None), false), Ok(()), "as last found");
+        let _ = known.update(Err(BeatError::NoTime), false);
+        assert!(!known.module_settled, "asked again once Redis is back");
     }
 
     #[test]
