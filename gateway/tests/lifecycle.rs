@@ -489,3 +489,35 @@ fn a_second_signal_stops_at_once() {
     assert_eq!(status.code(), Some(1), "{status:?}");
     gateway.wait_log("SIGINT again: stopping at once");
 }
+
+#[test]
+fn sigterm_closes_and_drains_the_envoy_listener_too() {
+    let yaml = tempfile::tempdir().expect("temp dir");
+    fs::write(
+        yaml.path().join("api.yaml"),
+        "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
+    )
+    .expect("write the descriptors");
+    let grpc_port = free_port();
+    let envoy = format!(
+        "[envoy]\nlisten = \"127.0.0.1:{grpc_port}\"\ndescriptors = \"{}\"\n",
+        yaml.path().display()
+    );
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let upstream = Upstream::start();
+    let mut gateway = Process::start(&upstream, redis.port(), &envoy, &[], &[]);
+    gateway.wait_log("Envoy rate limit service (gRPC)");
+    let grpc = ([127, 0, 0, 1], grpc_port).into();
+    assert!(TcpStream::connect_timeout(&grpc, Duration::from_secs(2)).is_ok());
+    gateway.signal("TERM");
+    let status = gateway.wait_exit();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let log = gateway.log();
+    for step in [
+        "Envoy gRPC listener closed",
+        "Envoy gRPC listener drained",
+        "stopped",
+    ] {
+        assert!(log.contains(step), "no {step:?} in\n{log}");
+    }
+}
