@@ -58,11 +58,13 @@ pub fn init(format: LogFormat, filter: Option<&str>) -> Result<(), String> {
     installed.map_err(|e| format!("cannot install the log writer: {e}"))
 }
 
-/// Writes one line at level info (`log!("...", args)`).
+/// Writes one line at level info (`log!("...", args)`). The arguments go through
+/// `format_args!` as they are: `name = value` is a named argument, as in `format!`, not a
+/// `tracing` field.
 #[macro_export]
 macro_rules! gateway_log {
     ($($arg:tt)*) => {
-        $crate::logging::tracing::info!($($arg)*)
+        $crate::logging::tracing::info!("{}", format_args!($($arg)*))
     };
 }
 pub use crate::gateway_log as log;
@@ -71,7 +73,7 @@ pub use crate::gateway_log as log;
 #[macro_export]
 macro_rules! gateway_log_warn {
     ($($arg:tt)*) => {
-        $crate::logging::tracing::warn!($($arg)*)
+        $crate::logging::tracing::warn!("{}", format_args!($($arg)*))
     };
 }
 pub use crate::gateway_log_warn as log_warn;
@@ -80,7 +82,7 @@ pub use crate::gateway_log_warn as log_warn;
 #[macro_export]
 macro_rules! gateway_log_error {
     ($($arg:tt)*) => {
-        $crate::logging::tracing::error!($($arg)*)
+        $crate::logging::tracing::error!("{}", format_args!($($arg)*))
     };
 }
 pub use crate::gateway_log_error as log_error;

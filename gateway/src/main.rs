@@ -200,7 +200,7 @@ impl fmt::Display for StartError {
             StartError::Listen { address, error } => {
                 write!(f, "cannot listen on {address}: {error}")
             }
-            StartError::Signal(error) => write!(f, "cannot listen for SIGTERM: {error}"),
+            StartError::Signal(error) => write!(f, "cannot listen for SIGTERM or SIGINT: {error}"),
         }
     }
 }
