@@ -2,13 +2,21 @@
 //! service), the reloader and the heartbeat share: its settings, the rules in force, the
 //! decision path (which keeps the metrics) and the upstream. The front ends translate
 //! requests into decisions; none of them owns this.
+//!
+//! It also says whether the gateway should be sent traffic (`/readyz`): the heartbeat
+//! finds out whether Redis answers with the module loaded, and a stopping gateway is not
+//! ready while it drains.
 
 use crate::config::ServerSettings;
 use crate::decider::Decider;
 use crate::metrics::Metrics;
 use crate::rules::RuleSet;
 use crate::upstream::Upstream;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
+
+/// Why `/readyz` has not answered 200 yet, until the first probe of Redis has.
+const NOT_PROBED: &str = "Redis not probed yet";
 
 pub struct Gateway {
     pub(crate) server: ServerSettings,
@@ -17,6 +25,10 @@ pub struct Gateway {
     /// Shared with the leases in flight, which give themselves back through it.
     pub(crate) decider: Arc<Decider>,
     pub(crate) upstream: Option<Upstream>,
+    /// `Err(why)` while Redis does not answer or lacks the module's commands.
+    redis_ready: RwLock<Result<(), Arc<str>>>,
+    /// Set on SIGTERM: not ready any more, whatever Redis says.
+    draining: AtomicBool,
 }
 
 impl Gateway {
@@ -39,7 +51,42 @@ impl Gateway {
             rules: RwLock::new(Arc::new(rules)),
             decider: Arc::new(decider),
             upstream,
+            redis_ready: RwLock::new(Err(NOT_PROBED.into())),
+            draining: AtomicBool::new(false),
         }
+    }
+
+    /// `Ok` when the gateway should be sent traffic, else why not (one line).
+    pub fn readiness(&self) -> Result<(), Arc<str>> {
+        if self.draining.load(Relaxed) {
+            return Err("shutting down: draining the requests in flight".into());
+        }
+        self.redis_ready
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// What the last probe of Redis found; whether that changed anything.
+    pub fn set_redis_ready(&self, ready: Result<(), String>) -> bool {
+        let ready = ready.map_err(Arc::<str>::from);
+        let mut slot = self.redis_ready.write().unwrap_or_else(|e| e.into_inner());
+        let changed = *slot != ready;
+        *slot = ready;
+        changed
+    }
+
+    /// From now on `/readyz` answers 503: the gateway is stopping.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Relaxed);
+    }
+
+    /// Whether a lease is still held or being given back. Leases and their renewal and
+    /// release tasks are the only holders of the decider besides this struct, so it is
+    /// exact and needs no count of its own; should anything else ever hold it, a stopping
+    /// gateway only waits longer (bounded by its caller) for it to let go.
+    pub fn leases_pending(&self) -> bool {
+        Arc::strong_count(&self.decider) > 1
     }
 
     /// The one decision path, which the other front ends (Envoy's gRPC service) share.

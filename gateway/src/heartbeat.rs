@@ -8,6 +8,12 @@
 //!   whether or not this gateway's breaker has closed yet.
 //! - **Policies.** It reads the definition of every policy a rule names (`RL.POLICY GET`),
 //!   so that a policy rule has a local limit too.
+//! - **Readiness.** It asks whether the module's commands exist (`COMMAND INFO RL.HIT`): a
+//!   Redis that answers without them (started without `--loadmodule`) makes every decision
+//!   fail, so the gateway reports not ready on `/readyz` and says how to fix it, once per
+//!   change. It asks at the first beat (at start), at every beat until the module is
+//!   there, and again after Redis was lost or restarted (another server may have no
+//!   module); not at every beat, since a loaded module that holds keys stays loaded.
 //! - **Redis's state, logged once per change.** Lost (with the reason), back (after how
 //!   long), and restarted: the server's `run_id` changed, so the counters it held are gone
 //!   unless it loaded them from RDB or AOF (or a replica took over with them).
@@ -16,7 +22,7 @@
 
 use crate::app::Gateway;
 use crate::decider::redis::Backend;
-use crate::logging::log;
+use crate::logging::{log, log_error, log_warn};
 use crate::rules::Limit;
 use redis::{RedisError, Value};
 use std::collections::BTreeSet;
@@ -64,12 +70,28 @@ impl std::error::Error for BeatError {
     }
 }
 
+/// What one beat found out.
+#[derive(Debug, Default)]
+struct Beat {
+    run_id: Option<String>,
+    /// Whether the server knows `RL.HIT`, if the beat asked.
+    module: Option<bool>,
+}
+
+/// Why `/readyz` answers 503 when the module is missing; what the log says besides.
+const NO_MODULE: &str = "the module is not loaded: RL.HIT unknown";
+
 /// What the heartbeat knew after its last beat.
 #[derive(Default)]
 struct Known {
     /// `Some(since)` while Redis does not answer.
     lost_since: Option<Instant>,
     run_id: Option<String>,
+    /// Whether the module was found, once a beat has asked.
+    module: Option<bool>,
+    /// Whether the module was found since Redis was last lost or restarted: then the
+    /// beats need not ask again.
+    module_settled: bool,
 }
 
 /// Starts beating in the background.
@@ -86,21 +108,27 @@ pub fn spawn(gateway: Arc<Gateway>, backend: Backend, key_prefix: String, every:
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let beat =
-                tokio::time::timeout(BEAT_TIMEOUT, beat(&gateway, &backend, &key, &id, every));
+            let probe = !known.module_settled;
+            let beat = beat(&gateway, &backend, (&key, &id), every, probe);
+            let beat = tokio::time::timeout(BEAT_TIMEOUT, beat);
             let result = match beat.await {
                 Ok(result) => result,
                 Err(_) => Err(BeatError::NoAnswer(BEAT_TIMEOUT)),
             };
-            known.update(result, backend.is_cluster());
+            let ready = known.update(result, backend.is_cluster());
+            gateway.set_redis_ready(ready);
         }
     });
 }
 
 impl Known {
-    fn update(&mut self, result: Result<Option<String>, BeatError>, cluster: bool) {
+    /// Takes in what a beat found, logs what changed, and says whether the gateway is
+    /// ready (or why not).
+    fn update(&mut self, result: Result<Beat, BeatError>, cluster: bool) -> Result<(), String> {
         match result {
             Err(reason) => {
+                let why = format!("Redis does not answer: {reason}");
+                self.module_settled = false;
                 if self.lost_since.is_none() {
                     self.lost_since = Some(Instant::now());
                     log!(
@@ -108,43 +136,79 @@ impl Known {
                          on_redis_failure says until it does"
                     );
                 }
+                Err(why)
             }
-            Ok(run_id) => {
-                if let Some(since) = self.lost_since.take() {
-                    log!(
-                        "Redis answers again, after about {} ms",
-                        since.elapsed().as_millis()
-                    );
+            Ok(beat) => {
+                self.answered(beat.run_id, cluster);
+                if let Some(module) = beat.module {
+                    self.module_found(module);
                 }
-                let restarted = match (&self.run_id, &run_id) {
-                    (Some(before), Some(now)) => before != now,
-                    _ => false,
-                };
-                if restarted && !cluster {
-                    log!(
-                        "warning: Redis restarted or another server took its place (run_id \
-                         {} -> {}): unless it loaded its data (RDB, AOF) or was a replica, \
-                         every budget started afresh",
-                        self.run_id.as_deref().unwrap_or(""),
-                        run_id.as_deref().unwrap_or("")
-                    );
-                }
-                if run_id.is_some() {
-                    self.run_id = run_id;
+                match self.module {
+                    Some(true) => Ok(()),
+                    Some(false) => Err(NO_MODULE.to_owned()),
+                    // Not asked yet: cannot be after an answered beat, which asks first.
+                    None => Err("the module not probed yet".to_owned()),
                 }
             }
         }
     }
+
+    /// Whether the module was found: logged when that changes (and at the first beat).
+    fn module_found(&mut self, module: bool) {
+        if self.module != Some(module) {
+            match module {
+                true => log!("the module's commands are there (RL.HIT known): ready"),
+                false => log_error!(
+                    "{NO_MODULE}; load libredis_ratelimit.so into the server \
+                     (redis-server --loadmodule /path/to/libredis_ratelimit.so, a \
+                     loadmodule line in its config file, or MODULE LOAD): until then \
+                     /readyz answers 503 and every rule decides as its on_redis_failure says"
+                ),
+            }
+            self.module = Some(module);
+        }
+        self.module_settled = module;
+    }
+
+    /// Redis answered a beat: logged if it had been lost, or if it restarted.
+    fn answered(&mut self, run_id: Option<String>, cluster: bool) {
+        if let Some(since) = self.lost_since.take() {
+            log!(
+                "Redis answers again, after about {} ms",
+                since.elapsed().as_millis()
+            );
+        }
+        let restarted = match (&self.run_id, &run_id) {
+            (Some(before), Some(now)) => before != now,
+            _ => false,
+        };
+        if restarted {
+            self.module_settled = false;
+        }
+        if restarted && !cluster {
+            log_warn!(
+                "Redis restarted or another server took its place (run_id {} -> {}): \
+                 unless it loaded its data (RDB, AOF) or was a replica, every budget \
+                 started afresh",
+                self.run_id.as_deref().unwrap_or(""),
+                run_id.as_deref().unwrap_or("")
+            );
+        }
+        if run_id.is_some() {
+            self.run_id = run_id;
+        }
+    }
 }
 
-/// One beat: this gateway's entry, the live count, the policies, and the server's run_id.
+/// One beat: whether the module is there (if `probe`), this gateway's entry (`id` in
+/// `key`), the live count, the policies, and the server's run_id.
 async fn beat(
     gateway: &Gateway,
     backend: &Backend,
-    key: &str,
-    id: &str,
+    (key, id): (&str, &str),
     every: Duration,
-) -> Result<Option<String>, BeatError> {
+    probe: bool,
+) -> Result<Beat, BeatError> {
     let call = |cmd: redis::Cmd| async move {
         backend
             .call_for_key(&cmd, key)
@@ -162,6 +226,10 @@ async fn beat(
         _ => None,
     }
     .ok_or(BeatError::NoTime)?;
+    let module = match probe {
+        true => Some(module_loaded(&call(command_info_hit()).await?)),
+        false => None,
+    };
     let stale_before = now_ms.saturating_sub(stale_after(every).as_millis() as u64);
     call(redis::cmd("ZADD").arg(key).arg(now_ms).arg(id).clone()).await?;
     call(
@@ -188,7 +256,27 @@ async fn beat(
     gateway.decider().write_back_local();
     read_policies(gateway, backend, key).await?;
     let info = call(redis::cmd("INFO").arg("server").clone()).await?;
-    Ok(run_id(&info))
+    Ok(Beat {
+        run_id: run_id(&info),
+        module,
+    })
+}
+
+/// `COMMAND INFO RL.HIT`: one entry, nil when the server does not know the command.
+fn command_info_hit() -> redis::Cmd {
+    let mut cmd = redis::cmd("COMMAND");
+    cmd.arg("INFO").arg("RL.HIT");
+    cmd
+}
+
+/// Whether a `COMMAND INFO RL.HIT` reply describes the command.
+fn module_loaded(reply: &Value) -> bool {
+    match reply {
+        Value::Array(entries) => entries
+            .first()
+            .is_some_and(|entry| !matches!(entry, Value::Nil)),
+        _ => false,
+    }
 }
 
 /// `RL.POLICY GET` for every policy the rules name.
@@ -267,12 +355,52 @@ mod tests {
 
     #[test]
     fn a_loss_and_a_restart_change_what_is_known() {
+        let beat = |run_id: &str| {
+            Ok(Beat {
+                run_id: Some(run_id.into()),
+                module: Some(true),
+            })
+        };
         let mut known = Known::default();
-        known.update(Ok(Some("a".into())), false);
-        known.update(Err(BeatError::NoTime), false);
+        assert_eq!(known.update(beat("a"), false), Ok(()));
+        let lost = known.update(Err(BeatError::NoTime), false);
+        assert_eq!(lost, Err("Redis does not answer: TIME gave no time".into()));
         assert!(known.lost_since.is_some());
-        known.update(Ok(Some("b".into())), false);
+        assert_eq!(known.update(beat("b"), false), Ok(()));
         assert!(known.lost_since.is_none());
         assert_eq!(known.run_id.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn without_the_module_the_gateway_is_not_ready() {
+        let mut known = Known::default();
+        let beat = |module| {
+            Ok(Beat {
+                run_id: Some("a".into()),
+                module,
+            })
+        };
+        assert_eq!(
+            known.update(beat(Some(false)), false),
+            Err(NO_MODULE.into())
+        );
+        assert_eq!(known.module, Some(false));
+        assert!(!known.module_settled, "asked again at the next beat");
+        assert_eq!(known.update(beat(Some(true)), false), Ok(()));
+        assert!(known.module_settled, "not asked at every beat");
+        assert_eq!(known.update(beat(None), false), Ok(()), "as last found");
+        let _ = known.update(Err(BeatError::NoTime), false);
+        assert!(!known.module_settled, "asked again once Redis is back");
+    }
+
+    #[test]
+    fn command_info_tells_a_known_command_from_an_unknown_one() {
+        let known = Value::Array(vec![Value::Array(vec![Value::BulkString(
+            b"rl.hit".to_vec(),
+        )])]);
+        assert!(module_loaded(&known));
+        assert!(!module_loaded(&Value::Array(vec![Value::Nil])));
+        assert!(!module_loaded(&Value::Array(vec![])));
+        assert!(!module_loaded(&Value::Nil));
     }
 }

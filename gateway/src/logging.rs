@@ -1,5 +1,11 @@
-//! One line per event on stderr, with the time: what an operator needs from a small
-//! service, without a logging framework.
+//! The gateway's log: one event per line on stderr, through `tracing`, with an RFC 3339
+//! time and a level, as plain text or as JSON (`--log-format`), filtered by `RL_LOG` (or
+//! `--log-level`) in `tracing-subscriber`'s `EnvFilter` syntax: `warn`,
+//! `info,rl_gateway::heartbeat=warn`... The default is `info`.
+//!
+//! Every file writes through [`log!`] (info), [`log_warn!`] and [`log_error!`], or
+//! [`log_throttled!`] (warn) for the lines that requests cause: so that the call sites do not
+//! depend on the logging crate, and the throttling stays in one place.
 //!
 //! Lines that one request can cause (an upstream that fails, a client whose body breaks off
 //! or stalls, an accept that fails) are rate-limited per [`Kind`]: at most one line per
@@ -7,37 +13,88 @@
 //! sending broken requests as fast as it can writes the gateway's log as fast as it can
 //! (800 lines a second from one address), filling disks and drowning the lines that
 //! matter. Lines about the gateway's own state (start, stop, reloads, the Redis
-//! connection) are few by nature and always written, with [`log!`].
+//! connection) are few by nature and always written.
 
 use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use tracing_subscriber::EnvFilter;
 
-/// Seconds since the epoch with milliseconds, for log lines.
-pub fn timestamp() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    format!("{}.{:03}", now.as_secs(), now.subsec_millis())
+/// The macros below reach `tracing` through this path, so that a crate calling them needs
+/// no `tracing` of its own.
+pub use tracing;
+
+/// The variable that holds the log filter.
+pub const FILTER_VARIABLE: &str = "RL_LOG";
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// <time> <LEVEL> <module>: <message>, for people.
+    #[default]
+    Text,
+    /// One JSON object a line (timestamp, level, target, message), for a log pipeline.
+    Json,
 }
 
-/// Writes one log line (`log!("...", args)`) to stderr with the time.
+/// Installs the log writer for the whole process: `filter` if given, else `RL_LOG`, else
+/// `info`. An invalid filter is refused (with why), rather than silently logging nothing.
+pub fn init(format: LogFormat, filter: Option<&str>) -> Result<(), String> {
+    let from_env = std::env::var(FILTER_VARIABLE).ok();
+    let (directives, source) = match (filter, from_env.as_deref()) {
+        (Some(filter), _) => (filter, "--log-level"),
+        (None, Some(filter)) if !filter.trim().is_empty() => (filter, FILTER_VARIABLE),
+        (None, _) => ("info", "the default"),
+    };
+    let filter =
+        EnvFilter::try_new(directives).map_err(|e| format!("{source} {directives:?}: {e}"))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let installed = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    installed.map_err(|e| format!("cannot install the log writer: {e}"))
+}
+
+/// Writes one line at level info (`log!("...", args)`). The arguments go through
+/// `format_args!` as they are: `name = value` is a named argument, as in `format!`, not a
+/// `tracing` field.
 #[macro_export]
 macro_rules! gateway_log {
     ($($arg:tt)*) => {
-        eprintln!("{} rl-gateway: {}", $crate::logging::timestamp(), format_args!($($arg)*))
+        $crate::logging::tracing::info!("{}", format_args!($($arg)*))
     };
 }
 pub use crate::gateway_log as log;
 
-/// Writes a line of `kind` (`log_throttled!(Kind::Upstream, "...", args)`) unless one of
-/// that kind was written less than [`LOG_EVERY`] ago; the line that is written ends with
-/// the number left out since the previous one.
+/// Writes one line at level warn: something is wrong that the gateway works around.
+#[macro_export]
+macro_rules! gateway_log_warn {
+    ($($arg:tt)*) => {
+        $crate::logging::tracing::warn!("{}", format_args!($($arg)*))
+    };
+}
+pub use crate::gateway_log_warn as log_warn;
+
+/// Writes one line at level error: something the gateway cannot do.
+#[macro_export]
+macro_rules! gateway_log_error {
+    ($($arg:tt)*) => {
+        $crate::logging::tracing::error!("{}", format_args!($($arg)*))
+    };
+}
+pub use crate::gateway_log_error as log_error;
+
+/// Writes a line of `kind` at level warn (`log_throttled!(Kind::Upstream, "...", args)`)
+/// unless one of that kind was written less than [`LOG_EVERY`] ago; the line that is
+/// written ends with the number left out since the previous one.
 #[macro_export]
 macro_rules! gateway_log_throttled {
     ($kind:expr, $($arg:tt)*) => {
         if let Some(left_out) = $crate::logging::admit($kind) {
-            $crate::gateway_log!(
+            $crate::logging::tracing::warn!(
                 "{}{}",
                 format_args!($($arg)*),
                 $crate::logging::LeftOut(left_out)

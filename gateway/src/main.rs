@@ -3,19 +3,23 @@
 //! Redis cannot answer in time the request goes through (fail-open) unless its rule says
 //! otherwise. See the README's gateway section and gateway/rules.example.toml.
 
+use clap::{ArgGroup, Parser};
 use rl_gateway::app::Gateway;
 use rl_gateway::decider::redis::Backend;
 use rl_gateway::front::envoy::{descriptors, grpc_listener, EnvoyService};
-use rl_gateway::logging::log;
-use rl_gateway::net::server;
+use rl_gateway::logging::{self, log, log_error, log_warn, LogFormat};
+use rl_gateway::net::server::{self, Shutdown};
 use rl_gateway::{config, decider, reload};
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::signal::unix;
+use tokio::signal::unix::{self, Signal, SignalKind};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 /// Every request allocates (hyper's heads, the Redis command and reply, the key, the
 /// RateLimit fields) and frees it again a moment later, on one thread: mimalloc's per-thread
@@ -24,31 +28,68 @@ use tokio::signal::unix;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// How long a starting gateway waits for Redis before it serves anyway (failing open).
-const STARTUP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+const STARTUP_WAIT: Duration = Duration::from_secs(1);
 
-const USAGE: &str =
-    "usage: rl-gateway --config <rules.toml>\n       rl-gateway --check-config <rules.toml>";
+/// How long a stopping gateway waits for the leases of the requests it drained to be given
+/// back: each release is one call under its own deadline (1 s at least), all sent at once.
+const LEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long the admin listener may take to finish its last answers (`/metrics` scraped as
+/// the gateway stops): they take no time of their own.
+const ADMIN_DRAIN: Duration = Duration::from_secs(1);
+
+/// The version `--version` prints: the package's and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("RL_GATEWAY_COMMIT"),
+    ")"
+);
+
+/// A rate limiter in front of an API, deciding with the redis-ratelimit module.
+///
+/// Serves with --config FILE, or checks a file with --check-config FILE. Log lines go to
+/// stderr; RL_LOG (or --log-level) filters them: warn, info,rl_gateway::heartbeat=warn...
+/// On SIGTERM or SIGINT the listeners close, the requests in flight have --drain-seconds to
+/// finish, their leases are given back, and it exits 0; a second signal stops it at once.
+#[derive(Parser, Debug)]
+#[command(name = "rl-gateway", version = VERSION, arg_required_else_help = true)]
+#[command(group(ArgGroup::new("mode").required(true).args(["config", "check_config"])))]
+struct Cli {
+    /// Serves with the rules and settings of FILE, reloaded when it changes.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Loads FILE (and its Envoy descriptor files) as a start would, says what it holds,
+    /// and exits: 0 when it is valid, 1 when not.
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<PathBuf>,
+    /// How log lines are written.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Which log lines are written, in RL_LOG's syntax; wins over RL_LOG [default: info].
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+    /// On SIGTERM or SIGINT, how long the requests in flight may take to finish before
+    /// they are cut.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    drain_seconds: u64,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["--config", path] => run(PathBuf::from(path)),
-        ["--check-config", path] => check_config(path),
-        _ => {
-            eprintln!("{USAGE}");
-            ExitCode::from(2)
-        }
+    // Usage errors exit 2, --help and --version 0 (clap's own codes).
+    let cli = Cli::parse();
+    match (&cli.config, &cli.check_config) {
+        (_, Some(path)) => check_config(path),
+        (Some(path), None) => run(path.clone(), &cli),
+        // The group above makes one of them required.
+        (None, None) => ExitCode::from(2),
     }
 }
 
 /// Loads the file and its Envoy descriptors as a start would, and says what they hold.
-fn check_config(path: &str) -> ExitCode {
-    let loaded = config::load(path.as_ref())
+fn check_config(file: &Path) -> ExitCode {
+    let path = file.display();
+    let loaded = config::load(file)
         .map_err(|e| e.to_string())
         .and_then(|config| {
             let domains = match &config.envoy {
@@ -79,11 +120,16 @@ fn check_config(path: &str) -> ExitCode {
     }
 }
 
-fn run(path: PathBuf) -> ExitCode {
+fn run(path: PathBuf, cli: &Cli) -> ExitCode {
+    if let Err(error) = logging::init(cli.log_format, cli.log_level.as_deref()) {
+        eprintln!("rl-gateway: {error}");
+        return ExitCode::from(2);
+    }
+    log!("rl-gateway {VERSION}");
     let config = match config::load(&path) {
         Ok(config) => config,
         Err(error) => {
-            eprintln!("rl-gateway: {}: {error}", path.display());
+            log_error!("{}: {error}", path.display());
             return ExitCode::FAILURE;
         }
     };
@@ -102,17 +148,33 @@ fn run(path: PathBuf) -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("rl-gateway: cannot start the runtime: {error}");
+            log_error!("cannot start the runtime: {error}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(path, config)) {
-        Ok(()) => ExitCode::SUCCESS,
+    let drain = Duration::from_secs(cli.drain_seconds);
+    let served = runtime.block_on(serve(path, config, drain));
+    // What is left (the heartbeat, the reloader, a file read) is dropped, not waited for.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    match served {
+        Ok(Stopped::Drained) => {
+            log!("stopped");
+            ExitCode::SUCCESS
+        }
+        Ok(Stopped::AtOnce) => ExitCode::FAILURE,
         Err(error) => {
-            log!("{error}");
+            log_error!("{error}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// How the gateway stopped.
+enum Stopped {
+    /// Requests drained and leases given back (or given up on after the drain time).
+    Drained,
+    /// A second signal came before that was done.
+    AtOnce,
 }
 
 /// Why the gateway could not start serving.
@@ -127,7 +189,7 @@ enum StartError {
         address: SocketAddr,
         error: std::io::Error,
     },
-    /// SIGTERM cannot be waited for.
+    /// SIGTERM or SIGINT cannot be waited for.
     Signal(std::io::Error),
 }
 
@@ -138,7 +200,7 @@ impl fmt::Display for StartError {
             StartError::Listen { address, error } => {
                 write!(f, "cannot listen on {address}: {error}")
             }
-            StartError::Signal(error) => write!(f, "cannot listen for SIGTERM: {error}"),
+            StartError::Signal(error) => write!(f, "cannot listen for SIGTERM or SIGINT: {error}"),
         }
     }
 }
@@ -151,9 +213,122 @@ async fn bind(address: SocketAddr) -> Result<TcpListener, StartError> {
         .map_err(|error| StartError::Listen { address, error })
 }
 
-/// Connects, binds every listener, starts the background tasks, and serves until SIGTERM
-/// or Ctrl-C.
-async fn serve(path: PathBuf, config: config::Config) -> Result<(), StartError> {
+/// SIGTERM (what a deploy or an orchestrator sends) and SIGINT (Ctrl-C).
+struct Signals {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self, StartError> {
+        Ok(Signals {
+            terminate: unix::signal(SignalKind::terminate()).map_err(StartError::Signal)?,
+            interrupt: unix::signal(SignalKind::interrupt()).map_err(StartError::Signal)?,
+        })
+    }
+
+    /// The next signal's name.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+        }
+    }
+}
+
+/// What a started gateway runs, and what stops it.
+struct Running {
+    gateway: Arc<Gateway>,
+    /// Stops the listeners that take requests (the main one and Envoy's).
+    stop_serving: watch::Sender<bool>,
+    /// Stops the admin listener, which answers until the end.
+    stop_admin: watch::Sender<bool>,
+    main: JoinHandle<()>,
+    admin: JoinHandle<()>,
+    envoy: Option<JoinHandle<()>>,
+}
+
+/// Starts, serves until SIGTERM or SIGINT, then stops gracefully (see [`stop`]), or at
+/// once on a second signal.
+async fn serve(
+    path: PathBuf,
+    config: config::Config,
+    drain: Duration,
+) -> Result<Stopped, StartError> {
+    // Listened for before anything starts: a signal during the start is not lost.
+    let mut signals = Signals::new()?;
+    let running = start(path, config, drain).await?;
+    let first = signals.next().await;
+    log!(
+        "{first}: stopping; the listeners close, requests in flight have {} s to finish \
+         (a second signal stops at once)",
+        drain.as_secs_f64()
+    );
+    tokio::select! {
+        () = stop(running, drain) => Ok(Stopped::Drained),
+        second = signals.next() => {
+            log_warn!("{second} again: stopping at once, requests in flight cut");
+            Ok(Stopped::AtOnce)
+        }
+    }
+}
+
+/// Stops gracefully: `/readyz` says so, the listeners close and drain for up to `drain`,
+/// the leases of the requests drained (or cut) are given back, and the admin listener
+/// closes last.
+async fn stop(running: Running, drain: Duration) {
+    let Running {
+        gateway,
+        stop_serving,
+        stop_admin,
+        main,
+        admin,
+        envoy,
+    } = running;
+    gateway.start_draining();
+    let _ = stop_serving.send(true);
+    let envoy_drained = async {
+        let Some(task) = envoy else { return };
+        let abort = task.abort_handle();
+        if tokio::time::timeout(drain, task).await.is_err() {
+            log_warn!("Envoy gRPC listener: the drain time is over, cutting its calls");
+            abort.abort();
+        }
+    };
+    let _ = tokio::join!(main, envoy_drained);
+    give_back_leases(&gateway).await;
+    let _ = stop_admin.send(true);
+    let _ = admin.await;
+}
+
+/// Waits for the leases still held or being given back, up to [`LEASE_WAIT`].
+async fn give_back_leases(gateway: &Gateway) {
+    if !gateway.leases_pending() {
+        log!("every lease given back");
+        return;
+    }
+    log!("giving back the leases still held");
+    let given_back = async {
+        // A poll: a release is a spawned task that reports to nobody in particular.
+        while gateway.leases_pending() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    match tokio::time::timeout(LEASE_WAIT, given_back).await {
+        Ok(()) => log!("every lease given back"),
+        Err(_) => log_warn!(
+            "leases not given back within {} s: they end by their lease_ttl",
+            LEASE_WAIT.as_secs()
+        ),
+    }
+}
+
+/// Connects, binds every listener and starts the background tasks.
+async fn start(
+    path: PathBuf,
+    config: config::Config,
+    drain: Duration,
+) -> Result<Running, StartError> {
     // The descriptors first: a file that does not load stops the start, as a bad TOML does.
     let domains = match &config.envoy {
         Some(envoy) => Some(
@@ -165,7 +340,7 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), StartError> 
     let backend =
         Backend::connect(&config.redis.target).map_err(|e| StartError::Redis(e.to_string()))?;
     if !backend.wait_ready(STARTUP_WAIT).await {
-        log!("Redis does not answer yet; decisions fail open until it does");
+        log_warn!("Redis does not answer yet; decisions fail open until it does");
     }
     let decider = decider::Decider::new(backend.clone(), &config.redis, config.deny_cache_capacity);
     let gateway = Arc::new(Gateway::new(
@@ -184,38 +359,58 @@ async fn serve(path: PathBuf, config: config::Config) -> Result<(), StartError> 
         config.server.admin_listen,
         path.display()
     );
-    tokio::spawn(server::serve(admin, gateway.clone(), server::admin_handler));
-    tokio::spawn(server::serve(
+    let (stop_serving, serving) = watch::channel(false);
+    let (stop_admin, admin_serving) = watch::channel(false);
+    let shutdown = |stop, drain, name| Shutdown { stop, drain, name };
+    let admin = tokio::spawn(server::serve(
+        admin,
+        gateway.clone(),
+        server::admin_handler,
+        shutdown(admin_serving, ADMIN_DRAIN, "admin"),
+    ));
+    let main = tokio::spawn(server::serve(
         listener,
         gateway.clone(),
         server::main_handler,
+        shutdown(serving.clone(), drain, "main"),
     ));
-    if let (Some(envoy), Some(domains)) = (&config.envoy, domains) {
-        serve_envoy(envoy, domains, &config, gateway.clone()).await?;
-    }
+    let envoy = match (&config.envoy, domains) {
+        (Some(envoy), Some(domains)) => {
+            Some(serve_envoy(envoy, domains, &config, gateway.clone(), serving).await?)
+        }
+        _ => None,
+    };
+    // Its first beat, at once, probes that the module is there (`/readyz`).
     rl_gateway::heartbeat::spawn(
         gateway.clone(),
         backend.clone(),
         config.redis.key_prefix.clone(),
         config.redis.heartbeat,
     );
-    reload::spawn(reload::RuleSource::new(path, config), backend, gateway);
-    let mut terminate = unix::signal(unix::SignalKind::terminate()).map_err(StartError::Signal)?;
-    tokio::select! {
-        _ = terminate.recv() => log!("SIGTERM: stopping"),
-        _ = tokio::signal::ctrl_c() => log!("interrupted: stopping"),
-    }
-    Ok(())
+    reload::spawn(
+        reload::RuleSource::new(path, config),
+        backend,
+        gateway.clone(),
+    );
+    Ok(Running {
+        gateway,
+        stop_serving,
+        stop_admin,
+        main,
+        admin,
+        envoy,
+    })
 }
 
 /// Binds the Envoy gRPC listener and serves `ShouldRateLimit` on it, its descriptor files
-/// reloaded when they change.
+/// reloaded when they change, until `stop` turns true.
 async fn serve_envoy(
     envoy: &config::EnvoySettings,
     domains: descriptors::Domains,
     config: &config::Config,
     gateway: Arc<Gateway>,
-) -> Result<(), StartError> {
+    mut stop: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, StartError> {
     let listener = bind(envoy.listen).await?;
     log!(
         "Envoy rate limit service (gRPC) on {}: {} domains from {}",
@@ -232,14 +427,19 @@ async fn serve_envoy(
     service.spawn_reloader(envoy.descriptors.clone(), config.server.reload_interval);
     let limits = envoy.limits;
     let incoming = grpc_listener::incoming(listener, limits);
-    tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
+        // tonic closes the listener and lets the calls in flight finish.
+        let stopped = async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+            log!("Envoy gRPC listener closed; draining its calls in flight");
+        };
         let served = grpc_listener::server_builder(limits)
             .add_service(service.server())
-            .serve_with_incoming(incoming)
+            .serve_with_incoming_shutdown(incoming, stopped)
             .await;
-        if let Err(error) = served {
-            log!("the Envoy gRPC listener stopped: {error}");
+        match served {
+            Ok(()) => log!("Envoy gRPC listener drained"),
+            Err(error) => log_error!("the Envoy gRPC listener stopped: {error}"),
         }
-    });
-    Ok(())
+    }))
 }

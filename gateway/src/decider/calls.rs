@@ -157,7 +157,7 @@ impl<T: Transport> Decider<T> {
         if failure == Failure::Error {
             self.answered();
         } else if self.breaker.failed(started, Instant::now()) == Transition::Opened {
-            log!(
+            crate::logging::log_warn!(
                 "circuit breaker open: Redis answered nothing for {} ms or more and calls \
                  kept failing ({}); for the next {} ms rules decide as their \
                  on_redis_failure says (local limits at 1/{} of each limit, open, or 503), \

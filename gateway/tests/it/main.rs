@@ -29,6 +29,7 @@ mod fail_open;
 mod headers;
 mod heads;
 mod ipv6;
+mod lifecycle;
 mod log_flood;
 mod methods;
 mod misconfig;
