@@ -380,7 +380,7 @@ fn readyz_is_503_without_the_module_and_200_once_it_is_loaded() {
             "{flavor:?}: once per change, not per beat"
         );
 
-        let module = redis_support::module_path().to_string_lossy().into_owned();
+        let module = testkit::module_path().to_string_lossy().into_owned();
         let _: () = redis::cmd("MODULE")
             .arg("LOAD")
             .arg(&module)
