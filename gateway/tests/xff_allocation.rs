@@ -4,7 +4,7 @@
 //! No server is involved: the walk is pure, measured by counting this test's allocations.
 
 use hyper::header::{HeaderMap, HeaderValue};
-use rl_gateway::rules::client_ip::client_ip;
+use rl_gateway::fuzzing::client_ip;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 

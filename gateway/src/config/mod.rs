@@ -12,9 +12,8 @@ mod rule_set;
 mod schema;
 mod settings;
 
-pub use error::ConfigError;
+pub(crate) use error::ConfigError;
 
-pub use crate::rules::one_of::SettingError;
 pub use settings::{CheckHeaders, Mode, RedisSettings, RedisTarget, ServerSettings};
 
 use crate::rules::pattern::PathPolicy;
@@ -144,7 +143,7 @@ pub fn parse_rules(text: &str, mode: Mode) -> Result<RuleSet, ConfigError> {
 }
 
 /// [`parse_rules`] for a gateway whose requests' paths are canonicalised under `paths`.
-pub fn parse_rules_with(
+pub(crate) fn parse_rules_with(
     text: &str,
     mode: Mode,
     paths: &PathPolicy,

@@ -22,22 +22,22 @@ pub struct ServerSettings {
     pub admin_listen: SocketAddr,
     pub mode: Mode,
     /// `scheme://authority` of the upstream, without a trailing slash (proxy mode).
-    pub upstream: Option<hyper::Uri>,
-    pub trusted_proxies: Vec<IpNet>,
+    pub(crate) upstream: Option<hyper::Uri>,
+    pub(crate) trusted_proxies: Vec<IpNet>,
     pub reload_interval: Duration,
-    pub check_deny_status: u16,
+    pub(crate) check_deny_status: u16,
     /// Which headers carry the request asked about in check mode.
-    pub check_headers: CheckHeaders,
+    pub(crate) check_headers: CheckHeaders,
     /// How long the upstream may take to start its answer before the gateway says 504.
-    pub upstream_timeout: Duration,
+    pub(crate) upstream_timeout: Duration,
     /// Threads serving requests; 0: one per CPU the process may use. See [`Self::threads`].
-    pub worker_threads: usize,
+    pub(crate) worker_threads: usize,
     /// `[connections]`.
     pub connections: crate::net::connection_limits::ConnectionLimits,
     /// `[client_ip]`: the network a `key = "ip"` rule counts a client by.
-    pub client_prefixes: crate::rules::client_ip::Prefixes,
+    pub(crate) client_prefixes: crate::rules::client_ip::Prefixes,
     /// `[requests]`: path canonicalisation and the head size cap.
-    pub requests: crate::rules::request_policy::RequestPolicy,
+    pub(crate) requests: crate::rules::request_policy::RequestPolicy,
 }
 
 impl ServerSettings {
@@ -54,12 +54,12 @@ impl ServerSettings {
         }
     }
 
-    pub fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
+    pub(crate) fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
         crate::rules::client_ip::is_trusted(ip, &self.trusted_proxies)
     }
 
     /// The network `ip` is counted by (`[client_ip]`): the address itself, or its prefix.
-    pub fn client_network(&self, ip: IpAddr) -> IpAddr {
+    pub(crate) fn client_network(&self, ip: IpAddr) -> IpAddr {
         self.client_prefixes.aggregate(ip)
     }
 }
@@ -76,7 +76,7 @@ pub enum CheckHeaders {
 
 impl CheckHeaders {
     /// The method header and the URI header.
-    pub fn names(self) -> [&'static str; 2] {
+    pub(crate) fn names(self) -> [&'static str; 2] {
         match self {
             CheckHeaders::Original => ["x-original-method", "x-original-uri"],
             CheckHeaders::Forwarded => ["x-forwarded-method", "x-forwarded-uri"],
@@ -93,20 +93,20 @@ pub enum RedisTarget {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisSettings {
     pub target: RedisTarget,
-    pub deadline: Duration,
+    pub(crate) deadline: Duration,
     pub key_prefix: String,
-    pub breaker_failures: u32,
-    pub breaker_open: Duration,
+    pub(crate) breaker_failures: u32,
+    pub(crate) breaker_open: Duration,
     /// The breaker opens only after Redis has answered nothing for this long.
-    pub breaker_silence: Duration,
+    pub(crate) breaker_silence: Duration,
     /// `[redis] gateways`: what local limits are divided by, instead of the live count.
-    pub gateways: Option<u64>,
+    pub(crate) gateways: Option<u64>,
     /// How often each gateway tells Redis it is alive and reads how many are.
     pub heartbeat: Duration,
     /// A Redis key holding rules (`[[rule]]`, `[default]`, `[headers]`) that, while it
     /// exists, replace the file's; read every `rules_refresh`.
-    pub rules_key: Option<String>,
-    pub rules_refresh: Duration,
+    pub(crate) rules_key: Option<String>,
+    pub(crate) rules_refresh: Duration,
 }
 
 pub(super) fn server_settings(section: ServerSection) -> Result<ServerSettings, String> {

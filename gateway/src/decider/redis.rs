@@ -130,7 +130,7 @@ impl Backend {
         }
     }
 
-    pub async fn call(&self, cmd: &Cmd) -> RedisResult<Value> {
+    pub(crate) async fn call(&self, cmd: &Cmd) -> RedisResult<Value> {
         match self {
             Backend::Single(manager) => cmd.query_async(&mut manager.clone()).await,
             Backend::Cluster(slot) => {
@@ -149,14 +149,14 @@ impl Backend {
 
 impl Backend {
     /// Whether this is Redis Cluster, where keys in different slots cannot be in one call.
-    pub fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Backend::Cluster(_))
     }
 
     /// `cmd`, sent in a cluster to the primary of `key`'s slot: for the commands whose
     /// first argument is not a key (`RL.MHIT numkeys key ...`), which the cluster client
     /// would otherwise route by that argument and reach the owner only after a `MOVED`.
-    pub async fn call_for_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
+    pub(crate) async fn call_for_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
         match self {
             Backend::Single(_) => self.call(cmd).await,
             Backend::Cluster(slot) => {
@@ -180,13 +180,13 @@ impl Backend {
 
 /// Whether two keys are in one Cluster slot (their hash tags, or whole names, hash to the
 /// same slot, by the cluster client's own function): only then can one `RL.MHIT` take both.
-pub fn same_slot(a: &str, b: &str) -> bool {
+pub(crate) fn same_slot(a: &str, b: &str) -> bool {
     Slot::for_key(a) == Slot::for_key(b)
 }
 
 /// The failure an error stands for. Replies saying the server cannot take writes now are
 /// `Unavailable`; other replies are `Error`; everything without a reply is `Connection`.
-pub fn classify(error: &RedisError) -> Failure {
+pub(crate) fn classify(error: &RedisError) -> Failure {
     const UNAVAILABLE: [&str; 8] = [
         "OOM",
         "LOADING",

@@ -29,7 +29,7 @@ pub(super) struct Node {
 /// One domain's descriptors.
 #[derive(Debug)]
 pub struct Domain {
-    pub name: String,
+    pub(crate) name: String,
     pub(super) root: Level,
 }
 
