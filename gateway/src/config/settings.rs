@@ -8,6 +8,7 @@ use ipnet::IpNet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+/// `[server] mode`: what the gateway does with a request it allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Forward allowed requests to the upstream.
@@ -16,14 +17,19 @@ pub enum Mode {
     Check,
 }
 
+/// `[server]`, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {
+    /// Where the HTTP listener for clients binds.
     pub listen: SocketAddr,
+    /// Where `/metrics` and the health checks are served.
     pub admin_listen: SocketAddr,
+    /// Proxy or check.
     pub mode: Mode,
     /// `scheme://authority` of the upstream, without a trailing slash (proxy mode).
     pub(crate) upstream: Option<hyper::Uri>,
     pub(crate) trusted_proxies: Vec<IpNet>,
+    /// How often the rules file is read again (from `reload_interval_ms`).
     pub reload_interval: Duration,
     pub(crate) check_deny_status: u16,
     /// Which headers carry the request asked about in check mode.
@@ -84,16 +90,22 @@ impl CheckHeaders {
     }
 }
 
+/// Which Redis the gateway talks to: `[redis] url` or `[redis] cluster`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisTarget {
+    /// One server, by URL (`redis://127.0.0.1:6379` when neither is set).
     Single(String),
+    /// A cluster, by the URLs of its seed nodes.
     Cluster(Vec<String>),
 }
 
+/// `[redis]`, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisSettings {
+    /// The server or cluster to connect to.
     pub target: RedisTarget,
     pub(crate) deadline: Duration,
+    /// Put before every key the gateway writes, so that tenants can share a Redis.
     pub key_prefix: String,
     pub(crate) breaker_failures: u32,
     pub(crate) breaker_open: Duration,

@@ -66,6 +66,8 @@ pub struct Decider<T: Transport = Backend> {
 }
 
 impl<T: Transport> Decider<T> {
+    /// A decider over `backend`, with its deadline and breaker from `redis` and a deny
+    /// cache of `deny_cache_capacity` keys.
     pub fn new(backend: T, redis: &RedisSettings, deny_cache_capacity: usize) -> Self {
         Decider {
             backend,

@@ -24,7 +24,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub enum ConnectError {
     /// The URL of a single server does not parse, or names what the client cannot use.
-    Url { url: String, source: RedisError },
+    Url {
+        /// The URL as configured.
+        url: String,
+        /// What the client said of it.
+        source: RedisError,
+    },
     /// The connection manager of a single server could not be made.
     Manager(RedisError),
     /// The cluster client could not be made from the URLs.
@@ -51,8 +56,10 @@ impl std::error::Error for ConnectError {
     }
 }
 
+/// The connection to Redis the service decides through; clones share it.
 #[derive(Clone)]
 pub enum Backend {
+    /// One server, reconnected by the manager when it drops.
     Single(ConnectionManager),
     /// Filled by a background task once the cluster first answers.
     Cluster(Arc<RwLock<Option<ClusterConnection>>>),

@@ -7,6 +7,7 @@ use crate::logging::log;
 use serde::Deserialize;
 use std::time::Duration;
 
+/// `[connections]`, checked: the caps every listener holds each connection to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// Connections served at once, per listener. One more is accepted, answered 503 and

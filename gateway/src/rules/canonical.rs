@@ -38,7 +38,9 @@ pub struct PathPolicy {
     pub normalize_path: bool,
     /// `//` is `/`.
     pub merge_slashes: bool,
+    /// What `%2F`, `%5C` and a raw `\` become.
     pub escaped_slashes: EscapedSlashes,
+    /// What `;` parameters in a segment become.
     pub path_parameters: PathParameters,
     /// ASCII letters lower-cased (for upstreams that route regardless of case).
     pub case_insensitive: bool,

@@ -72,6 +72,8 @@ impl PrefixSection {
     }
 }
 
+/// The client a request came from: `peer`, or when `peer` is in `trusted` the rightmost
+/// `X-Forwarded-For` hop that is not (the last trusted hop if every one is or one is junk).
 pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
     let peer = peer.to_canonical();
     if !is_trusted(peer, trusted) {

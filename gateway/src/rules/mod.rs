@@ -33,7 +33,9 @@ pub(crate) use limit::call_args;
 /// The rules of one version of the file, tried in order, then the default.
 #[derive(Debug, Clone)]
 pub struct RuleSet {
+    /// The `[[rule]]`s, in file order.
     pub rules: Vec<Arc<Rule>>,
+    /// `[default]`: for a request no rule matches.
     pub default: Option<Arc<Rule>>,
     /// Also send `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
     pub(crate) legacy_headers: bool,
@@ -108,6 +110,7 @@ pub(crate) const MAX_APPLYING: usize = 16;
 /// Whose budget a request spends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeySource {
+    /// The client's address (`key = "ip"`), or its network under `[client_ip]`.
     ClientIp,
     /// The header's value; the client IP when the request has none.
     Header(HeaderName),
@@ -128,27 +131,39 @@ pub struct Tier {
     pub(crate) period: Option<ratelimit_core::calendar::Period>,
 }
 
+/// How much a rule lets through, as the module will be asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Limit {
     /// `limits = []`: matched, never limited, no Redis call.
     Unlimited,
+    /// Tiers written in the rule, each checked by the module.
     Tiers {
+        /// Every tier; a request passes only if each has room.
         tiers: Vec<Tier>,
+        /// `ALGO`, when not the module's default.
         algorithm: Option<String>,
+        /// `BURST`, for the algorithms that take one (requests).
         burst: Option<u64>,
         /// `TZ` of the calendar windows.
         tz: Option<String>,
         /// `ANCHOR` of the month windows.
         anchor: Option<u64>,
+        /// What one request spends (`COST`, requests).
         cost: u64,
     },
     /// A policy stored in Redis (`RL.POLICY SET`).
-    Policy { name: String, cost: u64 },
+    Policy {
+        /// The policy's name in Redis.
+        name: String,
+        /// What one request spends (`COST`, requests).
+        cost: u64,
+    },
 }
 
 /// Which responses spend the budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Counting {
+    /// Every request counts, whatever its response.
     All,
     /// Only these statuses count: the hit is charged before forwarding and refunded when
     /// the response has another status.
@@ -222,6 +237,8 @@ impl OnFailure {
     }
 }
 
+/// One `[[rule]]` (or `[default]`, or an Envoy descriptor's limit), checked and ready to
+/// match requests and build keys.
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub(crate) name: String,
@@ -230,6 +247,7 @@ pub struct Rule {
     path: Option<PathPattern>,
     key: KeySource,
     per_endpoint: bool,
+    /// What it lets through.
     pub limit: Limit,
     pub(crate) count: Counting,
     pub(crate) shadow: bool,
@@ -263,6 +281,8 @@ impl Rule {
         std::time::Duration::from_millis(ms)
     }
 
+    /// A rule from its checked parts, not stacking, without concurrency, using the deny
+    /// cache; its module call words are made here, once.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: String,
@@ -359,9 +379,13 @@ fn budget_method(method: &str) -> &str {
 
 /// What a key may be made of, taken from one request.
 pub struct RequestFacts<'a> {
+    /// The HTTP method the rules' `methods` are compared with.
     pub method: &'a str,
+    /// The canonical path, without query.
     pub path: &'a str,
+    /// The request's headers, for a `key = "header:..."` rule.
     pub headers: &'a HeaderMap,
+    /// The client as [`client_ip::client_ip`] found it.
     pub client_ip: IpAddr,
 }
 

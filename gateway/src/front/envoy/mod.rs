@@ -55,9 +55,11 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 pub(crate) const MAX_DESCRIPTORS: usize = crate::rules::MAX_APPLYING;
 /// The most entries in one descriptor.
 pub const MAX_ENTRIES: usize = 16;
-/// The longest domain, entry key and entry value, in bytes.
+/// The longest domain, in bytes.
 pub(crate) const MAX_DOMAIN_BYTES: usize = 255;
+/// The longest entry key, in bytes.
 pub const MAX_ENTRY_KEY_BYTES: usize = 255;
+/// The longest entry value, in bytes.
 pub const MAX_ENTRY_VALUE_BYTES: usize = 1024;
 
 /// The service, sharing the HTTP front end's decider.
@@ -69,6 +71,8 @@ pub struct EnvoyService {
 }
 
 impl EnvoyService {
+    /// The service over `gateway`'s decider, answering for `domains`; `headers` adds the
+    /// RateLimit response headers.
     pub fn new(gateway: Arc<Gateway>, domains: Domains, key_prefix: String, headers: bool) -> Self {
         EnvoyService {
             gateway,

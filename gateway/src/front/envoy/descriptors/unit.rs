@@ -7,12 +7,19 @@ use ratelimit_core::calendar::Period;
 /// calendar windows (in UTC, or the descriptor's `tz`), never 30 or 365 days.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
+    /// `SECOND`: a 1 s window.
     Second,
+    /// `MINUTE`: a 60 s window.
     Minute,
+    /// `HOUR`: a 3,600 s window.
     Hour,
+    /// `DAY`: a 24 h window.
     Day,
+    /// `WEEK`: a 7-day window.
     Week,
+    /// `MONTH`: a calendar month.
     Month,
+    /// `YEAR`: a calendar year.
     Year,
 }
 
