@@ -12,7 +12,7 @@ mod rule_set;
 mod schema;
 mod settings;
 
-pub(crate) use error::ConfigError;
+pub use error::ConfigError;
 
 pub use settings::{CheckHeaders, Mode, RedisSettings, RedisTarget, ServerSettings};
 

@@ -25,7 +25,7 @@ mod names;
 mod schema;
 mod unit;
 
-pub(crate) use error::DescriptorError;
+pub use error::DescriptorError;
 pub(crate) use limit::DescriptorLimit;
 pub use load::{from_texts, load};
 #[cfg(test)]
