@@ -1,6 +1,7 @@
 //! rl-gateway as a library: everything but the binary's start-up, so that the fuzz targets
 //! and the benchmarks reach the same request parsing, rule matching and key building that
-//! the service runs. `src/main.rs` is the binary.
+//! the service runs. `src/main.rs` is the binary. Items are `pub(crate)` unless the binary
+//! needs them (the `pub` modules below) or the fuzz targets do ([`fuzzing`]).
 
 pub mod app;
 pub mod config;
