@@ -5,7 +5,7 @@ SHELL := /bin/bash
 # The tests find valkey-server here (scripts/setup.sh --valkey installs it into .venv).
 export VALKEY_SERVER = $(shell scripts/valkey-path.sh 2>/dev/null)
 
-.PHONY: help setup build run demo test lint unit integration docs clean
+.PHONY: help setup build run demo test lint unit integration docs clean dist deb package-test
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -42,19 +42,30 @@ unit: ## Unit and property tests of the pure core, the module, the gateway, and 
 
 integration: ## Integration tests against real Redis 7.0 and Valkey 8.1 servers (module and gateway)
 	cargo build --lib
-	cargo test --test '*' -- --test-threads=2
-	cargo test -p rl-gateway --test '*' -- --test-threads=2
+	cargo test --test it -- --test-threads=2
+	cargo test -p rl-gateway --test it -- --test-threads=2
 
 docs: ## Check every link and #anchor of the README and the book, then build the book (docs/book/)
 	python3 -m unittest discover -s scripts -p 'test_check_links.py'
 	python3 scripts/check_links.py
 	PATH="$$HOME/.cargo/bin:$$PATH" mdbook build docs
 
+dist: ## Release build, then dist/redis-ratelimit-<version>-x86_64-linux-gnu.tar.gz and dist/SHA256SUMS
+	scripts/dist.sh
+
+deb: ## Release build, then the Debian packages redis-ratelimit and rl-gateway in dist/ (dpkg-deb)
+	scripts/dist-deb.sh
+
+package-test: ## Build the archive and the packages, unpack and install them in a scratch folder, run the quick start from them
+	cargo build --lib
+	RL_MODULE=$${CARGO_TARGET_DIR:-target}/debug/libredis_ratelimit.so cargo test --test it dist:: -- --include-ignored --test-threads=1
+
 test: ## Set up, lint, then unit and integration tests on Redis and Valkey (the book's examples too), the fuzz corpus replay, and the book
 	$(MAKE) setup
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) integration
+	$(MAKE) package-test
 	$(MAKE) fuzz-replay
 	$(MAKE) docs
 
@@ -95,6 +106,25 @@ soak: ## A million mixed calls on Redis and Valkey with the release module: memo
 
 memcheck: ## Integration tests and a leak run with Redis 7.0 and Valkey 8.1 under Valgrind memcheck (slow)
 	scripts/memcheck.sh
+
+.PHONY: images demo-compose demo-compose-down
+# Compose v2 (the docker plugin) where installed, else the standalone docker-compose;
+# evaluated only by the targets that use it.
+COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo 'docker compose' || echo docker-compose)
+DEMO_PROJECT := redis-ratelimit-demo
+
+images: ## Build the release binaries, then the images redis-ratelimit, rl-gateway and rl-gateway-demo-upstream (the base from Debian's packages, once)
+	$(MAKE) build
+	docker/build.sh $(or $(CARGO_TARGET_DIR),target)/release
+
+demo-compose: ## Build the images, then start compose.yaml's demo: Redis with the module, the demo upstream, rl-gateway on localhost:8080 (admin :9090)
+	$(MAKE) images
+	$(COMPOSE) -p $(DEMO_PROJECT) -f compose.yaml up -d
+	@echo "demo-compose: try  curl -i localhost:8080/home  (200s, then 429);  curl -s localhost:9090/metrics"
+	@echo "demo-compose: stop with  make demo-compose-down"
+
+demo-compose-down: ## Stop and remove the compose demo's containers, networks and Redis volume
+	$(COMPOSE) -p $(DEMO_PROJECT) -f compose.yaml down --volumes --remove-orphans
 
 .PHONY: fuzz fuzz-replay
 fuzz: ## Run every cargo-fuzz target for FUZZ_SECONDS (default 60) each; installs cargo-fuzz

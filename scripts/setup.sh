@@ -29,6 +29,10 @@ if [ "$want_valkey" = yes ]; then
     [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
     # `ip netns`: the gateway's IPv6 test makes a network namespace of its own.
     command -v ip >/dev/null || [ -x /usr/sbin/ip ] || missing+=(iproute2)
+    # With Docker here, the containers test makes its base image with debootstrap.
+    if command -v docker >/dev/null; then
+        command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
+    fi
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then

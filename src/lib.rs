@@ -16,6 +16,7 @@ mod reply;
 pub mod server;
 mod store;
 mod strings;
+mod version;
 
 use command::{lease, limit, multi, reset, testing, throttle};
 use policy::command as policy_command;
@@ -196,7 +197,8 @@ fn install_panic_hook() {
 
 redis_module! {
     name: "ratelimit",
-    version: 1,
+    // Cargo's semantic version, packed for the server (see `version`).
+    version: version::MODULE_VERSION,
     allocator: (ModuleAlloc, ModuleAlloc),
     data_types: [],
     init: init,

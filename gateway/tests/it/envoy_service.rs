@@ -1,0 +1,601 @@
+//! rl-gateway as Envoy's rate limit service (`[envoy]`), asked over gRPC with envoy-types'
+//! tonic client, on a real Redis with the module: envoyproxy/ratelimit's README examples
+//! unchanged, descriptors all or nothing, `hits_addend` 0 and `is_negative_hits`, limit
+//! overrides, the RateLimit fields, shadow and quota mode, unknown domains and descriptors.
+
+use std::fs;
+use std::time::Duration;
+use testkit::gateway::envoy::*;
+use testkit::gateway::*;
+
+/// envoyproxy/ratelimit's README examples 2, 3, 5, 6 and 7, as written there, each in a
+/// file of its own in one directory.
+const EXAMPLE_2: &str = r#"
+domain: messaging
+descriptors:
+  # Only allow 5 marketing messages a day
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+
+  # Only allow 100 messages a day to any unique phone number
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+"#;
+
+const EXAMPLE_3: &str = r#"
+domain: edge_proxy_per_ip
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+
+  # Black list IP
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+"#;
+
+const EXAMPLE_5: &str = r#"
+domain: internal
+descriptors:
+  - key: ldap
+    rate_limit:
+      unlimited: true
+
+  - key: azure
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+"#;
+
+const EXAMPLE_6: &str = r#"
+domain: example6
+descriptors:
+  - key: service
+    descriptors:
+      - key: user
+        value: user-a
+        rate_limit:
+          requests_per_unit: 10
+          unit: second
+        shadow_mode: true
+      - key: user
+        value: user-b
+        rate_limit:
+          requests_per_unit: 20
+          unit: second
+"#;
+
+const EXAMPLE_7: &str = r#"
+domain: example7
+descriptors:
+  - key: key_1
+    value: value_1
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          name: specific_limit
+          requests_per_unit: 5
+          unit: second
+  - key: key_2
+    value: value_2
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          replaces:
+            - name: specific_limit
+          requests_per_unit: 10
+          unit: second
+"#;
+
+/// Ours: a user's daily budget and a per-path one of the same subject, a quota-mode
+/// descriptor, and per-descriptor failure answers.
+const OURS: &str = r#"
+domain: api
+subject: user
+descriptors:
+  - key: user
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+    descriptors:
+      - key: path
+        rate_limit:
+          unit: day
+          requests_per_unit: 2
+  - key: plan
+    quota_mode: true
+    rate_limit:
+      unit: day
+      requests_per_unit: 1
+  - key: wallet
+    rate_limit:
+      unit: day
+      requests_per_unit: 5
+      algorithm: sliding
+  - key: tenant
+    detailed_metric: true
+    rate_limit:
+      unit: day
+      requests_per_unit: 50
+"#;
+
+fn files() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("example2.yaml", EXAMPLE_2),
+        ("example3.yaml", EXAMPLE_3),
+        ("example5.yml", EXAMPLE_5),
+        ("example6.yaml", EXAMPLE_6),
+        ("example7.yaml", EXAMPLE_7),
+        ("ours.yaml", OURS),
+        ("notes.txt", "not a descriptor file: skipped"),
+    ]
+}
+
+#[test]
+fn the_readme_examples_work_unchanged() {
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let mut envoy = EnvoyGateway::on(&redis, &files());
+
+    // Example 2: nested descriptors, one counter per phone number.
+    let marketing = |n: &str| {
+        request(
+            "messaging",
+            vec![
+                desc(&[("message_type", "marketing"), ("to_number", n)]),
+                desc(&[("to_number", n)]),
+            ],
+        )
+    };
+    for i in 0..5 {
+        let answer = envoy.ask(marketing("2061111111"));
+        assert_eq!(overall(&answer), Code::Ok, "message {i}: {answer:?}");
+        assert_eq!(remaining(&answer, 0), 4 - i);
+        assert_eq!(remaining(&answer, 1), 99 - i);
+        let limit = answer.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!((limit.requests_per_unit, limit.unit), (5, 4), "5 a DAY");
+    }
+    let sixth = envoy.ask(marketing("2061111111"));
+    assert_eq!(overall(&sixth), Code::OverLimit, "{sixth:?}");
+    assert_eq!(code(&sixth, 0), Code::OverLimit);
+    assert_eq!(code(&sixth, 1), Code::Ok);
+    assert_eq!(
+        remaining(&sixth, 1),
+        95,
+        "all or nothing: the denied request counted in neither"
+    );
+    let other = envoy.ask(marketing("2062222222"));
+    assert_eq!(overall(&other), Code::Ok, "another number, another counter");
+    assert_eq!(remaining(&other, 0), 4);
+
+    // Example 3: the most specific match wins; requests_per_unit 0 blocks.
+    let ip = |address: &str| {
+        request(
+            "edge_proxy_per_ip",
+            vec![desc(&[("remote_address", address)])],
+        )
+    };
+    let blocked = envoy.ask(ip("50.0.0.5"));
+    assert_eq!(overall(&blocked), Code::OverLimit, "{blocked:?}");
+    // All or nothing: a blocked descriptor beside another leaves the other uncounted.
+    let pair = envoy.ask(request(
+        "edge_proxy_per_ip",
+        vec![
+            desc(&[("remote_address", "50.0.0.9")]),
+            desc(&[("remote_address", "50.0.0.5")]),
+        ],
+    ));
+    assert_eq!(overall(&pair), Code::OverLimit, "{pair:?}");
+    let fine = envoy.ask(ip("50.0.0.9"));
+    assert_eq!(
+        remaining(&fine, 0),
+        9,
+        "the first call counted nothing: {fine:?}"
+    );
+    let fine = envoy.ask(ip("50.0.0.1"));
+    assert_eq!(overall(&fine), Code::Ok);
+    assert_eq!(
+        fine.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        10
+    );
+
+    // Example 5: unlimited answers OK with LimitRemaining MaxUint32, without Redis.
+    let hits_before = redis.command_calls("RL.HIT").unwrap_or(0);
+    let ldap = envoy.ask(request("internal", vec![desc(&[("ldap", "x")])]));
+    assert_eq!(overall(&ldap), Code::Ok);
+    assert_eq!(remaining(&ldap, 0), u32::MAX);
+    assert_eq!(redis.command_calls("RL.HIT").unwrap_or(0), hits_before);
+
+    // Example 6: shadow mode never denies; user-b is limited.
+    let user = |u: &str| {
+        request(
+            "example6",
+            vec![desc(&[("service", "auth-service"), ("user", u)])],
+        )
+    };
+    for i in 0..15 {
+        let answer = envoy.ask(user("user-a"));
+        assert_eq!(overall(&answer), Code::Ok, "shadow, call {i}: {answer:?}");
+        assert_eq!(code(&answer, 0), Code::Ok);
+    }
+    let metrics = envoy.gateway.metrics();
+    assert!(
+        metrics.decisions("example6.service.user_user-a", "shadow_denied") >= 1.0,
+        "{}",
+        metrics.text
+    );
+
+    // Example 7: a limit that another matched limit replaces is not applied (nor counted).
+    let both = envoy.ask(request(
+        "example7",
+        vec![
+            desc(&[("key_1", "value_1"), ("user", "bkthomps")]),
+            desc(&[("key_2", "value_2"), ("user", "bkthomps")]),
+        ],
+    ));
+    assert_eq!(overall(&both), Code::Ok);
+    assert!(both.statuses[0].current_limit.is_none(), "{both:?}");
+    assert_eq!(
+        both.statuses[1]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        10
+    );
+    let alone = envoy.ask(request(
+        "example7",
+        vec![desc(&[("key_1", "value_1"), ("user", "bkthomps")])],
+    ));
+    assert_eq!(
+        remaining(&alone, 0),
+        4,
+        "the 5/s limit was not touched before"
+    );
+}
+
+#[test]
+fn descriptors_are_all_or_nothing_and_hits_addend_zero_counts_nothing() {
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let mut envoy = EnvoyGateway::on(&redis, &files());
+    let both = || {
+        request(
+            "api",
+            vec![
+                desc(&[("user", "u1")]),
+                desc(&[("user", "u1"), ("path", "/orders")]),
+            ],
+        )
+    };
+    let mhit_before = redis.command_calls("RL.MHIT").unwrap_or(0);
+    assert_eq!(overall(&envoy.ask(both())), Code::Ok);
+    assert_eq!(overall(&envoy.ask(both())), Code::Ok);
+    assert_eq!(
+        redis.command_calls("RL.MHIT").unwrap_or(0) - mhit_before,
+        2,
+        "one RL.MHIT per request"
+    );
+    let third = envoy.ask(both());
+    assert_eq!(overall(&third), Code::OverLimit);
+    assert_eq!(code(&third, 1), Code::OverLimit);
+    assert_eq!(code(&third, 0), Code::Ok);
+    // A look (hits_addend 0) says what is left and counts nothing.
+    let hits_before = redis.command_calls("RL.HIT").unwrap_or(0);
+    for _ in 0..3 {
+        let look = envoy.ask(request("api", vec![desc_hits(&[("user", "u1")], 0, false)]));
+        assert_eq!(overall(&look), Code::Ok);
+        assert_eq!(remaining(&look, 0), 98, "two counted, the denied one not");
+        let shown = header(&look, "ratelimit").unwrap();
+        assert!(shown.contains(";r=98;"), "the field says the same: {shown}");
+    }
+    assert_eq!(redis.command_calls("RL.HIT").unwrap_or(0), hits_before);
+    assert!(redis.command_calls("RL.PEEK").unwrap_or(0) >= 3);
+    // A look at a full budget says OVER_LIMIT, and then nothing of the request is charged.
+    let mixed = envoy.ask(request(
+        "api",
+        vec![
+            desc_hits(&[("user", "u1"), ("path", "/orders")], 0, false),
+            desc(&[("user", "u1")]),
+        ],
+    ));
+    assert_eq!(overall(&mixed), Code::OverLimit, "{mixed:?}");
+    let look = envoy.ask(request("api", vec![desc_hits(&[("user", "u1")], 0, false)]));
+    assert_eq!(
+        remaining(&look, 0),
+        98,
+        "the other descriptor was not charged"
+    );
+}
+
+#[test]
+fn negative_hits_refund_never_above_the_limit_and_hits_addend_counts_that_many() {
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let mut envoy = EnvoyGateway::on(&redis, &files());
+    let wallet = || [("wallet", "w1")];
+    let spent = envoy.ask(request("api", vec![desc_hits(&wallet(), 3, false)]));
+    assert_eq!(remaining(&spent, 0), 2);
+    let mut request_level = request("api", vec![desc(&wallet())]);
+    request_level.hits_addend = 2;
+    let spent = envoy.ask(request_level);
+    assert_eq!(remaining(&spent, 0), 0);
+    assert_eq!(
+        overall(&envoy.ask(request("api", vec![desc(&wallet())]))),
+        Code::OverLimit
+    );
+    let refund = envoy.ask(request("api", vec![desc_hits(&wallet(), 2, true)]));
+    assert_eq!(overall(&refund), Code::Ok);
+    assert_eq!(remaining(&refund, 0), 2, "{refund:?}");
+    assert!(redis.command_calls("RL.REFUND").unwrap_or(0) >= 1);
+    let after = envoy.ask(request("api", vec![desc(&wallet())]));
+    assert_eq!(overall(&after), Code::Ok, "the refund is spendable again");
+    assert_eq!(remaining(&after, 0), 1);
+    let too_much = envoy.ask(request("api", vec![desc_hits(&wallet(), 1000, true)]));
+    assert_eq!(remaining(&too_much, 0), 5, "never above the limit");
+    // u32::MAX hits can never pass: OVER_LIMIT, no Retry-After (no wait helps).
+    let huge = envoy.ask(request(
+        "api",
+        vec![desc_hits(&wallet(), u64::from(u32::MAX), false)],
+    ));
+    assert_eq!(overall(&huge), Code::OverLimit);
+    assert!(header(&huge, "retry-after").is_none(), "{huge:?}");
+    let look = envoy.ask(request("api", vec![desc_hits(&wallet(), 0, false)]));
+    assert_eq!(remaining(&look, 0), 5, "nothing was counted");
+}
+
+#[test]
+fn overrides_headers_quota_mode_and_what_no_rule_limits() {
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let mut envoy = EnvoyGateway::on(&redis, &files());
+    // A descriptor's own limit: 2 a minute beside the configured 5 a day (by default an
+    // override only tightens), counted in the descriptor's one key.
+    for i in 0..2 {
+        let answer = envoy.ask(request("api", vec![desc_limit(&[("wallet", "w9")], 2, 2)]));
+        assert_eq!(overall(&answer), Code::Ok, "call {i}");
+        let limit = answer.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!((limit.requests_per_unit, limit.unit), (2, 2));
+        let policy = header(&answer, "ratelimit-policy").unwrap();
+        assert!(policy.contains(";q=2;w=60"), "{policy}");
+        assert!(header(&answer, "ratelimit")
+            .unwrap()
+            .contains(&format!(";r={}", 1 - i)));
+        assert!(header(&answer, "retry-after").is_none());
+    }
+    let denied = envoy.ask(request("api", vec![desc_limit(&[("wallet", "w9")], 2, 2)]));
+    assert_eq!(overall(&denied), Code::OverLimit);
+    let retry: u64 = header(&denied, "retry-after").unwrap().parse().unwrap();
+    // The wallet's algorithm is the sliding window: a wait of up to two windows.
+    assert!((1..=120).contains(&retry), "{retry}");
+    let reset = denied.statuses[0].duration_until_reset.unwrap();
+    assert!(reset.seconds <= 120, "{reset:?}");
+    let own = envoy.ask(request("api", vec![desc(&[("wallet", "w9")])]));
+    assert_eq!(
+        overall(&own),
+        Code::Ok,
+        "the override's denial is not cached: {own:?}"
+    );
+    assert_eq!(
+        remaining(&own, 0),
+        2,
+        "the override spent the configured budget: 5 - 2 - 1"
+    );
+
+    // Quota mode: its own code says OVER_LIMIT, the answer stays OK.
+    let plan = || request("api", vec![desc(&[("plan", "free")])]);
+    assert_eq!(overall(&envoy.ask(plan())), Code::Ok);
+    let over = envoy.ask(plan());
+    assert_eq!(overall(&over), Code::Ok, "{over:?}");
+    assert_eq!(code(&over, 0), Code::OverLimit);
+
+    // What no rule limits is OK, and counted.
+    let unknown = envoy.ask(request("nowhere", vec![desc(&[("a", "b")])]));
+    assert_eq!(overall(&unknown), Code::Ok);
+    assert_eq!(unknown.statuses.len(), 1);
+    let unmatched = envoy.ask(request("api", vec![desc(&[("colour", "red")])]));
+    assert_eq!(overall(&unmatched), Code::Ok);
+    assert!(unmatched.statuses[0].current_limit.is_none());
+    let metrics = envoy.gateway.metrics();
+    assert_eq!(
+        metrics.counter("rl_gateway_envoy_total", &[("result", "unknown_domain")]),
+        1.0,
+        "{}",
+        metrics.text
+    );
+    assert_eq!(
+        metrics.counter("rl_gateway_envoy_total", &[("result", "no_match")]),
+        1.0
+    );
+}
+
+#[test]
+fn malformed_requests_get_invalid_argument_and_keys_stay_bounded() {
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let mut envoy = EnvoyGateway::on(&redis, &files());
+    let invalid = |envoy: &mut EnvoyGateway, request: RateLimitRequest, what: &str| match envoy
+        .call(request)
+    {
+        Err(status) => assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{what}: {status:?}"
+        ),
+        Ok(answer) => panic!("{what}: answered {answer:?}"),
+    };
+    invalid(
+        &mut envoy,
+        request("", vec![desc(&[("user", "u")])]),
+        "empty domain",
+    );
+    invalid(&mut envoy, request("api", vec![]), "no descriptors");
+    invalid(&mut envoy, request("api", vec![desc(&[])]), "no entries");
+    let many: Vec<_> = (0..17)
+        .map(|i| desc(&[("user", &format!("u{i}"))]))
+        .collect();
+    invalid(&mut envoy, request("api", many), "17 descriptors");
+    let entries: Vec<(String, String)> = (0..17).map(|i| (format!("k{i}"), "v".into())).collect();
+    let entries: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    invalid(
+        &mut envoy,
+        request("api", vec![desc(&entries)]),
+        "17 entries",
+    );
+    let long_key = "k".repeat(256);
+    invalid(
+        &mut envoy,
+        request("api", vec![desc(&[(&long_key, "v")])]),
+        "a 256-byte key",
+    );
+    let long_value = "v".repeat(1025);
+    invalid(
+        &mut envoy,
+        request("api", vec![desc(&[("user", &long_value)])]),
+        "a 1025-byte value",
+    );
+    invalid(
+        &mut envoy,
+        request(&"d".repeat(256), vec![desc(&[("user", "u")])]),
+        "a 256-byte domain",
+    );
+    invalid(
+        &mut envoy,
+        request(
+            "api",
+            vec![desc_hits(&[("user", "u")], u64::from(u32::MAX) + 1, false)],
+        ),
+        "hits_addend over u32::MAX",
+    );
+    invalid(
+        &mut envoy,
+        request("api", vec![desc_limit(&[("user", "u")], 5, 0)]),
+        "an override of unit UNKNOWN",
+    );
+    invalid(
+        &mut envoy,
+        request("api", vec![desc_limit(&[("user", "u")], 5, 8)]),
+        "an override of a unit Envoy does not define",
+    );
+    // Over the message bound: refused before it is decoded.
+    let giant = "g".repeat(70 * 1024);
+    let refused = envoy.call(request("api", vec![desc(&[("user", &giant)])]));
+    assert!(refused.is_err(), "a 70 KiB message is refused");
+    // The largest values allowed make keys of at most 256 bytes.
+    let value = "v{}:=%".repeat(171);
+    let value = &value[..1024];
+    let answer = envoy.ask(request(
+        "api",
+        vec![
+            desc(&[("user", value)]),
+            desc(&[("user", value), ("path", value)]),
+        ],
+    ));
+    assert_eq!(overall(&answer), Code::Ok);
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(!keys.is_empty());
+    for key in &keys {
+        assert!(
+            key.len() <= 256,
+            "{} bytes: {}",
+            key.len(),
+            String::from_utf8_lossy(key)
+        );
+    }
+    let metrics = envoy.gateway.metrics();
+    assert!(metrics.counter("rl_gateway_envoy_total", &[("result", "invalid_argument")]) >= 10.0);
+    // Still serving.
+    assert_eq!(
+        overall(&envoy.ask(request("api", vec![desc(&[("user", "fine")])]))),
+        Code::Ok
+    );
+}
+
+#[test]
+fn a_descriptor_file_that_does_not_load_stops_the_start_naming_file_and_place() {
+    let yaml = tempfile::tempdir().unwrap();
+    fs::write(
+        yaml.path().join("bad.yaml"),
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n",
+    )
+    .unwrap();
+    let toml = yaml.path().join("gateway.toml");
+    fs::write(
+        &toml,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:1\"\nmode = \"check\"\n[envoy]\nlisten = \"127.0.0.1:2\"\ndescriptors = \"{}\"\n",
+            yaml.path().display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(gateway_binary())
+        .arg("--check-config")
+        .arg(&toml)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(text.contains("bad.yaml"), "{text}");
+    assert!(text.contains("descriptors[0].rate_limit.unit"), "{text}");
+}
+
+#[test]
+fn descriptors_reload_when_a_file_changes_and_a_broken_one_is_refused() {
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let mut envoy = EnvoyGateway::on(&redis, &files());
+    // detailed_metric: the matched value is in the metric's rule label.
+    envoy.ask(request("api", vec![desc(&[("tenant", "acme")])]));
+    let metrics = envoy.gateway.metrics();
+    assert_eq!(
+        metrics.decisions("api.tenant_acme", "allowed"),
+        1.0,
+        "{}",
+        metrics.text
+    );
+    let limit_of = |envoy: &mut EnvoyGateway| {
+        let answer = envoy.ask(request("internal", vec![desc(&[("azure", "x")])]));
+        answer.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+    };
+    assert_eq!(limit_of(&mut envoy), Some(100));
+    envoy.write_descriptors("example5.yml", &EXAMPLE_5.replace("100", "7"));
+    wait_until(Duration::from_secs(30), "the new limit", || {
+        limit_of(&mut envoy) == Some(7)
+    });
+    envoy.write_descriptors(
+        "example5.yml",
+        "domain: internal\ndescriptors:\n  - nokey: 1\n",
+    );
+    wait_until(Duration::from_secs(30), "the refusal", || {
+        envoy
+            .gateway
+            .log()
+            .contains("Envoy descriptors not reloaded")
+    });
+    assert!(
+        envoy.gateway.log().contains("example5.yml"),
+        "{}",
+        envoy.gateway.log()
+    );
+    assert_eq!(limit_of(&mut envoy), Some(7), "the old descriptors stay");
+}

@@ -1,0 +1,39 @@
+//! The module's integration tests, one binary: real Redis 7.0 and Valkey 8.1 servers with
+//! the module loaded (the harness is the `testkit` crate). One file per behaviour.
+
+mod algorithms;
+mod bad_input;
+mod calendar;
+mod cluster;
+mod command_flags;
+mod command_reference;
+mod commands;
+mod configs;
+mod dist;
+mod doc_examples;
+mod leases;
+mod leases_integrity;
+mod leases_scripts_and_replicas;
+mod log_layout;
+mod lost_expiry;
+mod make_run_policies;
+mod metrics;
+mod panic_guard;
+mod peek_reset_refund;
+mod persistence;
+mod policy_bad_input;
+mod policy_persistence;
+mod policy_replication;
+mod policy_rules;
+mod policy_shadow;
+mod propagation;
+mod python_example;
+mod random_traffic;
+mod replication;
+mod save_panic;
+mod several_keys;
+mod several_keys_acl_and_getkeys;
+mod smoke;
+mod throttle;
+mod unheard_writes;
+mod write_pause;
