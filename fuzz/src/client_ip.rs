@@ -8,7 +8,7 @@
 
 use hyper::header::{HeaderMap, HeaderValue};
 use ipnet::IpNet;
-use rl_gateway::rules::client_ip::{client_ip, is_trusted};
+use rl_gateway::fuzzing::{client_ip, is_trusted};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 const PEERS: [&str; 6] = [

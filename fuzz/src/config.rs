@@ -8,8 +8,7 @@ use hyper::header::HeaderMap;
 use ratelimit_core::args::{parse_limits, parse_policy_call, Settings};
 use ratelimit_core::duration::LARGEST_WINDOW_MS;
 use ratelimit_core::limiter::AlgorithmKind;
-use rl_gateway::config::{parse, parse_rules, Mode};
-use rl_gateway::rules::{Limit, RequestFacts, Rule, RuleSet};
+use rl_gateway::fuzzing::{parse, parse_rules, Limit, Mode, RequestFacts, Rule, RuleSet};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// The module's configs at their most lenient: what no `CONFIG SET` can widen.

@@ -8,9 +8,10 @@
 //! hash, so that no value can move a key to another slot; and equal inputs, equal keys.
 
 use arbitrary::{Result, Unstructured};
-use rl_gateway::front::envoy::descriptors::{self, Unit};
-use rl_gateway::front::envoy::{MAX_ENTRIES, MAX_ENTRY_KEY_BYTES, MAX_ENTRY_VALUE_BYTES};
-use rl_gateway::rules::{MAX_KEY_BYTES, MAX_KEY_PREFIX_BYTES};
+use rl_gateway::fuzzing::{
+    descriptors, Unit, MAX_ENTRIES, MAX_ENTRY_KEY_BYTES, MAX_ENTRY_VALUE_BYTES, MAX_KEY_BYTES,
+    MAX_KEY_PREFIX_BYTES,
+};
 use std::sync::OnceLock;
 
 const FILE: &str = r#"

@@ -8,7 +8,7 @@
 
 use arbitrary::{Result, Unstructured};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
-use rl_gateway::rules::{
+use rl_gateway::fuzzing::{
     Counting, KeySource, Limit, OnFailure, RedisFailure, RequestFacts, Rule, MAX_KEY_BYTES,
     MAX_KEY_PREFIX_BYTES, MAX_RULE_NAME_BYTES,
 };

@@ -9,8 +9,7 @@
 //! every canonical path, and a canonical path without empty segments taken as a literal
 //! pattern matches itself.
 
-use rl_gateway::rules::canonical::{canonicalize, EscapedSlashes, PathParameters, PathPolicy};
-use rl_gateway::rules::pattern::PathPattern;
+use rl_gateway::fuzzing::{canonicalize, EscapedSlashes, PathParameters, PathPattern, PathPolicy};
 
 fn policy(choice: u8) -> PathPolicy {
     PathPolicy {

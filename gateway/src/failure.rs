@@ -5,7 +5,7 @@
 
 /// Why Redis could not decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// No answer within the deadline.
     Timeout,
     /// No connection (refused, dropped, not yet made).
@@ -20,7 +20,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    pub const ALL: [Failure; 5] = [
+    pub(crate) const ALL: [Failure; 5] = [
         Failure::Timeout,
         Failure::Connection,
         Failure::Unavailable,
@@ -28,7 +28,7 @@ impl Failure {
         Failure::Breaker,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Failure::Timeout => "timeout",
             Failure::Connection => "connection",

@@ -22,7 +22,7 @@ fn seconds_up(ms: u64) -> u64 {
 }
 
 /// `Retry-After` in whole seconds, rounded up, at least 1 (0 would invite a retry storm).
-pub fn retry_after_seconds(ms: u64) -> u64 {
+pub(crate) fn retry_after_seconds(ms: u64) -> u64 {
     seconds_up(ms).max(1)
 }
 
@@ -36,16 +36,11 @@ fn tier_name(out: &mut String, rule: &Rule, index: usize, count: usize) {
     out.push('"');
 }
 
-/// Adds the rate-limit fields for `verdict` of `rule`; with `denied`, also `Retry-After`.
-pub fn add(headers: &mut HeaderMap, rule: &Rule, verdict: &Verdict, legacy: bool, denied: bool) {
-    add_all(headers, &[(rule, verdict)], 0, legacy, denied);
-}
-
 /// Adds the rate-limit fields for every limit of `shown` (each rule with its verdict, in
 /// rule order), `binding` the index of the one that decides: on a denial its items come
 /// first in both fields, so that the 429 names it, and `Retry-After` is its wait; the
 /// legacy trio describes its binding tier.
-pub fn add_all(
+pub(crate) fn add_all(
     headers: &mut HeaderMap,
     shown: &[(&Rule, &Verdict)],
     binding: usize,
@@ -97,7 +92,7 @@ pub fn add_all(
 
 /// Adds `Retry-After` alone for a denial `verdict` (a lease's: no RateLimit fields), none
 /// when retrying never helps.
-pub fn add_retry_after(headers: &mut HeaderMap, verdict: &Verdict) {
+pub(crate) fn add_retry_after(headers: &mut HeaderMap, verdict: &Verdict) {
     let wait = verdict.binding().retry_after_ms;
     if wait != NEVER {
         headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_seconds(wait)));
@@ -141,6 +136,11 @@ mod tests {
     use super::*;
     use crate::config::parse;
     use crate::verdict::TierState;
+
+    /// The fields for `verdict` of `rule` alone; with `denied`, also `Retry-After`.
+    fn add(headers: &mut HeaderMap, rule: &Rule, verdict: &Verdict, legacy: bool, denied: bool) {
+        add_all(headers, &[(rule, verdict)], 0, legacy, denied);
+    }
 
     fn rule(limits: &str) -> Rule {
         let text = format!(

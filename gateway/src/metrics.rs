@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// What happened to one request that a rule applied to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Allowed,
     Denied,
     /// Answered from the local cache of denied keys, without Redis.
@@ -52,7 +52,7 @@ impl Outcome {
 
 /// What became of one lease (`concurrency` rules).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseEvent {
+pub(crate) enum LeaseEvent {
     Acquired,
     /// No free slot, or a tier of the rule denied: 429.
     Denied,
@@ -97,7 +97,7 @@ impl LeaseEvent {
 
 /// Why a lease was given back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReleaseCause {
+pub(crate) enum ReleaseCause {
     /// The response body was sent to its end.
     End,
     /// The upstream failed (502, 504) or its body broke off.
@@ -171,7 +171,7 @@ pub struct Metrics {
 /// What became of one `ShouldRateLimit` call, or of one of its descriptors that no
 /// rule limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EnvoyResult {
+pub(crate) enum EnvoyResult {
     Ok,
     OverLimit,
     /// Answered gRPC UNAVAILABLE: Redis could not decide and the descriptor says so.
@@ -211,21 +211,21 @@ impl EnvoyResult {
 }
 
 impl Metrics {
-    pub fn decision(&self, rule: &str, outcome: Outcome) {
+    pub(crate) fn decision(&self, rule: &str, outcome: Outcome) {
         bump(&self.decisions, rule, |counts| {
             counts[outcome as usize] += 1
         });
     }
 
-    pub fn fail_open(&self, failure: Failure) {
+    pub(crate) fn fail_open(&self, failure: Failure) {
         self.fail_open[failure as usize].fetch_add(1, Relaxed);
     }
 
-    pub fn refund(&self, rule: &str) {
+    pub(crate) fn refund(&self, rule: &str) {
         bump(&self.refunds, rule, |count| *count += 1);
     }
 
-    pub fn redis_latency(&self, took: Duration) {
+    pub(crate) fn redis_latency(&self, took: Duration) {
         let seconds = took.as_secs_f64();
         let bucket = LATENCY_BUCKETS
             .iter()
@@ -237,7 +237,7 @@ impl Metrics {
         self.latency_count.fetch_add(1, Relaxed);
     }
 
-    pub fn reload(&self, ok: bool) {
+    pub(crate) fn reload(&self, ok: bool) {
         let counter = if ok {
             &self.reloads_ok
         } else {
@@ -246,26 +246,26 @@ impl Metrics {
         counter.fetch_add(1, Relaxed);
     }
 
-    pub fn module_error(&self, rule: &str) {
+    pub(crate) fn module_error(&self, rule: &str) {
         bump(&self.module_errors, rule, |count| *count += 1);
     }
 
-    pub fn lease_acquired(&self, rule: &str) {
+    pub(crate) fn lease_acquired(&self, rule: &str) {
         self.leases_held.fetch_add(1, Relaxed);
         self.lease_event(rule, LeaseEvent::Acquired);
     }
 
-    pub fn lease_denied(&self, rule: &str) {
+    pub(crate) fn lease_denied(&self, rule: &str) {
         self.lease_event(rule, LeaseEvent::Denied);
     }
 
     /// A release started, for `cause`.
-    pub fn lease_releasing(&self, cause: ReleaseCause) {
+    pub(crate) fn lease_releasing(&self, cause: ReleaseCause) {
         self.release_causes[cause as usize].fetch_add(1, Relaxed);
     }
 
     /// A release done: given back (`released`) or given up on; either way no longer held.
-    pub fn lease_released(&self, rule: &str, released: bool) {
+    pub(crate) fn lease_released(&self, rule: &str, released: bool) {
         // Never below zero, even if a count were ever off by one.
         let _ = self
             .leases_held
@@ -279,15 +279,15 @@ impl Metrics {
 
     /// A lease Redis took after the gateway stopped waiting was found and given back; it
     /// was never counted as held.
-    pub fn lease_reclaimed(&self, rule: &str) {
+    pub(crate) fn lease_reclaimed(&self, rule: &str) {
         self.lease_event(rule, LeaseEvent::Reclaimed);
     }
 
-    pub fn lease_renewed(&self, rule: &str) {
+    pub(crate) fn lease_renewed(&self, rule: &str) {
         self.lease_event(rule, LeaseEvent::Renewed);
     }
 
-    pub fn lease_lost(&self, rule: &str) {
+    pub(crate) fn lease_lost(&self, rule: &str) {
         self.lease_event(rule, LeaseEvent::Lost);
     }
 
@@ -295,28 +295,28 @@ impl Metrics {
         bump(&self.leases, rule, |counts| counts[event as usize] += 1);
     }
 
-    pub fn envoy(&self, result: EnvoyResult) {
+    pub(crate) fn envoy(&self, result: EnvoyResult) {
         self.envoy[result as usize].fetch_add(1, Relaxed);
     }
 
-    pub fn connection_refused(&self) {
+    pub(crate) fn connection_refused(&self) {
         self.connections_refused.fetch_add(1, Relaxed);
     }
 
-    pub fn upstream_error(&self) {
+    pub(crate) fn upstream_error(&self) {
         self.upstream_errors.fetch_add(1, Relaxed);
     }
 
-    pub fn body_timeout(&self) {
+    pub(crate) fn body_timeout(&self) {
         self.body_timeouts.fetch_add(1, Relaxed);
     }
 
-    pub fn broken_body(&self) {
+    pub(crate) fn broken_body(&self) {
         self.broken_bodies.fetch_add(1, Relaxed);
     }
 
     /// The Prometheus text exposition of every metric.
-    pub fn render(&self, breaker_open: bool) -> String {
+    pub(crate) fn render(&self, breaker_open: bool) -> String {
         let mut out = String::with_capacity(4096);
         self.render_decisions(&mut out);
         self.render_leases(&mut out);

@@ -10,13 +10,13 @@ use ratelimit_core::lease::MAX_LEASES;
 
 /// A call the module would refuse: which command, its words and the module's reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
+pub(crate) struct Refused {
     /// `RL.HIT` or `RL.ACQUIRE`.
-    pub command: &'static str,
+    pub(crate) command: &'static str,
     /// The words after the key, joined by spaces.
-    pub words: String,
+    pub(crate) words: String,
     /// The module's error reply without its `ERR ` prefix.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 impl std::fmt::Display for Refused {
@@ -33,7 +33,7 @@ impl std::error::Error for Refused {}
 
 /// Whether the module, with its default settings, takes `args` (the words after the key).
 /// The error names the words and gives the module's reason without its `ERR ` prefix.
-pub fn check_call(args: &[String]) -> Result<(), Refused> {
+pub(crate) fn check_call(args: &[String]) -> Result<(), Refused> {
     let words = || args.iter().map(|word| word.as_bytes());
     let refused: Option<ArgError> = match parse_policy_call(words()) {
         Some(call) => call.err(),
@@ -51,7 +51,7 @@ pub fn check_call(args: &[String]) -> Result<(), Refused> {
 
 /// Whether the module, with its default settings (`ratelimit.max-leases` 10,000), takes
 /// `args` after the key of `RL.ACQUIRE`; the error as [`check_call`]'s.
-pub fn check_acquire(args: &[String]) -> Result<(), Refused> {
+pub(crate) fn check_acquire(args: &[String]) -> Result<(), Refused> {
     let words: Vec<&[u8]> = args.iter().map(|word| word.as_bytes()).collect();
     match parse_acquire(&words, &Settings::default(), MAX_LEASES) {
         Ok(_) => Ok(()),
@@ -67,7 +67,7 @@ pub fn check_acquire(args: &[String]) -> Result<(), Refused> {
 }
 
 /// The module's error reply for `error`, without the `ERR ` that only a reply needs.
-pub fn reason(error: &ArgError) -> String {
+pub(crate) fn reason(error: &ArgError) -> String {
     let message = error.message();
     message.strip_prefix("ERR ").unwrap_or(&message).to_owned()
 }

@@ -30,7 +30,7 @@ use tokio::time::{Instant, Sleep};
 
 /// Why a request body ended early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// The client took longer than the timeout to send it.
     TimedOut,
     /// It broke off: bad framing, or the client went away.
@@ -43,10 +43,10 @@ const BROKEN: u8 = 2;
 
 /// What became of a body, readable after hyper's client has taken it away.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome(Arc<AtomicU8>);
+pub(crate) struct Outcome(Arc<AtomicU8>);
 
 impl Outcome {
-    pub fn fault(&self) -> Option<Fault> {
+    pub(crate) fn fault(&self) -> Option<Fault> {
         match self.0.load(Ordering::Acquire) {
             TIMED_OUT => Some(Fault::TimedOut),
             BROKEN => Some(Fault::Broken),
@@ -63,7 +63,7 @@ impl Outcome {
 
 /// The error a [`TimedBody`] ends in.
 #[derive(Debug)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     TimedOut(Duration),
     Broken(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -91,7 +91,7 @@ impl std::error::Error for BodyError {
 }
 
 /// A request body that ends in an error once the gateway has waited `limit` for it.
-pub struct TimedBody<B> {
+pub(crate) struct TimedBody<B> {
     body: B,
     limit: Duration,
     /// What is left of `limit`, as of the end of the last wait.
@@ -105,7 +105,7 @@ pub struct TimedBody<B> {
 }
 
 impl<B> TimedBody<B> {
-    pub fn new(body: B, limit: Duration) -> (Self, Outcome) {
+    pub(crate) fn new(body: B, limit: Duration) -> (Self, Outcome) {
         let outcome = Outcome::default();
         let timed = TimedBody {
             body,

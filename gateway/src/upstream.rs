@@ -12,7 +12,7 @@ use hyper_util::rt::TokioExecutor;
 use std::net::IpAddr;
 use std::time::Duration;
 
-pub struct Upstream {
+pub(crate) struct Upstream {
     client: Client<HttpConnector, TimedBody<Incoming>>,
     base: Uri,
     /// How long the upstream may take to start its answer.
@@ -21,7 +21,7 @@ pub struct Upstream {
     body_timeout: Duration,
 }
 
-pub enum UpstreamError {
+pub(crate) enum UpstreamError {
     /// No answer within the timeout (504).
     Timeout,
     /// Refused, reset, or not HTTP (502).
@@ -50,7 +50,7 @@ const HOP_BY_HOP: [&str; 9] = [
 ];
 
 impl Upstream {
-    pub fn new(base: Uri, timeout: Duration, body_timeout: Duration) -> Self {
+    pub(crate) fn new(base: Uri, timeout: Duration, body_timeout: Duration) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
@@ -66,7 +66,7 @@ impl Upstream {
 
     /// Sends `request`, received from `peer`, to the upstream, with the fail-open header
     /// `mark_name` set to `mark` when the decision failed open, and removed otherwise.
-    pub async fn forward(
+    pub(crate) async fn forward(
         &self,
         mut request: Request<Incoming>,
         peer: IpAddr,
@@ -129,7 +129,7 @@ fn body_error(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Whether the request asks to switch protocols (`Connection: upgrade`).
-pub fn wants_upgrade(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
     headers
         .get_all(hyper::header::CONNECTION)
         .iter()
@@ -138,7 +138,7 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
         .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
 }
 
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // The common case, a message without any: one look at each name instead of a lookup
     // (a hash) for each of the nine.
     if !headers.keys().any(is_hop_by_hop) {

@@ -7,26 +7,26 @@ use smallvec::SmallVec;
 
 /// One tier's state after a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TierState {
-    pub allowed: bool,
-    pub limit: u64,
-    pub remaining: u64,
-    pub reset_after_ms: u64,
-    pub retry_after_ms: u64,
+pub(crate) struct TierState {
+    pub(crate) allowed: bool,
+    pub(crate) limit: u64,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after_ms: u64,
+    pub(crate) retry_after_ms: u64,
 }
 
 /// The whole answer: the binding tier (the one the reply leads with) and every tier.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     binding: TierState,
     /// Every tier in rule order; just the binding one for a single tier.
     tiers: SmallVec<[TierState; 2]>,
     /// A shadow policy would have denied (the RESP3 `shadow_denied` field).
-    pub shadow_denied: bool,
+    pub(crate) shadow_denied: bool,
 }
 
 impl Verdict {
-    pub fn single(tier: TierState) -> Self {
+    pub(crate) fn single(tier: TierState) -> Self {
         Verdict {
             binding: tier,
             tiers: SmallVec::from_slice(&[tier]),
@@ -35,7 +35,7 @@ impl Verdict {
     }
 
     /// A verdict of several tiers, `binding` leading.
-    pub fn with_tiers(binding: TierState, tiers: SmallVec<[TierState; 2]>) -> Self {
+    pub(crate) fn with_tiers(binding: TierState, tiers: SmallVec<[TierState; 2]>) -> Self {
         Verdict {
             binding,
             tiers,
@@ -43,19 +43,19 @@ impl Verdict {
         }
     }
 
-    pub fn allowed(&self) -> bool {
+    pub(crate) fn allowed(&self) -> bool {
         self.binding.allowed
     }
 
     /// The reply's top-level answer: the binding tier's limit and remaining, the longest
     /// retry_after_ms, and the latest reset over all tiers (when everything is whole again).
-    pub fn binding(&self) -> &TierState {
+    pub(crate) fn binding(&self) -> &TierState {
         &self.binding
     }
 
     /// The binding tier itself, with its own reset: the tier the top-level limit and
     /// remaining come from.
-    pub fn binding_tier(&self) -> &TierState {
+    pub(crate) fn binding_tier(&self) -> &TierState {
         let b = &self.binding;
         self.tiers
             .iter()
@@ -63,13 +63,13 @@ impl Verdict {
             .unwrap_or(b)
     }
 
-    pub fn tiers(&self) -> &[TierState] {
+    pub(crate) fn tiers(&self) -> &[TierState] {
         &self.tiers
     }
 
     /// What a look (`RL.PEEK` with `COST units`) that allowed says is left now: each
     /// allowing tier's remaining plus the units the look did not take.
-    pub fn before_look(&self, units: u64) -> Verdict {
+    pub(crate) fn before_look(&self, units: u64) -> Verdict {
         let back = |t: &TierState| TierState {
             remaining: if t.allowed {
                 t.remaining.saturating_add(units).min(t.limit)
@@ -86,7 +86,7 @@ impl Verdict {
     }
 
     /// The same verdict `ms` later: every wait shorter by that much.
-    pub fn aged(&self, ms: u64) -> Verdict {
+    pub(crate) fn aged(&self, ms: u64) -> Verdict {
         let age = |t: &TierState| TierState {
             reset_after_ms: t.reset_after_ms.saturating_sub(ms),
             retry_after_ms: t.retry_after_ms.saturating_sub(ms),
@@ -100,7 +100,7 @@ impl Verdict {
     }
 
     /// Reads a reply of RL.HIT; `None` when it is not one.
-    pub fn from_reply(value: &Value) -> Option<Verdict> {
+    pub(crate) fn from_reply(value: &Value) -> Option<Verdict> {
         match value {
             Value::Array(items) => {
                 let tier = tier_from_array(items)?;
@@ -135,17 +135,17 @@ impl Verdict {
 /// RESP3 a map `allowed`, `binding`, `keys`, each key's reply read as [`Verdict`] reads
 /// RL.HIT's.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MultiVerdict {
-    pub allowed: bool,
+pub(crate) struct MultiVerdict {
+    pub(crate) allowed: bool,
     /// The index of the binding key, in key order.
-    pub binding: usize,
-    pub keys: Vec<Verdict>,
+    pub(crate) binding: usize,
+    pub(crate) keys: Vec<Verdict>,
 }
 
 impl MultiVerdict {
     /// Reads a reply for `count` keys; `None` when it is not one (the wrong number of keys,
     /// a binding index outside them).
-    pub fn from_reply(value: &Value, count: usize) -> Option<MultiVerdict> {
+    pub(crate) fn from_reply(value: &Value, count: usize) -> Option<MultiVerdict> {
         let (allowed, binding, keys) = match value {
             Value::Array(items) => match items.as_slice() {
                 [allowed, binding, Value::Array(keys)] => (allowed, binding, keys),
@@ -197,22 +197,22 @@ impl MultiVerdict {
 /// What `RL.ACQUIRE` answered: RESP2 `[acquired, max, free, id, ttl_ms, retry_after_ms]`,
 /// RESP3 a map of the same names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseVerdict {
+pub(crate) struct LeaseVerdict {
     /// The lease's id when one was taken (`id` is null otherwise).
-    pub id: Option<String>,
-    pub max: u64,
+    pub(crate) id: Option<String>,
+    pub(crate) max: u64,
     /// Slots left after this call.
-    pub free: u64,
-    pub ttl_ms: u64,
+    pub(crate) free: u64,
+    pub(crate) ttl_ms: u64,
     /// 0 when taken; else the wait until a slot frees or the tiers allow, [`NEVER`] when
     /// the cost is above a tier's limit.
-    pub retry_after_ms: u64,
+    pub(crate) retry_after_ms: u64,
 }
 
 impl LeaseVerdict {
     /// Reads a reply of RL.ACQUIRE; `None` when it is not one (a taken lease without an
     /// id, or an id with none taken).
-    pub fn from_reply(value: &Value) -> Option<LeaseVerdict> {
+    pub(crate) fn from_reply(value: &Value) -> Option<LeaseVerdict> {
         let fields: [Option<&Value>; 6] = match value {
             Value::Array(items) => match items.as_slice() {
                 [a, b, c, d, e, f] => [Some(a), Some(b), Some(c), Some(d), Some(e), Some(f)],
@@ -261,7 +261,7 @@ impl LeaseVerdict {
 
     /// The same answer as a one-tier decision (limit `max`, remaining `free`), for the
     /// code that reports decisions; `reset_after_ms` is the lease's length.
-    pub fn as_verdict(&self) -> Verdict {
+    pub(crate) fn as_verdict(&self) -> Verdict {
         Verdict::single(TierState {
             allowed: self.id.is_some(),
             limit: self.max,
@@ -289,7 +289,7 @@ fn retry_after(value: &Value) -> Option<u64> {
 }
 
 /// A wait that never ends.
-pub const NEVER: u64 = u64::MAX;
+pub(crate) const NEVER: u64 = u64::MAX;
 
 fn tier_from_array(items: &[Value]) -> Option<TierState> {
     let [allowed, limit, remaining, reset, retry] = items else {

@@ -10,7 +10,9 @@ use std::path::PathBuf;
 pub enum ConfigError {
     /// The file cannot be read.
     Read {
+        /// The path as given.
         path: PathBuf,
+        /// What the system said.
         error: std::io::Error,
     },
     /// Not TOML, or a section or field the gateway does not know.

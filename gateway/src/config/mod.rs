@@ -14,7 +14,6 @@ mod settings;
 
 pub use error::ConfigError;
 
-pub use crate::rules::one_of::SettingError;
 pub use settings::{CheckHeaders, Mode, RedisSettings, RedisTarget, ServerSettings};
 
 use crate::rules::pattern::PathPolicy;
@@ -27,9 +26,13 @@ use std::path::Path;
 /// Everything the file sets. `rules` may change on reload; the rest needs a restart.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `[server]`: listeners, mode, upstream, trusted proxies.
     pub server: ServerSettings,
+    /// `[redis]`: where the module runs and how long to wait for it.
     pub redis: RedisSettings,
+    /// `[deny_cache] capacity`: keys remembered as denied, at most (entries, not bytes).
     pub deny_cache_capacity: usize,
+    /// The `[[rule]]`s and `[default]`, checked.
     pub rules: RuleSet,
     /// `[envoy]`, when the gRPC service is on.
     pub envoy: Option<EnvoySettings>,
@@ -38,12 +41,14 @@ pub struct Config {
 /// `[envoy]`, checked; the descriptors are loaded from `descriptors` at start.
 #[derive(Debug, Clone)]
 pub struct EnvoySettings {
+    /// Where the gRPC listener binds.
     pub listen: std::net::SocketAddr,
     /// As written; [`load`] makes a relative path relative to the TOML file's directory.
     pub descriptors: std::path::PathBuf,
     /// Add the RateLimit fields (and Retry-After on OVER_LIMIT) to
     /// `response_headers_to_add`.
     pub response_headers: bool,
+    /// The gRPC listener's caps on connections and streams.
     pub limits: crate::front::envoy::grpc_listener::GrpcLimits,
 }
 
@@ -144,7 +149,7 @@ pub fn parse_rules(text: &str, mode: Mode) -> Result<RuleSet, ConfigError> {
 }
 
 /// [`parse_rules`] for a gateway whose requests' paths are canonicalised under `paths`.
-pub fn parse_rules_with(
+pub(crate) fn parse_rules_with(
     text: &str,
     mode: Mode,
     paths: &PathPolicy,

@@ -8,6 +8,7 @@ use ipnet::IpNet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+/// `[server] mode`: what the gateway does with a request it allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Forward allowed requests to the upstream.
@@ -16,28 +17,33 @@ pub enum Mode {
     Check,
 }
 
+/// `[server]`, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {
+    /// Where the HTTP listener for clients binds.
     pub listen: SocketAddr,
+    /// Where `/metrics` and the health checks are served.
     pub admin_listen: SocketAddr,
+    /// Proxy or check.
     pub mode: Mode,
     /// `scheme://authority` of the upstream, without a trailing slash (proxy mode).
-    pub upstream: Option<hyper::Uri>,
-    pub trusted_proxies: Vec<IpNet>,
+    pub(crate) upstream: Option<hyper::Uri>,
+    pub(crate) trusted_proxies: Vec<IpNet>,
+    /// How often the rules file is read again (from `reload_interval_ms`).
     pub reload_interval: Duration,
-    pub check_deny_status: u16,
+    pub(crate) check_deny_status: u16,
     /// Which headers carry the request asked about in check mode.
-    pub check_headers: CheckHeaders,
+    pub(crate) check_headers: CheckHeaders,
     /// How long the upstream may take to start its answer before the gateway says 504.
-    pub upstream_timeout: Duration,
+    pub(crate) upstream_timeout: Duration,
     /// Threads serving requests; 0: one per CPU the process may use. See [`Self::threads`].
-    pub worker_threads: usize,
+    pub(crate) worker_threads: usize,
     /// `[connections]`.
     pub connections: crate::net::connection_limits::ConnectionLimits,
     /// `[client_ip]`: the network a `key = "ip"` rule counts a client by.
-    pub client_prefixes: crate::rules::client_ip::Prefixes,
+    pub(crate) client_prefixes: crate::rules::client_ip::Prefixes,
     /// `[requests]`: path canonicalisation and the head size cap.
-    pub requests: crate::rules::request_policy::RequestPolicy,
+    pub(crate) requests: crate::rules::request_policy::RequestPolicy,
 }
 
 impl ServerSettings {
@@ -54,12 +60,12 @@ impl ServerSettings {
         }
     }
 
-    pub fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
+    pub(crate) fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
         crate::rules::client_ip::is_trusted(ip, &self.trusted_proxies)
     }
 
     /// The network `ip` is counted by (`[client_ip]`): the address itself, or its prefix.
-    pub fn client_network(&self, ip: IpAddr) -> IpAddr {
+    pub(crate) fn client_network(&self, ip: IpAddr) -> IpAddr {
         self.client_prefixes.aggregate(ip)
     }
 }
@@ -76,7 +82,7 @@ pub enum CheckHeaders {
 
 impl CheckHeaders {
     /// The method header and the URI header.
-    pub fn names(self) -> [&'static str; 2] {
+    pub(crate) fn names(self) -> [&'static str; 2] {
         match self {
             CheckHeaders::Original => ["x-original-method", "x-original-uri"],
             CheckHeaders::Forwarded => ["x-forwarded-method", "x-forwarded-uri"],
@@ -84,29 +90,35 @@ impl CheckHeaders {
     }
 }
 
+/// Which Redis the gateway talks to: `[redis] url` or `[redis] cluster`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisTarget {
+    /// One server, by URL (`redis://127.0.0.1:6379` when neither is set).
     Single(String),
+    /// A cluster, by the URLs of its seed nodes.
     Cluster(Vec<String>),
 }
 
+/// `[redis]`, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisSettings {
+    /// The server or cluster to connect to.
     pub target: RedisTarget,
-    pub deadline: Duration,
+    pub(crate) deadline: Duration,
+    /// Put before every key the gateway writes, so that tenants can share a Redis.
     pub key_prefix: String,
-    pub breaker_failures: u32,
-    pub breaker_open: Duration,
+    pub(crate) breaker_failures: u32,
+    pub(crate) breaker_open: Duration,
     /// The breaker opens only after Redis has answered nothing for this long.
-    pub breaker_silence: Duration,
+    pub(crate) breaker_silence: Duration,
     /// `[redis] gateways`: what local limits are divided by, instead of the live count.
-    pub gateways: Option<u64>,
+    pub(crate) gateways: Option<u64>,
     /// How often each gateway tells Redis it is alive and reads how many are.
     pub heartbeat: Duration,
     /// A Redis key holding rules (`[[rule]]`, `[default]`, `[headers]`) that, while it
     /// exists, replace the file's; read every `rules_refresh`.
-    pub rules_key: Option<String>,
-    pub rules_refresh: Duration,
+    pub(crate) rules_key: Option<String>,
+    pub(crate) rules_refresh: Duration,
 }
 
 pub(super) fn server_settings(section: ServerSection) -> Result<ServerSettings, String> {

@@ -17,7 +17,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub struct Breaker {
+pub(crate) struct Breaker {
     failures_to_open: u32,
     open_for: Duration,
     silence: Duration,
@@ -41,7 +41,7 @@ struct State {
 
 /// What a report changed, for the caller to log once per change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transition {
+pub(crate) enum Transition {
     None,
     /// It was closed and is open now.
     Opened,
@@ -50,7 +50,7 @@ pub enum Transition {
 }
 
 impl Breaker {
-    pub fn new(failures_to_open: u32, open_for: Duration, silence: Duration) -> Self {
+    pub(crate) fn new(failures_to_open: u32, open_for: Duration, silence: Duration) -> Self {
         Breaker {
             failures_to_open: failures_to_open.max(1),
             open_for,
@@ -65,7 +65,7 @@ impl Breaker {
 
     /// Whether a call may go to Redis now. When the open period is over, the first caller
     /// is the probe; the others keep failing fast until the probe reports.
-    pub fn allows(&self, now: Instant) -> bool {
+    pub(crate) fn allows(&self, now: Instant) -> bool {
         let mut state = self.state();
         let Some(until) = state.open_until else {
             return true;
@@ -81,7 +81,7 @@ impl Breaker {
     }
 
     /// Redis answered at `now`.
-    pub fn succeeded(&self, now: Instant) -> Transition {
+    pub(crate) fn succeeded(&self, now: Instant) -> Transition {
         let mut state = self.state();
         state.last_answer = Some(now);
         state.failures_in_a_row = 0;
@@ -95,7 +95,7 @@ impl Breaker {
 
     /// A call sent at `started` got no answer (by `now`): a timeout, a connection error,
     /// or a reply saying the server cannot take it now.
-    pub fn failed(&self, started: Instant, now: Instant) -> Transition {
+    pub(crate) fn failed(&self, started: Instant, now: Instant) -> Transition {
         let mut state = self.state();
         if state.probe_since.is_some() {
             // The probe failed, or a call of before the opening: open for another period.
@@ -125,12 +125,12 @@ impl Breaker {
 
     /// Whether Redis answered any call since `started`: then a call sent at `started` and
     /// still unanswered waits in the gateway's own queues, or is one slow command.
-    pub fn answered_since(&self, started: Instant) -> bool {
+    pub(crate) fn answered_since(&self, started: Instant) -> bool {
         self.state().last_answer.is_some_and(|at| at >= started)
     }
 
     /// Open or half-open (waiting for a probe's answer): not closed.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.state().open_until.is_some()
     }
 }

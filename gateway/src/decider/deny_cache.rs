@@ -8,7 +8,7 @@ use std::num::NonZeroUsize;
 use std::sync::Mutex;
 use std::time::Instant;
 
-pub struct DenyCache {
+pub(crate) struct DenyCache {
     entries: Option<Mutex<LruCache<String, Entry>>>,
 }
 
@@ -20,13 +20,13 @@ struct Entry {
 
 impl DenyCache {
     /// A cache of at most `capacity` keys; 0 turns it off.
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         DenyCache {
             entries: NonZeroUsize::new(capacity).map(|c| Mutex::new(LruCache::new(c))),
         }
     }
 
-    pub fn remember(&self, key: &str, verdict: &Verdict, now: Instant) {
+    pub(crate) fn remember(&self, key: &str, verdict: &Verdict, now: Instant) {
         let Some(entries) = &self.entries else { return };
         let wait = verdict.binding().retry_after_ms;
         if wait == 0 {
@@ -49,14 +49,14 @@ impl DenyCache {
     }
 
     /// Forgets the denial of `key`: units were given back to it.
-    pub fn forget(&self, key: &str) {
+    pub(crate) fn forget(&self, key: &str) {
         if let Some(entries) = &self.entries {
             entries.lock().unwrap_or_else(|e| e.into_inner()).pop(key);
         }
     }
 
     /// Forgets every denial: they were made under rules that may have just changed.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         if let Some(entries) = &self.entries {
             entries.lock().unwrap_or_else(|e| e.into_inner()).clear();
         }
@@ -64,7 +64,7 @@ impl DenyCache {
 
     /// The denial of `key` as it stands at `now` (its waits shortened by the time passed),
     /// if it is still in force.
-    pub fn check(&self, key: &str, now: Instant) -> Option<Verdict> {
+    pub(crate) fn check(&self, key: &str, now: Instant) -> Option<Verdict> {
         let entries = self.entries.as_ref()?;
         let mut entries = entries.lock().unwrap_or_else(|e| e.into_inner());
         let entry = entries.get(key)?;

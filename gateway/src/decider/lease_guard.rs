@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 /// digits (which the module stores as the 16 bytes they spell, as its own ids). Unique on
 /// a key across gateways and restarts as long as two processes never draw the same 64
 /// bits; an id is no secret, since only the gateway speaks to Redis.
-pub fn new_lease_id() -> String {
+pub(crate) fn new_lease_id() -> String {
     static PROCESS: OnceLock<u64> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
     // std's RandomState is keyed from the operating system's random source.
@@ -48,7 +48,7 @@ pub fn new_lease_id() -> String {
 }
 
 /// A lease asked for, then held, for one request; `T` is how the decider reaches Redis.
-pub struct LeaseGuard<T: Transport = Backend> {
+pub(crate) struct LeaseGuard<T: Transport = Backend> {
     decider: Arc<Decider<T>>,
     rule: Arc<Rule>,
     key: String,
@@ -99,7 +99,7 @@ async fn keep_renewed<T: Transport>(
 
 impl<T: Transport> LeaseGuard<T> {
     /// A guard for the lease about to be asked for under [`LeaseGuard::id`].
-    pub fn asking(decider: Arc<Decider<T>>, rule: Arc<Rule>, key: String) -> Self {
+    pub(crate) fn asking(decider: Arc<Decider<T>>, rule: Arc<Rule>, key: String) -> Self {
         LeaseGuard {
             decider,
             rule,
@@ -111,13 +111,13 @@ impl<T: Transport> LeaseGuard<T> {
     }
 
     /// The id `RL.ACQUIRE` is to take the lease under.
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         self.id.as_deref().unwrap_or_default()
     }
 
     /// What the call answered: the guard if the lease is held. An unanswered call's lease
     /// is given back at once, in case Redis took (or will take) it.
-    pub fn answered(mut self, answer: LeaseAnswer) -> Option<Self> {
+    pub(crate) fn answered(mut self, answer: LeaseAnswer) -> Option<Self> {
         match answer {
             LeaseAnswer::Taken => {
                 self.taken = true;
@@ -158,7 +158,7 @@ impl<T: Transport> LeaseGuard<T> {
 
     /// Starts giving the lease back, for `cause`; later calls (and the drop) do nothing.
     /// What it returns is told when Redis has answered (or the release was given up on).
-    pub fn release(&mut self, cause: ReleaseCause) -> Option<oneshot::Receiver<()>> {
+    pub(crate) fn release(&mut self, cause: ReleaseCause) -> Option<oneshot::Receiver<()>> {
         // No renewal after this: one already sent runs before the release (same
         // connection), and one that comes after it finds the lease gone and changes nothing.
         drop(self.renewing.take());
@@ -221,7 +221,7 @@ pub struct Leased<B: Body, T: Transport = Backend> {
 }
 
 impl<B: Body, T: Transport> Leased<B, T> {
-    pub fn new(body: B, lease: Option<LeaseGuard<T>>) -> Self {
+    pub(crate) fn new(body: B, lease: Option<LeaseGuard<T>>) -> Self {
         let wait = lease
             .as_ref()
             .map_or(std::time::Duration::ZERO, |l| l.decider.deadline());

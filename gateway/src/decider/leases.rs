@@ -84,7 +84,7 @@ impl<T: Transport> Decider<T> {
     /// whole lease_ttl after Redis is back, locking clients out, and it costs nothing on
     /// the request path. Releases cannot pile up: each is one per lease, and no lease is
     /// taken while the breaker is open.
-    pub async fn release(&self, rule: &Rule, key: &str, id: &str) -> Released {
+    pub(crate) async fn release(&self, rule: &Rule, key: &str, id: &str) -> Released {
         // Off the request path (the response is already sent), so it can wait longer than
         // a decision may: a release given up on holds the slot for the whole lease_ttl.
         let deadline = tokio::time::Instant::now() + self.deadline.max(MIN_RELEASE_DEADLINE);
@@ -108,7 +108,13 @@ impl<T: Transport> Decider<T> {
     /// Renews the lease `id` of `rule` on `key` for `ttl_ms` from now (`RL.RENEW`), like a
     /// release whatever the breaker says: `Some(true)` if it is still held, `Some(false)`
     /// if it is gone, `None` when Redis did not answer in time.
-    pub async fn renew(&self, rule: &Rule, key: &str, id: &str, ttl_ms: u64) -> Option<bool> {
+    pub(crate) async fn renew(
+        &self,
+        rule: &Rule,
+        key: &str,
+        id: &str,
+        ttl_ms: u64,
+    ) -> Option<bool> {
         let deadline = tokio::time::Instant::now() + self.deadline.max(MIN_RELEASE_DEADLINE);
         let mut cmd = redis::cmd("RL.RENEW");
         cmd.arg(key).arg(id).arg(format!("{ttl_ms}ms"));

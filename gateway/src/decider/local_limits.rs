@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 /// The wall clock in ms, as the module reads the server's (the core's windows are aligned
 /// to it, so a local window ends when Redis's would).
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -31,9 +31,9 @@ pub fn now_ms() -> i64 {
 }
 
 /// The most keys decided locally at once.
-pub const DEFAULT_CAPACITY: usize = 100_000;
+pub(crate) const DEFAULT_CAPACITY: usize = 100_000;
 
-pub struct LocalLimits {
+pub(crate) struct LocalLimits {
     keys: Mutex<HashMap<String, Entry>>,
     /// Whether some key holds units that Redis has not been told of.
     unsynced: AtomicBool,
@@ -56,14 +56,14 @@ struct Entry {
 }
 
 /// Units admitted while Redis could not decide, to be counted there now that it can.
-pub struct Unsynced {
-    pub rule: Arc<Rule>,
-    pub key: String,
-    pub units: u64,
+pub(crate) struct Unsynced {
+    pub(crate) rule: Arc<Rule>,
+    pub(crate) key: String,
+    pub(crate) units: u64,
 }
 
 /// What the local limit answered.
-pub enum LocalAnswer {
+pub(crate) enum LocalAnswer {
     /// Counted (or would be: a shadow policy never denies).
     Allowed(Verdict),
     Denied(Verdict),
@@ -72,7 +72,7 @@ pub enum LocalAnswer {
 }
 
 impl LocalLimits {
-    pub fn new(capacity: usize, fixed_share: Option<u64>) -> Self {
+    pub(crate) fn new(capacity: usize, fixed_share: Option<u64>) -> Self {
         LocalLimits {
             keys: Mutex::new(HashMap::new()),
             unsynced: AtomicBool::new(false),
@@ -84,19 +84,19 @@ impl LocalLimits {
     }
 
     /// The number of gateways the limits are divided by.
-    pub fn share(&self) -> u64 {
+    pub(crate) fn share(&self) -> u64 {
         self.fixed_share
             .unwrap_or_else(|| self.live.load(Relaxed))
             .max(1)
     }
 
     /// The heartbeat's count of live gateways.
-    pub fn set_live(&self, gateways: u64) {
+    pub(crate) fn set_live(&self, gateways: u64) {
         self.live.store(gateways.max(1), Relaxed);
     }
 
     /// `RL.POLICY GET name`'s answer (`None`: no such policy).
-    pub fn set_policy(&self, name: &str, definition: Option<Vec<Vec<u8>>>) {
+    pub(crate) fn set_policy(&self, name: &str, definition: Option<Vec<Vec<u8>>>) {
         let mut policies = self.policies.write().unwrap_or_else(|e| e.into_inner());
         match definition {
             Some(words) => policies.insert(name.to_owned(), words),
@@ -105,7 +105,13 @@ impl LocalLimits {
     }
 
     /// Counts `cost` units of `rule` on `key` at `now_ms`, against the local share.
-    pub fn hit(&self, rule: &Arc<Rule>, key: &str, cost: Option<u64>, now_ms: i64) -> LocalAnswer {
+    pub(crate) fn hit(
+        &self,
+        rule: &Arc<Rule>,
+        key: &str,
+        cost: Option<u64>,
+        now_ms: i64,
+    ) -> LocalAnswer {
         let Some((limits, rule_cost, shadow)) = self.limits(rule) else {
             return LocalAnswer::Unknown;
         };
@@ -125,7 +131,7 @@ impl LocalLimits {
 
     /// Gives back what [`LocalLimits::hit`] counted for a request that is not served, or
     /// whose status does not count.
-    pub fn refund(&self, rule: &Rule, key: &str, cost: Option<u64>, now_ms: i64) {
+    pub(crate) fn refund(&self, rule: &Rule, key: &str, cost: Option<u64>, now_ms: i64) {
         let Some((limits, rule_cost, _)) = self.limits(rule) else {
             return;
         };
@@ -141,7 +147,7 @@ impl LocalLimits {
     /// window still runs (an ended one counts nothing any more). The keys keep their local
     /// state: an outage that comes back within a window goes on from it, rather than
     /// granting a fresh share at every flap. `None` (cheaply) when there is nothing to tell.
-    pub fn take_unsynced(&self, now_ms: i64) -> Option<Vec<Unsynced>> {
+    pub(crate) fn take_unsynced(&self, now_ms: i64) -> Option<Vec<Unsynced>> {
         // A load first: this runs at every answer, and a swap would write the shared line.
         if !self.unsynced.load(Relaxed) || !self.unsynced.swap(false, Relaxed) {
             return None;
@@ -162,13 +168,15 @@ impl LocalLimits {
         Some(taken)
     }
 
-    /// How many keys are held.
-    pub fn len(&self) -> usize {
+    /// How many keys are held (tests look, the service never needs to).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.keys.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Whether no key is held.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 

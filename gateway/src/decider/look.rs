@@ -9,7 +9,7 @@ use crate::verdict::Verdict;
 use smallvec::SmallVec;
 
 /// Each rule's answer to a look, in order; a rule without limits answers `Ok(None)`.
-pub type LookAnswers = SmallVec<[Result<Option<Verdict>, Failure>; 2]>;
+pub(crate) type LookAnswers = SmallVec<[Result<Option<Verdict>, Failure>; 2]>;
 
 impl<T: Transport> Decider<T> {
     /// Looks at (`RL.PEEK`) or gives back to (`RL.REFUND`) every key of `applying`, each
@@ -19,7 +19,7 @@ impl<T: Transport> Decider<T> {
     /// answer, in order; a rule without limits answers `Ok(None)`. The deny cache is not
     /// asked: a look must say what Redis holds, and a refund changes it (so the denials it
     /// remembers for these keys are forgotten).
-    pub async fn look(&self, applying: &[Applied], look: Look) -> LookAnswers {
+    pub(crate) async fn look(&self, applying: &[Applied], look: Look) -> LookAnswers {
         let mut answers: LookAnswers = applying.iter().map(|_| Ok(None)).collect();
         let (one, many) = look.commands();
         let limited: SmallVec<[usize; 4]> = applying

@@ -19,16 +19,16 @@
 //! - `commands`: the module's commands as sent;
 //! - [`redis`]: the connection, the only code that talks to Redis.
 
-pub mod breaker;
+pub(crate) mod breaker;
 mod calls;
 mod commands;
-pub mod deny_cache;
+pub(crate) mod deny_cache;
 mod groups;
-pub mod lease_guard;
+pub(crate) mod lease_guard;
 mod leases;
-pub mod local_limits;
+pub(crate) mod local_limits;
 mod look;
-pub mod module_errors;
+pub(crate) mod module_errors;
 pub mod redis;
 mod refund;
 mod stacked;
@@ -43,10 +43,9 @@ use self::module_errors::ModuleErrorLog;
 use self::redis::Backend;
 use crate::config::RedisSettings;
 use crate::metrics::Metrics;
-pub use look::LookAnswers;
 use std::time::Duration;
-pub use transport::Transport;
-pub use types::{Applied, End, LeaseAnswer, Look, Released, RuleOutcome, Stacked};
+pub(crate) use transport::Transport;
+pub(crate) use types::{Applied, End, LeaseAnswer, Look, Released, RuleOutcome, Stacked};
 
 /// The least time a call off the request path may take (a release, a renewal, a late
 /// hit given back, a write-back): given up on, each leaves a count or a slot behind.
@@ -67,6 +66,8 @@ pub struct Decider<T: Transport = Backend> {
 }
 
 impl<T: Transport> Decider<T> {
+    /// A decider over `backend`, with its deadline and breaker from `redis` and a deny
+    /// cache of `deny_cache_capacity` keys.
     pub fn new(backend: T, redis: &RedisSettings, deny_cache_capacity: usize) -> Self {
         Decider {
             backend,
@@ -86,32 +87,27 @@ impl<T: Transport> Decider<T> {
     }
 
     /// Called when the rules change: a denial under the old rules may not hold any more.
-    pub fn forget_denials(&self) {
+    pub(crate) fn forget_denials(&self) {
         self.deny_cache.clear();
     }
 
     /// The counters: the gateway's, which the decider keeps as it counts its own work.
-    pub fn metrics(&self) -> &Metrics {
+    pub(crate) fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
     /// How long one decision may wait for Redis (`deadline_ms`).
-    pub fn deadline(&self) -> Duration {
+    pub(crate) fn deadline(&self) -> Duration {
         self.deadline
     }
 
-    pub fn breaker_open(&self) -> bool {
+    pub(crate) fn breaker_open(&self) -> bool {
         self.breaker.is_open()
     }
 
     /// The limits decided in memory while Redis cannot (`on_redis_failure = "local"`).
-    pub fn local(&self) -> &LocalLimits {
+    pub(crate) fn local(&self) -> &LocalLimits {
         &self.local
-    }
-
-    /// The backend, for the heartbeat.
-    pub fn backend(&self) -> &T {
-        &self.backend
     }
 }
 

@@ -9,14 +9,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-pub use crate::logging::LOG_EVERY;
-
 /// Rules remembered at most: names come from the rules, but reloads may bring new ones for
 /// ever, so the memory is bounded; forgetting only allows one early line per rule.
 const MAX_RULES: usize = 1024;
 
 #[derive(Default)]
-pub struct ModuleErrorLog {
+pub(crate) struct ModuleErrorLog {
     /// Per rule: when its last line was written, and the errors since that were not.
     rules: Mutex<HashMap<String, Slot>>,
 }
@@ -24,7 +22,7 @@ pub struct ModuleErrorLog {
 impl ModuleErrorLog {
     /// Records an error of `rule` at `now`; `Some(n)` when a line is due, `n` being the
     /// errors that went unlogged since the rule's previous line.
-    pub fn record(&self, rule: &str, now: Instant) -> Option<u64> {
+    pub(crate) fn record(&self, rule: &str, now: Instant) -> Option<u64> {
         let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = rules.get_mut(rule) {
             return step(slot, now);
@@ -42,6 +40,7 @@ impl ModuleErrorLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logging::LOG_EVERY;
     use std::time::Duration;
 
     #[test]

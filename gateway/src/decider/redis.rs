@@ -24,7 +24,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub enum ConnectError {
     /// The URL of a single server does not parse, or names what the client cannot use.
-    Url { url: String, source: RedisError },
+    Url {
+        /// The URL as configured.
+        url: String,
+        /// What the client said of it.
+        source: RedisError,
+    },
     /// The connection manager of a single server could not be made.
     Manager(RedisError),
     /// The cluster client could not be made from the URLs.
@@ -51,8 +56,10 @@ impl std::error::Error for ConnectError {
     }
 }
 
+/// The connection to Redis the service decides through; clones share it.
 #[derive(Clone)]
 pub enum Backend {
+    /// One server, reconnected by the manager when it drops.
     Single(ConnectionManager),
     /// Filled by a background task once the cluster first answers.
     Cluster(Arc<RwLock<Option<ClusterConnection>>>),
@@ -130,7 +137,7 @@ impl Backend {
         }
     }
 
-    pub async fn call(&self, cmd: &Cmd) -> RedisResult<Value> {
+    pub(crate) async fn call(&self, cmd: &Cmd) -> RedisResult<Value> {
         match self {
             Backend::Single(manager) => cmd.query_async(&mut manager.clone()).await,
             Backend::Cluster(slot) => {
@@ -149,14 +156,14 @@ impl Backend {
 
 impl Backend {
     /// Whether this is Redis Cluster, where keys in different slots cannot be in one call.
-    pub fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Backend::Cluster(_))
     }
 
     /// `cmd`, sent in a cluster to the primary of `key`'s slot: for the commands whose
     /// first argument is not a key (`RL.MHIT numkeys key ...`), which the cluster client
     /// would otherwise route by that argument and reach the owner only after a `MOVED`.
-    pub async fn call_for_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
+    pub(crate) async fn call_for_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
         match self {
             Backend::Single(_) => self.call(cmd).await,
             Backend::Cluster(slot) => {
@@ -180,13 +187,13 @@ impl Backend {
 
 /// Whether two keys are in one Cluster slot (their hash tags, or whole names, hash to the
 /// same slot, by the cluster client's own function): only then can one `RL.MHIT` take both.
-pub fn same_slot(a: &str, b: &str) -> bool {
+pub(crate) fn same_slot(a: &str, b: &str) -> bool {
     Slot::for_key(a) == Slot::for_key(b)
 }
 
 /// The failure an error stands for. Replies saying the server cannot take writes now are
 /// `Unavailable`; other replies are `Error`; everything without a reply is `Connection`.
-pub fn classify(error: &RedisError) -> Failure {
+pub(crate) fn classify(error: &RedisError) -> Failure {
     const UNAVAILABLE: [&str; 8] = [
         "OOM",
         "LOADING",

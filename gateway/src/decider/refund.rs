@@ -25,7 +25,7 @@ impl<T: Transport> Decider<T> {
     /// deadline. Unanswered by then, the refund goes on in the background (see
     /// `refund_call`), so a correct login answered during a stall is still given
     /// back.
-    pub async fn refund(&self, rule: &Arc<Rule>, key: &str) -> Option<Verdict> {
+    pub(crate) async fn refund(&self, rule: &Arc<Rule>, key: &str) -> Option<Verdict> {
         let applied = Applied {
             rule: rule.clone(),
             key: key.to_owned(),
@@ -42,7 +42,7 @@ impl<T: Transport> Decider<T> {
 
     /// Gives back to its local limit what a `Local` outcome counted (the request is not
     /// served, or its status does not count).
-    pub fn refund_locally(&self, applied: &Applied) {
+    pub(crate) fn refund_locally(&self, applied: &Applied) {
         let now_ms = super::local_limits::now_ms();
         self.local
             .refund(&applied.rule, &applied.key, applied.cost, now_ms);

@@ -44,7 +44,7 @@ impl<T: Transport> Decider<T> {
     /// A rule with `concurrency` takes its lease under `lease_id`: the caller names it
     /// before the call, so that it can give back a lease Redis took after the caller
     /// stopped waiting (see [`LeaseAnswer::Unknown`]). Without one, a fresh id is used.
-    pub async fn decide(&self, applying: &[Applied], lease_id: Option<&str>) -> Stacked {
+    pub(crate) async fn decide(&self, applying: &[Applied], lease_id: Option<&str>) -> Stacked {
         // A rule with `concurrency` applies alone (the rules are checked for that).
         if let [applied] = applying {
             if let Some(concurrency) = &applied.rule.concurrency {

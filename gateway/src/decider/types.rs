@@ -8,18 +8,18 @@ use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// One rule that applies to a request, with the key it charges.
-pub struct Applied {
-    pub rule: Arc<Rule>,
-    pub key: String,
+pub(crate) struct Applied {
+    pub(crate) rule: Arc<Rule>,
+    pub(crate) key: String,
     /// The units this request counts, when the front end says (Envoy's `hits_addend`):
     /// sent as `COST n` after the rule's words, which then carry no `COST` of their own.
     /// `None`: the rule's own cost.
-    pub cost: Option<u64>,
+    pub(crate) cost: Option<u64>,
 }
 
 /// A call that decides nothing about admission: what a hit would do, or a refund.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Look {
+pub(crate) enum Look {
     /// `RL.PEEK` / `RL.MPEEK`: counts nothing.
     Peek,
     /// `RL.REFUND` / `RL.MREFUND`: gives back up to the cost, never above the limit.
@@ -38,7 +38,7 @@ impl Look {
 
 /// What became of one applying rule.
 #[derive(Debug, Clone)]
-pub enum RuleOutcome {
+pub(crate) enum RuleOutcome {
     /// The rule has no limits: nothing to ask.
     Unlimited,
     /// Not asked: the deny cache, another rule's denial or a fail-closed failure decided
@@ -68,7 +68,7 @@ pub enum RuleOutcome {
 
 /// What the rules together decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// No applying rule has limits.
     Unlimited,
     /// Every limited rule allowed, would have (shadow), or failed open.
@@ -80,18 +80,18 @@ pub enum End {
 }
 
 /// The decision on one request: each applying rule's outcome, in rule order, and the end.
-pub struct Stacked {
-    pub outcomes: SmallVec<[RuleOutcome; 2]>,
-    pub end: End,
+pub(crate) struct Stacked {
+    pub(crate) outcomes: SmallVec<[RuleOutcome; 2]>,
+    pub(crate) end: End,
     /// What became of the lease of a rule with `concurrency`, asked for under the id the
     /// caller chose: the caller holds a lease taken until the response ends, then gives it
     /// back with [`super::Decider::release`].
-    pub lease: LeaseAnswer,
+    pub(crate) lease: LeaseAnswer,
 }
 
 /// What became of the lease a `concurrency` rule asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseAnswer {
+pub(crate) enum LeaseAnswer {
     /// None was asked for, or Redis answered that it took none (no free slot, a tier
     /// denied, an error reply), or the call was never sent (the breaker).
     NotTaken,
@@ -104,7 +104,7 @@ pub enum LeaseAnswer {
 
 /// What `RL.RELEASE` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Released {
+pub(crate) enum Released {
     /// The lease was held and is free now.
     Freed,
     /// Not held (never taken, already expired): nothing changed.

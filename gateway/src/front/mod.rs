@@ -11,4 +11,4 @@
 //!   listener whose connections [`envoy::grpc_listener`] bounds.
 
 pub mod envoy;
-pub mod http;
+pub(crate) mod http;

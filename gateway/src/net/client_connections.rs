@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-pub struct ClientConnections {
+pub(crate) struct ClientConnections {
     limit: usize,
     /// Connections held per client; a client with none has no entry, so the map never
     /// holds more entries than there are connections.
@@ -17,13 +17,13 @@ pub struct ClientConnections {
 }
 
 /// One connection of a client; dropping it gives the place back.
-pub struct Held {
+pub(crate) struct Held {
     owner: Arc<ClientConnections>,
     client: IpAddr,
 }
 
 impl ClientConnections {
-    pub fn new(limit: usize) -> Arc<ClientConnections> {
+    pub(crate) fn new(limit: usize) -> Arc<ClientConnections> {
         Arc::new(ClientConnections {
             limit,
             held: Mutex::new(HashMap::new()),
@@ -31,7 +31,7 @@ impl ClientConnections {
     }
 
     /// A place for one more connection of `client`, or `None` when it holds `limit`.
-    pub fn try_hold(self: &Arc<Self>, client: IpAddr) -> Option<Held> {
+    pub(crate) fn try_hold(self: &Arc<Self>, client: IpAddr) -> Option<Held> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let count = held.entry(client).or_insert(0);
         if *count >= self.limit {

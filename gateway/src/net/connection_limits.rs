@@ -7,25 +7,26 @@ use crate::logging::log;
 use serde::Deserialize;
 use std::time::Duration;
 
+/// `[connections]`, checked: the caps every listener holds each connection to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// Connections served at once, per listener. One more is accepted, answered 503 and
     /// closed at once, so that it neither waits in the kernel's queue nor holds a slot.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Connections one client (not a trusted proxy) may hold at once; 0: no such cap.
-    pub max_connections_per_client: usize,
+    pub(crate) max_connections_per_client: usize,
     /// From the first byte of a request head to its end.
-    pub head_timeout: Duration,
+    pub(crate) head_timeout: Duration,
     /// With no request in progress: from the connection's start, or the end of the last
     /// response, to the first byte of the next request.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// How long a write to the client may wait without a byte going out (nginx's
     /// `send_timeout`): a client that stops reading its response would otherwise hold its
     /// connection, and an upstream connection, for good.
-    pub send_timeout: Duration,
+    pub(crate) send_timeout: Duration,
     /// How long, summed over the whole body, a request's body may keep the gateway (and its
     /// upstream connection) waiting for the client's next bytes; see `request_body.rs`.
-    pub body_timeout: Duration,
+    pub(crate) body_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -47,7 +48,7 @@ impl Default for ConnectionLimits {
 /// The `[connections]` section of the file.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ConnectionSection {
+pub(crate) struct ConnectionSection {
     max_connections: usize,
     max_connections_per_client: usize,
     head_timeout_ms: u64,
@@ -75,7 +76,7 @@ impl Default for ConnectionSection {
 const LONGEST_MS: u64 = 86_400_000;
 
 impl ConnectionSection {
-    pub fn limits(self) -> Result<ConnectionLimits, String> {
+    pub(crate) fn limits(self) -> Result<ConnectionLimits, String> {
         if self.max_connections == 0 {
             return Err("[connections] max_connections must be at least 1".into());
         }

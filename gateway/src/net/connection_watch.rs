@@ -33,14 +33,14 @@ enum Phase {
 
 /// What one connection is doing, shared by its socket, its requests and its watchdog.
 #[derive(Debug)]
-pub struct Watch {
+pub(crate) struct Watch {
     phase: Mutex<Phase>,
     /// Since when a write to the client has been waiting for room, if one is.
     stalled_since: Mutex<Option<Instant>>,
 }
 
 impl Watch {
-    pub fn new() -> Arc<Watch> {
+    pub(crate) fn new() -> Arc<Watch> {
         Arc::new(Watch {
             phase: Mutex::new(Phase::Idle(Instant::now())),
             stalled_since: Mutex::new(None),
@@ -61,7 +61,7 @@ impl Watch {
 
     /// Marks a request as started; it is in progress until the guard (moved into the
     /// response body) is dropped, which hyper does once the body is written.
-    pub fn request_started(self: &Arc<Self>) -> InProgress {
+    pub(crate) fn request_started(self: &Arc<Self>) -> InProgress {
         self.update(|phase| match phase {
             Phase::Busy(n) => Phase::Busy(n.saturating_add(1)),
             Phase::Idle(_) | Phase::Head(_) => Phase::Busy(1),
@@ -99,7 +99,7 @@ impl Watch {
     }
 
     /// Resolves when the connection has been idle, or reading one head, for too long.
-    pub async fn expired(&self, limits: ConnectionLimits) {
+    pub(crate) async fn expired(&self, limits: ConnectionLimits) {
         loop {
             match self.deadline(&limits) {
                 Some(deadline) if deadline <= Instant::now() => return,
@@ -119,7 +119,7 @@ impl Watch {
 
 /// A request in progress; dropping it ends it.
 #[derive(Debug)]
-pub struct InProgress(Arc<Watch>);
+pub(crate) struct InProgress(Arc<Watch>);
 
 impl Drop for InProgress {
     fn drop(&mut self) {
@@ -131,13 +131,13 @@ impl Drop for InProgress {
 }
 
 /// A response body that ends its request's [`InProgress`] when hyper drops it.
-pub struct Tracked<B> {
+pub(crate) struct Tracked<B> {
     body: B,
     _request: InProgress,
 }
 
 impl<B> Tracked<B> {
-    pub fn new(body: B, request: InProgress) -> Self {
+    pub(crate) fn new(body: B, request: InProgress) -> Self {
         Tracked {
             body,
             _request: request,
@@ -166,7 +166,7 @@ impl<B: Body + Unpin> Body for Tracked<B> {
 }
 
 /// A socket that tells its [`Watch`] when bytes arrive and when writes stall.
-pub struct WatchedIo<T> {
+pub(crate) struct WatchedIo<T> {
     io: T,
     watch: Arc<Watch>,
     /// What the watch was last told about writes, so that it is told only of changes.
@@ -174,7 +174,7 @@ pub struct WatchedIo<T> {
 }
 
 impl<T> WatchedIo<T> {
-    pub fn new(io: T, watch: Arc<Watch>) -> Self {
+    pub(crate) fn new(io: T, watch: Arc<Watch>) -> Self {
         WatchedIo {
             io,
             watch,

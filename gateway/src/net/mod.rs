@@ -2,7 +2,7 @@
 //! all and per client, with the open-file limit they need), and the watch over each
 //! connection (idle, slow heads and bodies). The front ends only see requests.
 
-pub mod client_connections;
+pub(crate) mod client_connections;
 pub mod connection_limits;
-pub mod connection_watch;
+pub(crate) mod connection_watch;
 pub mod server;

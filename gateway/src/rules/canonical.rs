@@ -38,7 +38,9 @@ pub struct PathPolicy {
     pub normalize_path: bool,
     /// `//` is `/`.
     pub merge_slashes: bool,
+    /// What `%2F`, `%5C` and a raw `\` become.
     pub escaped_slashes: EscapedSlashes,
+    /// What `;` parameters in a segment become.
     pub path_parameters: PathParameters,
     /// ASCII letters lower-cased (for upstreams that route regardless of case).
     pub case_insensitive: bool,
@@ -77,7 +79,7 @@ pub enum PathRefusal {
 }
 
 impl PathRefusal {
-    pub fn status(self) -> u16 {
+    pub(crate) fn status(self) -> u16 {
         match self {
             PathRefusal::TooManySegments => 414,
             _ => 400,
@@ -85,7 +87,7 @@ impl PathRefusal {
     }
 
     /// The body of the refusal, naming the problem.
-    pub fn message(self) -> &'static str {
+    pub(crate) fn message(self) -> &'static str {
         match self {
             PathRefusal::NotAPath => "Bad Request: the path must start with '/'\n",
             PathRefusal::ControlByte => "Bad Request: control character in the path\n",
@@ -95,11 +97,6 @@ impl PathRefusal {
             PathRefusal::TooManySegments => "URI Too Long: too many path segments\n",
         }
     }
-}
-
-/// [`canonicalize`] under the default policy.
-pub fn canonical_path(path: &str) -> Result<String, PathRefusal> {
-    canonicalize(path.as_bytes(), &PathPolicy::default())
 }
 
 /// The canonical form of `raw` (a path, without query) under `policy`. The result is
@@ -307,6 +304,11 @@ fn is_path_char(byte: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`canonicalize`] under the default policy.
+    fn canonical_path(path: &str) -> Result<String, PathRefusal> {
+        canonicalize(path.as_bytes(), &PathPolicy::default())
+    }
 
     fn canon(path: &str) -> String {
         canonical_path(path).unwrap_or_else(|e| panic!("{path}: {e:?}"))

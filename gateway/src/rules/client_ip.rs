@@ -14,9 +14,9 @@ use std::net::IpAddr;
 
 /// How many leading bits of a client's address name its budget (`[client_ip]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Prefixes {
-    pub ipv4: u8,
-    pub ipv6: u8,
+pub(crate) struct Prefixes {
+    pub(crate) ipv4: u8,
+    pub(crate) ipv6: u8,
 }
 
 impl Default for Prefixes {
@@ -28,7 +28,7 @@ impl Default for Prefixes {
 impl Prefixes {
     /// The network of `ip` (its host bits zeroed) that stands for the client: what a
     /// `key = "ip"` rule counts. An IPv4-mapped IPv6 address counts as its IPv4 address.
-    pub fn aggregate(self, ip: IpAddr) -> IpAddr {
+    pub(crate) fn aggregate(self, ip: IpAddr) -> IpAddr {
         match ip.to_canonical() {
             IpAddr::V4(v4) => Ipv4Net::new(v4, self.ipv4).map_or(ip, |net| net.network().into()),
             IpAddr::V6(v6) => Ipv6Net::new(v6, self.ipv6).map_or(ip, |net| net.network().into()),
@@ -39,7 +39,7 @@ impl Prefixes {
 /// The `[client_ip]` section of the file.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct PrefixSection {
+pub(crate) struct PrefixSection {
     ipv4_prefix: u8,
     ipv6_prefix: u8,
 }
@@ -57,7 +57,7 @@ impl Default for PrefixSection {
 impl PrefixSection {
     /// The checked prefixes: 1-32 for IPv4, 1-128 for IPv6 (0 would put every client on
     /// one budget, which a rule without `key = "ip"` says more plainly).
-    pub fn prefixes(self) -> Result<Prefixes, crate::rules::one_of::SettingError> {
+    pub(crate) fn prefixes(self) -> Result<Prefixes, crate::rules::one_of::SettingError> {
         use crate::rules::one_of::SettingError;
         if !(1..=32).contains(&self.ipv4_prefix) {
             return Err(SettingError::new("[client_ip] ipv4_prefix", "be 1 to 32"));
@@ -72,6 +72,8 @@ impl PrefixSection {
     }
 }
 
+/// The client a request came from: `peer`, or when `peer` is in `trusted` the rightmost
+/// `X-Forwarded-For` hop that is not (the last trusted hop if every one is or one is junk).
 pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr {
     let peer = peer.to_canonical();
     if !is_trusted(peer, trusted) {

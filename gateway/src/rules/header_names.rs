@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 
 /// What to do with a request header whose name has `_`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnderscoreHeaders {
+pub(crate) enum UnderscoreHeaders {
     /// 400, naming the header and the setting (`"reject_request"`, the default).
     Reject,
     /// Removed before the decision and before forwarding (`"drop_header"`, proxy mode).
@@ -31,7 +31,7 @@ pub enum UnderscoreHeaders {
 
 /// Applies `action` to `headers`: under [`UnderscoreHeaders::Reject`] the first name
 /// with `_` is the error; under [`UnderscoreHeaders::Drop`] every such header is removed.
-pub fn screen(headers: &mut HeaderMap, action: UnderscoreHeaders) -> Result<(), HeaderName> {
+pub(crate) fn screen(headers: &mut HeaderMap, action: UnderscoreHeaders) -> Result<(), HeaderName> {
     if action == UnderscoreHeaders::Allow {
         return Ok(());
     }
@@ -72,7 +72,10 @@ fn foldable(name: &HeaderName) -> bool {
 /// Every value of `name` under each of its spellings, the exact one first. Under
 /// `reject_request` and `drop_header` no name with `_` is left by the time this is asked,
 /// so the only spelling found is the exact one, after one look at each name.
-pub fn get_all<'a>(headers: &'a HeaderMap, name: &HeaderName) -> SmallVec<[&'a HeaderValue; 2]> {
+pub(crate) fn get_all<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+) -> SmallVec<[&'a HeaderValue; 2]> {
     let mut values: SmallVec<[&HeaderValue; 2]> = headers.get_all(name).iter().collect();
     if foldable(name) {
         for other in headers.keys().filter(|other| *other != name) {
@@ -85,12 +88,12 @@ pub fn get_all<'a>(headers: &'a HeaderMap, name: &HeaderName) -> SmallVec<[&'a H
 }
 
 /// The first value of `name` under any of its spellings (see [`get_all`]).
-pub fn get<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
+pub(crate) fn get<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
     get_all(headers, name).first().copied()
 }
 
 /// Removes `name` under every spelling.
-pub fn remove_all(headers: &mut HeaderMap, name: &HeaderName) {
+pub(crate) fn remove_all(headers: &mut HeaderMap, name: &HeaderName) {
     headers.remove(name);
     if !foldable(name) {
         return;

@@ -54,7 +54,7 @@ const _: () = assert!(MAX_KEY_PREFIX_BYTES + 1 + MAX_TAG + 2 + MAX_REST <= MAX_K
 
 /// Which bytes a key writes as they are; every other byte is percent-encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Alphabet {
+pub(crate) enum Alphabet {
     /// HTTP rules: printable ASCII but `%`, `{` and `}` (which would move the hash tag).
     Printable,
     /// Envoy descriptors: letters, digits and `._-/@+*`.
@@ -76,40 +76,40 @@ impl Alphabet {
 /// A key being written: punctuation as it is, what a client chose escaped in one
 /// [`Alphabet`], and what would be too long as `#` and the hex of the first 16 bytes of
 /// a SHA-256 (the same on every gateway, so they all charge the same budget).
-pub struct KeyBuilder {
+pub(crate) struct KeyBuilder {
     key: String,
     alphabet: Alphabet,
 }
 
 impl KeyBuilder {
     /// A key starting with `prefix` (the configuration's, written as it is).
-    pub fn new(prefix: &str, alphabet: Alphabet, capacity: usize) -> Self {
+    pub(crate) fn new(prefix: &str, alphabet: Alphabet, capacity: usize) -> Self {
         let mut key = String::with_capacity(prefix.len() + capacity);
         key.push_str(prefix);
         KeyBuilder { key, alphabet }
     }
 
     /// Punctuation or a name the configuration checked, as it is.
-    pub fn raw(&mut self, text: &str) -> &mut Self {
+    pub(crate) fn raw(&mut self, text: &str) -> &mut Self {
         self.key.push_str(text);
         self
     }
 
     /// A value the gateway made (an IP address), as it is shown.
-    pub fn shown(&mut self, value: impl std::fmt::Display) -> &mut Self {
+    pub(crate) fn shown(&mut self, value: impl std::fmt::Display) -> &mut Self {
         let _ = write!(self.key, "{value}");
         self
     }
 
     /// `bytes` escaped, whole.
-    pub fn escaped(&mut self, bytes: &[u8]) -> &mut Self {
+    pub(crate) fn escaped(&mut self, bytes: &[u8]) -> &mut Self {
         self.escape_until(bytes, usize::MAX);
         self
     }
 
     /// `bytes` escaped, or the hash of `bytes` when escaped they would be longer than
     /// `limit` (the escaping stops there, so a huge value costs no huge string).
-    pub fn part(&mut self, bytes: &[u8], limit: usize) -> &mut Self {
+    pub(crate) fn part(&mut self, bytes: &[u8], limit: usize) -> &mut Self {
         let start = self.key.len();
         self.escape_until(bytes, limit);
         if self.key.len() - start > limit {
@@ -120,7 +120,7 @@ impl KeyBuilder {
     }
 
     /// What `write` adds, or the hash of what it wrote when that is longer than `limit`.
-    pub fn group(&mut self, limit: usize, write: impl FnOnce(&mut Self)) -> &mut Self {
+    pub(crate) fn group(&mut self, limit: usize, write: impl FnOnce(&mut Self)) -> &mut Self {
         let start = self.key.len();
         write(self);
         if self.key.len() - start > limit {
@@ -131,7 +131,7 @@ impl KeyBuilder {
     }
 
     /// The key.
-    pub fn finish(self) -> String {
+    pub(crate) fn finish(self) -> String {
         self.key
     }
 
@@ -216,7 +216,7 @@ impl Rule {
 /// of the entry named `subject` (the first entry when none is named or the request lacks
 /// it), so that descriptors sharing that entry share a Cluster slot. A tag over 64 bytes
 /// or a rest over 150 is written as its hash: no key is over [`MAX_KEY_BYTES`].
-pub fn descriptor_key<'e>(
+pub(crate) fn descriptor_key<'e>(
     prefix: &str,
     domain: &str,
     subject: Option<&str>,

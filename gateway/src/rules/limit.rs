@@ -13,7 +13,7 @@ const MAX_FIELD_INTEGER: u64 = 999_999_999_999_999;
 
 /// Why a limit is refused. The message names the value; the caller adds where it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LimitError {
+pub(crate) enum LimitError {
     /// A policy name that is empty or has a byte that is not printable ASCII.
     PolicyName(String),
     /// A tier that is not `<count>/<window>`.
@@ -76,7 +76,7 @@ impl From<Refused> for LimitError {
 /// Whether `name` may name a policy: printable ASCII, at least one byte. The stricter of
 /// the two checks the fronts had (the TOML one refused only spaces and control bytes), so
 /// a name is the same word to the module whichever file names it.
-pub fn check_policy_name(name: &str) -> Result<(), LimitError> {
+pub(crate) fn check_policy_name(name: &str) -> Result<(), LimitError> {
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(LimitError::PolicyName(name.to_owned()));
     }
@@ -84,7 +84,7 @@ pub fn check_policy_name(name: &str) -> Result<(), LimitError> {
 }
 
 /// `limit` checked as the module will check its call, whichever file it comes from.
-pub fn compile(limit: Limit) -> Result<Limit, LimitError> {
+pub(crate) fn compile(limit: Limit) -> Result<Limit, LimitError> {
     match &limit {
         Limit::Unlimited => {}
         Limit::Policy { name, .. } => {
@@ -115,7 +115,7 @@ pub fn compile(limit: Limit) -> Result<Limit, LimitError> {
 }
 
 /// `count/window`, e.g. `5/1m`, or a calendar window, e.g. `1000/month`.
-pub fn tier(text: &str) -> Result<Tier, LimitError> {
+pub(crate) fn tier(text: &str) -> Result<Tier, LimitError> {
     let bad = || LimitError::TierSyntax(text.to_owned());
     let (count, window) = text.split_once('/').ok_or_else(bad)?;
     let limit: u64 = count.trim().parse().map_err(|_| bad())?;
@@ -152,7 +152,7 @@ pub fn tier(text: &str) -> Result<Tier, LimitError> {
 /// The words after the key of RL.HIT and RL.REFUND for `limit`.
 /// `COST`, when the rule has one, is always the last two words: a request that brings its
 /// own cost (`decider::Applied::cost`) replaces them.
-pub fn call_args(limit: &Limit) -> Vec<String> {
+pub(crate) fn call_args(limit: &Limit) -> Vec<String> {
     let mut args = Vec::new();
     match limit {
         Limit::Unlimited => {}

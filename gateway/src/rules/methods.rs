@@ -12,7 +12,7 @@ use hyper::Method;
 
 /// The longest method a request or a rule may have (the longest registered one,
 /// `UPDATEREDIRECTREF`, has 17 bytes).
-pub const MAX_METHOD_BYTES: usize = 32;
+pub(crate) const MAX_METHOD_BYTES: usize = 32;
 
 /// The IANA HTTP Method Registry, less `PRI` (the HTTP/2 preface) and `*`.
 const REGISTERED: [&str; 39] = [
@@ -59,7 +59,7 @@ const REGISTERED: [&str; 39] = [
 
 /// Why a method is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MethodRefusal {
+pub(crate) enum MethodRefusal {
     /// Not a method (not a token) or longer than [`MAX_METHOD_BYTES`]: 400.
     Malformed,
     /// Neither registered nor named by a rule: 501, as RFC 9110 says for a method the
@@ -75,7 +75,7 @@ pub enum MethodRefusal {
 }
 
 impl MethodRefusal {
-    pub fn status(self) -> u16 {
+    pub(crate) fn status(self) -> u16 {
         match self {
             MethodRefusal::Malformed
             | MethodRefusal::Overridden
@@ -85,7 +85,7 @@ impl MethodRefusal {
         }
     }
 
-    pub fn message(self) -> &'static str {
+    pub(crate) fn message(self) -> &'static str {
         match self {
             MethodRefusal::Malformed => {
                 "Bad Request: the method is not a token of at most 32 bytes\n"
@@ -116,7 +116,7 @@ const OVERRIDE_HEADERS: [&str; 3] = [
 /// What to do with a method-override header, or a `_method` query parameter, that names
 /// another method (`[requests] method_override_headers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MethodOverrides {
+pub(crate) enum MethodOverrides {
     /// Refused with 400: deciding on the header's method instead would let a POST escape
     /// a POST rule wherever the upstream ignores the header, so no decision is right.
     Reject,
@@ -126,7 +126,7 @@ pub enum MethodOverrides {
 
 /// Refuses, under [`MethodOverrides::Reject`], a request whose method-override headers
 /// name another method than `method` (the accepted, upper-case one).
-pub fn check_overrides(
+pub(crate) fn check_overrides(
     headers: &HeaderMap,
     method: &Method,
     policy: MethodOverrides,
@@ -160,7 +160,7 @@ pub fn check_overrides(
 /// (and an unclosed `[`) to `_` and its dropping of leading spaces, the value trimmed and
 /// compared regardless of case. Every occurrence counts, since parsers differ in whether
 /// the first or the last wins. Like an override header, an empty value is refused too.
-pub fn check_query_override(
+pub(crate) fn check_query_override(
     query: Option<&[u8]>,
     method: &Method,
     policy: MethodOverrides,
@@ -231,7 +231,7 @@ fn hex(digit: &u8) -> Option<u8> {
 }
 
 /// Refuses `CONNECT`, whatever its target: it asks for a tunnel, not a resource.
-pub fn check_connect(method: &Method) -> Result<(), MethodRefusal> {
+pub(crate) fn check_connect(method: &Method) -> Result<(), MethodRefusal> {
     match *method == Method::CONNECT {
         true => Err(MethodRefusal::Connect),
         false => Ok(()),
@@ -239,12 +239,12 @@ pub fn check_connect(method: &Method) -> Result<(), MethodRefusal> {
 }
 
 /// Whether `upper` (upper-case) is in the registry.
-pub fn is_registered(upper: &str) -> bool {
+pub(crate) fn is_registered(upper: &str) -> bool {
     REGISTERED.contains(&upper)
 }
 
 /// The method of a request, upper-cased, if the gateway accepts it under `rules`.
-pub fn accepted(raw: &[u8], rules: &RuleSet) -> Result<Method, MethodRefusal> {
+pub(crate) fn accepted(raw: &[u8], rules: &RuleSet) -> Result<Method, MethodRefusal> {
     if raw.is_empty() || raw.len() > MAX_METHOD_BYTES {
         return Err(MethodRefusal::Malformed);
     }

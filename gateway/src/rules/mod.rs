@@ -11,15 +11,15 @@
 //! one key builder (`key`). A setting that takes one of a few words, or a range, is
 //! checked by `one_of`, with a typed error.
 
-pub mod canonical;
-pub mod client_ip;
-pub mod header_names;
-pub mod key;
-pub mod limit;
-pub mod methods;
-pub mod one_of;
-pub mod pattern;
-pub mod request_policy;
+pub(crate) mod canonical;
+pub(crate) mod client_ip;
+pub(crate) mod header_names;
+pub(crate) mod key;
+pub(crate) mod limit;
+pub(crate) mod methods;
+pub(crate) mod one_of;
+pub(crate) mod pattern;
+pub(crate) mod request_policy;
 
 use crate::failure::Failure;
 use crate::rules::pattern::PathPattern;
@@ -28,17 +28,19 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 pub use key::{MAX_KEY_BYTES, MAX_KEY_PREFIX_BYTES, MAX_RULE_NAME_BYTES};
-pub use limit::call_args;
+pub(crate) use limit::call_args;
 
 /// The rules of one version of the file, tried in order, then the default.
 #[derive(Debug, Clone)]
 pub struct RuleSet {
+    /// The `[[rule]]`s, in file order.
     pub rules: Vec<Arc<Rule>>,
+    /// `[default]`: for a request no rule matches.
     pub default: Option<Arc<Rule>>,
     /// Also send `X-RateLimit-Limit`, `-Remaining` and `-Reset`.
-    pub legacy_headers: bool,
+    pub(crate) legacy_headers: bool,
     /// The request header that tells the upstream a decision failed open.
-    pub fail_open_header: HeaderName,
+    pub(crate) fail_open_header: HeaderName,
 }
 
 impl RuleSet {
@@ -48,7 +50,7 @@ impl RuleSet {
     }
 
     /// Every rule, the default last.
-    pub fn all(&self) -> impl Iterator<Item = &Arc<Rule>> {
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Arc<Rule>> {
         self.rules.iter().chain(&self.default)
     }
 
@@ -59,7 +61,7 @@ impl RuleSet {
 
     /// [`RuleSet::find`], with path letters compared regardless of case when
     /// `ignore_case` (`case_insensitive_paths`).
-    pub fn find_with_case(
+    pub(crate) fn find_with_case(
         &self,
         method: &str,
         path: &str,
@@ -74,7 +76,7 @@ impl RuleSet {
     /// Every rule that applies to `method` and `path`, in order: the first match, and after
     /// a match with `stack = true` the next match too, and so on; the default when no match
     /// ended the list (no match at all, or only stacking ones). Empty: not limited.
-    pub fn applying(&self, method: &str, path: &str, ignore_case: bool) -> Applying<'_> {
+    pub(crate) fn applying(&self, method: &str, path: &str, ignore_case: bool) -> Applying<'_> {
         let mut applying = Applying::new();
         for rule in &self.rules {
             if rule.matches(method, path, ignore_case) {
@@ -92,7 +94,7 @@ impl RuleSet {
 
     /// Whether a rule names `method` (any case), which then is accepted even if it is not
     /// a registered method.
-    pub fn names_method(&self, method: &str) -> bool {
+    pub(crate) fn names_method(&self, method: &str) -> bool {
         self.rules
             .iter()
             .any(|rule| rule.methods.iter().any(|m| m.eq_ignore_ascii_case(method)))
@@ -100,14 +102,15 @@ impl RuleSet {
 }
 
 /// The rules that apply to one request, in rule order (most requests: one).
-pub type Applying<'a> = smallvec::SmallVec<[&'a Arc<Rule>; 2]>;
+pub(crate) type Applying<'a> = smallvec::SmallVec<[&'a Arc<Rule>; 2]>;
 
 /// The most rules one request can meet: the most keys one `RL.MHIT` takes.
-pub const MAX_APPLYING: usize = 16;
+pub(crate) const MAX_APPLYING: usize = 16;
 
 /// Whose budget a request spends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeySource {
+    /// The client's address (`key = "ip"`), or its network under `[client_ip]`.
     ClientIp,
     /// The header's value; the client IP when the request has none.
     Header(HeaderName),
@@ -121,34 +124,46 @@ pub enum KeySource {
 /// One `<count>/<window>` tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tier {
-    pub limit: u64,
+    pub(crate) limit: u64,
     /// For a calendar window, the period's nominal length.
-    pub window_ms: u64,
+    pub(crate) window_ms: u64,
     /// A calendar window (`day`, `week`, `month`, `year`), in the rule's `tz`.
-    pub period: Option<ratelimit_core::calendar::Period>,
+    pub(crate) period: Option<ratelimit_core::calendar::Period>,
 }
 
+/// How much a rule lets through, as the module will be asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Limit {
     /// `limits = []`: matched, never limited, no Redis call.
     Unlimited,
+    /// Tiers written in the rule, each checked by the module.
     Tiers {
+        /// Every tier; a request passes only if each has room.
         tiers: Vec<Tier>,
+        /// `ALGO`, when not the module's default.
         algorithm: Option<String>,
+        /// `BURST`, for the algorithms that take one (requests).
         burst: Option<u64>,
         /// `TZ` of the calendar windows.
         tz: Option<String>,
         /// `ANCHOR` of the month windows.
         anchor: Option<u64>,
+        /// What one request spends (`COST`, requests).
         cost: u64,
     },
     /// A policy stored in Redis (`RL.POLICY SET`).
-    Policy { name: String, cost: u64 },
+    Policy {
+        /// The policy's name in Redis.
+        name: String,
+        /// What one request spends (`COST`, requests).
+        cost: u64,
+    },
 }
 
 /// Which responses spend the budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Counting {
+    /// Every request counts, whatever its response.
     All,
     /// Only these statuses count: the hit is charged before forwarding and refunded when
     /// the response has another status.
@@ -158,18 +173,18 @@ pub enum Counting {
 /// `concurrency = N`: at most `max` requests of one key in flight at once, each holding a
 /// lease (`RL.ACQUIRE`) from before it is forwarded until its response ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Concurrency {
-    pub max: u64,
+pub(crate) struct Concurrency {
+    pub(crate) max: u64,
     /// How long a lease lasts if it is never released (a gateway that died): the slot is
     /// free again after this at most.
-    pub lease_ttl_ms: u64,
+    pub(crate) lease_ttl_ms: u64,
     /// The words after the key of `RL.ACQUIRE`: `max`, the lease's length, then the rule's
     /// tiers (counted in the same call, all or nothing). Made once.
-    pub acquire_args: Vec<String>,
+    pub(crate) acquire_args: Vec<String>,
 }
 
 impl Concurrency {
-    pub fn new(max: u64, lease_ttl_ms: u64, limit: &Limit) -> Self {
+    pub(crate) fn new(max: u64, lease_ttl_ms: u64, limit: &Limit) -> Self {
         let mut acquire_args = vec![max.to_string(), format!("{lease_ttl_ms}ms")];
         acquire_args.extend(call_args(limit));
         Concurrency {
@@ -207,7 +222,7 @@ pub enum RedisFailure {
 
 impl OnFailure {
     /// Whether `failure` closes the route.
-    pub fn closes(self, failure: Failure) -> bool {
+    pub(crate) fn closes(self, failure: Failure) -> bool {
         match failure {
             Failure::Error => self.error_closed,
             Failure::Timeout | Failure::Connection | Failure::Unavailable | Failure::Breaker => {
@@ -217,44 +232,47 @@ impl OnFailure {
     }
 
     /// Whether `failure` is decided by the local limit.
-    pub fn decides_locally(self, failure: Failure) -> bool {
+    pub(crate) fn decides_locally(self, failure: Failure) -> bool {
         failure != Failure::Error && self.redis == RedisFailure::Local
     }
 }
 
+/// One `[[rule]]` (or `[default]`, or an Envoy descriptor's limit), checked and ready to
+/// match requests and build keys.
 #[derive(Debug, Clone)]
 pub struct Rule {
-    pub name: String,
+    pub(crate) name: String,
     /// Upper-case method names; empty for any method.
     methods: Vec<String>,
     path: Option<PathPattern>,
     key: KeySource,
     per_endpoint: bool,
+    /// What it lets through.
     pub limit: Limit,
-    pub count: Counting,
-    pub shadow: bool,
-    pub on_failure: OnFailure,
+    pub(crate) count: Counting,
+    pub(crate) shadow: bool,
+    pub(crate) on_failure: OnFailure,
     /// `stack = true`: matching goes on after this rule, so later rules apply too.
-    pub stack: bool,
+    pub(crate) stack: bool,
     /// It may apply together with a rule keyed by another subject, whose key (another
     /// hash tag) can be in another Cluster slot: then their hits are charged one call
     /// after the other, and this rule's may be given back after the fact.
-    pub stacks_across_subjects: bool,
+    pub(crate) stacks_across_subjects: bool,
     /// The arguments of RL.HIT and RL.REFUND after the key, made once.
     pub call_args: Vec<String>,
     /// Whether a denial of its key is remembered in the deny cache, and a remembered one
     /// answers for it. Not for a rule made for one request (an Envoy descriptor's own
     /// limit): its key is the descriptor's, shared with requests that bring another limit
     /// or none, which that denial says nothing about.
-    pub deny_cache: bool,
+    pub(crate) deny_cache: bool,
     /// `concurrency = N`: the rule takes a lease (with its tiers, if any) instead of a hit.
-    pub concurrency: Option<Concurrency>,
+    pub(crate) concurrency: Option<Concurrency>,
 }
 
 impl Rule {
     /// The longest window of its limits: how long a hit may still count. A policy's
     /// windows are in Redis: a minute is assumed.
-    pub fn longest_window(&self) -> std::time::Duration {
+    pub(crate) fn longest_window(&self) -> std::time::Duration {
         let ms = match &self.limit {
             Limit::Unlimited => 0,
             Limit::Tiers { tiers, .. } => tiers.iter().map(|t| t.window_ms).max().unwrap_or(0),
@@ -263,6 +281,8 @@ impl Rule {
         std::time::Duration::from_millis(ms)
     }
 
+    /// A rule from its checked parts, not stacking, without concurrency, using the deny
+    /// cache; its module call words are made here, once.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: String,
@@ -295,13 +315,13 @@ impl Rule {
     }
 
     /// The same rule limiting requests in flight too (`concurrency`).
-    pub fn limiting_concurrency(mut self, concurrency: Option<Concurrency>) -> Self {
+    pub(crate) fn limiting_concurrency(mut self, concurrency: Option<Concurrency>) -> Self {
         self.concurrency = concurrency;
         self
     }
 
     /// The same rule with `stack` set.
-    pub fn stacking(mut self, stack: bool) -> Self {
+    pub(crate) fn stacking(mut self, stack: bool) -> Self {
         self.stack = stack;
         self
     }
@@ -320,24 +340,24 @@ impl Rule {
     }
 
     /// Whose budget the rule spends.
-    pub fn key_source(&self) -> &KeySource {
+    pub(crate) fn key_source(&self) -> &KeySource {
         &self.key
     }
 
     /// The request header whose value names the budget, if the rule keys on one.
-    pub fn key_header(&self) -> Option<&HeaderName> {
+    pub(crate) fn key_header(&self) -> Option<&HeaderName> {
         match &self.key {
             KeySource::Header(name) => Some(name),
             _ => None,
         }
     }
 
-    pub fn counts_by_status(&self) -> bool {
+    pub(crate) fn counts_by_status(&self) -> bool {
         matches!(self.count, Counting::Statuses(_))
     }
 
     /// Whether a response with `status` spends the budget.
-    pub fn counts(&self, status: u16) -> bool {
+    pub(crate) fn counts(&self, status: u16) -> bool {
         match &self.count {
             Counting::All => true,
             Counting::Statuses(statuses) => statuses.contains(&status),
@@ -359,9 +379,13 @@ fn budget_method(method: &str) -> &str {
 
 /// What a key may be made of, taken from one request.
 pub struct RequestFacts<'a> {
+    /// The HTTP method the rules' `methods` are compared with.
     pub method: &'a str,
+    /// The canonical path, without query.
     pub path: &'a str,
+    /// The request's headers, for a `key = "header:..."` rule.
     pub headers: &'a HeaderMap,
+    /// The client as [`client_ip::client_ip`] found it.
     pub client_ip: IpAddr,
 }
 

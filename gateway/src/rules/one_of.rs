@@ -4,16 +4,16 @@
 
 /// A setting's value out of its words or its range: `<setting> must <must>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SettingError {
+pub(crate) struct SettingError {
     /// The section and key, and the value when the message shows it:
     /// `[envoy] max_connections 0`.
-    pub setting: String,
+    pub(crate) setting: String,
     /// What it must be: `be 1 to 32`.
-    pub must: String,
+    pub(crate) must: String,
 }
 
 impl SettingError {
-    pub fn new(setting: impl Into<String>, must: impl Into<String>) -> Self {
+    pub(crate) fn new(setting: impl Into<String>, must: impl Into<String>) -> Self {
         SettingError {
             setting: setting.into(),
             must: must.into(),
@@ -38,7 +38,7 @@ impl From<SettingError> for String {
 
 /// The meaning `choices` gives to `value`, or `<setting> '<value>' must be "a", "b" or
 /// "c"`.
-pub fn one_of<T: Copy>(
+pub(crate) fn one_of<T: Copy>(
     setting: &str,
     value: &str,
     choices: &[(&str, T)],

@@ -140,7 +140,7 @@ impl PathPattern {
         Ok(())
     }
 
-    /// Whether `path` (canonical, see [`canonical_path`]) matches, segment by segment as
+    /// Whether `path` (canonical, see [`canonicalize`]) matches, segment by segment as
     /// written.
     pub fn matches(&self, path: &str) -> bool {
         self.matches_with(path, false)
@@ -214,13 +214,12 @@ fn matches_segments(pattern: &[Segment], path: &[&str], ignore_case: bool) -> bo
     reachable[path.len()]
 }
 
-pub use crate::rules::canonical::{
-    canonical_path, canonicalize, EscapedSlashes, PathParameters, PathPolicy, PathRefusal,
-};
+pub(crate) use crate::rules::canonical::{canonicalize, PathPolicy};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules::canonical::PathParameters;
 
     fn check(pattern: &str, path: &str) -> bool {
         PathPattern::parse(pattern).unwrap().matches(path)

@@ -11,15 +11,15 @@ use serde::Deserialize;
 
 /// The checked `[requests]` settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RequestPolicy {
-    pub paths: PathPolicy,
+pub(crate) struct RequestPolicy {
+    pub(crate) paths: PathPolicy,
     /// The largest request head (request line and headers); larger ones get 431.
-    pub max_header_bytes: usize,
+    pub(crate) max_header_bytes: usize,
     /// `X-HTTP-Method-Override` and its kin, and a `_method` query parameter, naming
     /// another method.
-    pub method_overrides: MethodOverrides,
+    pub(crate) method_overrides: MethodOverrides,
     /// Request header names with `_` (see `header_names.rs`).
-    pub underscore_headers: UnderscoreHeaders,
+    pub(crate) underscore_headers: UnderscoreHeaders,
 }
 
 impl Default for RequestPolicy {
@@ -42,7 +42,7 @@ const SEGMENTS_RANGE: std::ops::RangeInclusive<usize> = 1..=4096;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RequestsSection {
+pub(crate) struct RequestsSection {
     normalize_path: bool,
     merge_slashes: bool,
     path_with_escaped_slashes_action: String,
@@ -72,7 +72,7 @@ impl Default for RequestsSection {
 }
 
 /// Checks the section.
-pub fn request_policy(section: RequestsSection) -> Result<RequestPolicy, SettingError> {
+pub(crate) fn request_policy(section: RequestsSection) -> Result<RequestPolicy, SettingError> {
     let escaped_slashes = one_of(
         "[requests] path_with_escaped_slashes_action",
         &section.path_with_escaped_slashes_action,

@@ -5,7 +5,7 @@
 //! thread that walks (the other tests of this binary allocate on threads of their own).
 
 use hyper::header::{HeaderMap, HeaderValue};
-use rl_gateway::rules::client_ip::client_ip;
+use rl_gateway::fuzzing::client_ip;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 

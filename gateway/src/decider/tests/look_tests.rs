@@ -4,7 +4,7 @@
 use super::*;
 
 /// Each rule's answer, as the remaining count or the failure.
-fn said(answers: &crate::decider::LookAnswers) -> Vec<Result<Option<u64>, Failure>> {
+fn said(answers: &crate::decider::look::LookAnswers) -> Vec<Result<Option<u64>, Failure>> {
     answers
         .iter()
         .map(|a| match a {

@@ -69,16 +69,16 @@ pub(super) enum Reply {
 /// Every reply of one request, in the order of [`Plan::matched`].
 #[derive(Debug, Clone)]
 pub(super) struct Replies {
-    pub replies: SmallVec<[Reply; 4]>,
+    pub(crate) replies: SmallVec<[Reply; 4]>,
     /// The descriptor whose failure closed the charges (`End::Closed`).
-    pub closed: Option<usize>,
+    pub(crate) closed: Option<usize>,
 }
 
 /// The response (or the gRPC status to fail the call with) and what to count.
 #[derive(Debug)]
 pub(super) struct Answer {
-    pub result: Result<RateLimitResponse, Status>,
-    pub events: Vec<Event>,
+    pub(crate) result: Result<RateLimitResponse, Status>,
+    pub(crate) events: Vec<Event>,
 }
 
 /// The answer to a request out of bounds.

@@ -26,10 +26,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// The most calls in flight on one connection (Envoy multiplexes its calls on a few).
-pub const MAX_CONCURRENT_STREAMS: u32 = 256;
+pub(crate) const MAX_CONCURRENT_STREAMS: u32 = 256;
 /// The largest header list of a request: a `ShouldRateLimit` call's are a few hundred
 /// bytes; the descriptors travel in the body.
-pub const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+pub(crate) const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 /// HTTP/2 pings on a connection quiet for this long, and how long the answer may take.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,9 +39,9 @@ const HANDSHAKE_BYTES: usize = 24 + 9;
 /// `[envoy]`'s bounds of the listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrpcLimits {
-    pub max_connections: usize,
-    pub handshake_timeout: Duration,
-    pub request_timeout: Duration,
+    pub(crate) max_connections: usize,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) request_timeout: Duration,
 }
 
 impl Default for GrpcLimits {
@@ -56,14 +56,14 @@ impl Default for GrpcLimits {
 
 /// The fields of `[envoy]` that set [`GrpcLimits`], each optional.
 #[derive(Debug, Default)]
-pub struct GrpcLimitFields {
-    pub max_connections: Option<usize>,
-    pub handshake_timeout_ms: Option<u64>,
-    pub request_timeout_ms: Option<u64>,
+pub(crate) struct GrpcLimitFields {
+    pub(crate) max_connections: Option<usize>,
+    pub(crate) handshake_timeout_ms: Option<u64>,
+    pub(crate) request_timeout_ms: Option<u64>,
 }
 
 impl GrpcLimitFields {
-    pub fn limits(&self) -> Result<GrpcLimits, SettingError> {
+    pub(crate) fn limits(&self) -> Result<GrpcLimits, SettingError> {
         let default = GrpcLimits::default();
         let ms = |name: &str, value: Option<u64>, default: Duration| match value {
             None => Ok(default),

@@ -32,7 +32,7 @@ mod plan;
 #[cfg(test)]
 mod tests;
 
-pub use plan::{check, RequestError};
+pub(crate) use plan::RequestError;
 
 use crate::app::Gateway;
 use crate::decider::{Applied, Decider, End, Look};
@@ -50,14 +50,16 @@ use std::time::{Duration, SystemTime};
 use tonic::{Request, Response, Status};
 
 /// The largest request message taken (tonic refuses a larger one before decoding it).
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// The most descriptors in one request: the most keys one `RL.MHIT` takes.
-pub const MAX_DESCRIPTORS: usize = crate::rules::MAX_APPLYING;
+pub(crate) const MAX_DESCRIPTORS: usize = crate::rules::MAX_APPLYING;
 /// The most entries in one descriptor.
 pub const MAX_ENTRIES: usize = 16;
-/// The longest domain, entry key and entry value, in bytes.
-pub const MAX_DOMAIN_BYTES: usize = 255;
+/// The longest domain, in bytes.
+pub(crate) const MAX_DOMAIN_BYTES: usize = 255;
+/// The longest entry key, in bytes.
 pub const MAX_ENTRY_KEY_BYTES: usize = 255;
+/// The longest entry value, in bytes.
 pub const MAX_ENTRY_VALUE_BYTES: usize = 1024;
 
 /// The service, sharing the HTTP front end's decider.
@@ -69,6 +71,8 @@ pub struct EnvoyService {
 }
 
 impl EnvoyService {
+    /// The service over `gateway`'s decider, answering for `domains`; `headers` adds the
+    /// RateLimit response headers.
     pub fn new(gateway: Arc<Gateway>, domains: Domains, key_prefix: String, headers: bool) -> Self {
         EnvoyService {
             gateway,
@@ -91,7 +95,7 @@ impl EnvoyService {
     }
 
     /// Swaps in newly loaded descriptors; denials made under the old ones are forgotten.
-    pub fn replace_domains(&self, domains: Domains) {
+    pub(crate) fn replace_domains(&self, domains: Domains) {
         *self.domains.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(domains);
         self.gateway.decider().forget_denials();
     }
@@ -133,7 +137,10 @@ impl EnvoyService {
 
     /// Decides one request: the answer, or the gRPC status to fail it with. The plan and
     /// the answer are pure; only [`execute`] asks the decider.
-    pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    pub(crate) async fn decide(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, Status> {
         let domains = self.domains();
         let answer = match plan::plan(&domains, request, &self.key_prefix) {
             Err(Early::Invalid(problem)) => answer::invalid(&problem),

@@ -48,24 +48,24 @@ pub(super) enum Ask {
 #[derive(Debug)]
 pub(super) struct Matched<'a> {
     /// Its descriptor's index in the request.
-    pub index: usize,
-    pub limit: &'a Arc<DescriptorLimit>,
-    pub rule: Arc<Rule>,
+    pub(crate) index: usize,
+    pub(crate) limit: &'a Arc<DescriptorLimit>,
+    pub(crate) rule: Arc<Rule>,
     /// The Redis key.
-    pub key: String,
+    pub(crate) key: String,
     /// The units it counts (`hits_addend`; 1 for a look).
-    pub cost: u64,
+    pub(crate) cost: u64,
     /// The request's own limit, when this charges it (under `replace`, in the node's key;
     /// under `tighten`, in a key of its own beside the node's, which another `Matched` of
     /// the same index charges).
-    pub overriding: Option<(u32, Unit)>,
-    pub ask: Ask,
-    pub metric: String,
+    pub(crate) overriding: Option<(u32, Unit)>,
+    pub(crate) ask: Ask,
+    pub(crate) metric: String,
 }
 
 impl Matched<'_> {
     /// The limit `current_limit` shows.
-    pub fn shown(&self) -> Option<(u32, Unit)> {
+    pub(crate) fn shown(&self) -> Option<(u32, Unit)> {
         self.overriding.or(self.limit.shown)
     }
 }
@@ -74,20 +74,20 @@ impl Matched<'_> {
 #[derive(Debug)]
 pub(super) struct Plan<'a> {
     /// How many descriptors the request has.
-    pub count: usize,
+    pub(crate) count: usize,
     /// The matched limit of each descriptor that has one (replaced ones too).
-    pub found: SmallVec<[(usize, &'a Arc<DescriptorLimit>); 4]>,
+    pub(crate) found: SmallVec<[(usize, &'a Arc<DescriptorLimit>); 4]>,
     /// What is known of each descriptor without asking.
-    pub known: SmallVec<[Known; 4]>,
+    pub(crate) known: SmallVec<[Known; 4]>,
     /// The keys to ask about, in descriptor order.
-    pub matched: SmallVec<[Matched<'a>; 4]>,
+    pub(crate) matched: SmallVec<[Matched<'a>; 4]>,
     /// What to count in the metrics.
-    pub events: Vec<Event>,
+    pub(crate) events: Vec<Event>,
 }
 
 impl Plan<'_> {
     /// The limit matched by descriptor `index`, if any.
-    pub fn limit_of(&self, index: usize) -> Option<&Arc<DescriptorLimit>> {
+    pub(crate) fn limit_of(&self, index: usize) -> Option<&Arc<DescriptorLimit>> {
         self.found
             .iter()
             .find(|(i, _)| *i == index)
@@ -96,7 +96,7 @@ impl Plan<'_> {
 
     /// Whether an enforced descriptor is blocked (`requests_per_unit` 0), which refuses
     /// the request as a whole: nothing is charged.
-    pub fn blocks(&self) -> bool {
+    pub(crate) fn blocks(&self) -> bool {
         self.found
             .iter()
             .any(|(i, limit)| matches!(self.known[*i], Known::Blocked(_)) && enforced(limit))
@@ -245,7 +245,7 @@ fn hits_of(request: &RateLimitRequest, index: usize) -> u64 {
 
 /// Why a request is out of bounds (answered INVALID_ARGUMENT with this message).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RequestError {
+pub(crate) enum RequestError {
     EmptyDomain,
     LongDomain,
     NoDescriptors,
@@ -304,7 +304,7 @@ impl std::fmt::Display for RequestError {
 impl std::error::Error for RequestError {}
 
 /// The bounds of a request, each refusal naming what is wrong.
-pub fn check(request: &RateLimitRequest) -> Result<(), RequestError> {
+pub(crate) fn check(request: &RateLimitRequest) -> Result<(), RequestError> {
     if request.domain.is_empty() {
         return Err(RequestError::EmptyDomain);
     }

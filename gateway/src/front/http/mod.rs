@@ -24,11 +24,11 @@ use std::net::IpAddr;
 
 /// A response body: the upstream's, streamed (with the request's lease, if it holds one),
 /// or one the gateway wrote.
-pub type Body = Either<Leased<Incoming>, Full<Bytes>>;
+pub(crate) type Body = Either<Leased<Incoming>, Full<Bytes>>;
 
 impl Gateway {
     /// Answers one HTTP request in the configured mode.
-    pub async fn handle(&self, peer: IpAddr, request: Request<Incoming>) -> Response<Body> {
+    pub(crate) async fn handle(&self, peer: IpAddr, request: Request<Incoming>) -> Response<Body> {
         match self.server.mode {
             Mode::Proxy => self.proxy(peer, request).await,
             Mode::Check => self.check(peer, request).await,

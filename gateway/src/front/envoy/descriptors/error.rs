@@ -9,11 +9,18 @@ use std::path::PathBuf;
 pub enum DescriptorError {
     /// A file or directory that cannot be read.
     Read {
+        /// The path as given.
         path: PathBuf,
+        /// What the system said.
         error: std::io::Error,
     },
     /// A directory of more than [`MAX_FILES`] files.
-    TooManyFiles { dir: PathBuf, count: usize },
+    TooManyFiles {
+        /// The directory.
+        dir: PathBuf,
+        /// How many files it holds.
+        count: usize,
+    },
     /// A file of more than [`MAX_FILE_BYTES`].
     TooLarge(PathBuf),
     /// The YAML itself: its syntax, an unknown field, aliases expanded past the limit.
@@ -23,13 +30,18 @@ pub enum DescriptorError {
     /// A domain loaded twice: where, and the file it was first loaded from (none for
     /// in-memory texts).
     DomainTwice {
+        /// The file (or text) loading it the second time.
         at: String,
+        /// The domain's name.
         domain: String,
+        /// The file that loaded it first.
         first: Option<PathBuf>,
     },
     /// An error in one file (or in-memory text, `text <i>`).
     In {
+        /// The file's path, or `text <i>`.
         source: String,
+        /// What is wrong in it.
         error: Box<DescriptorError>,
     },
 }

@@ -12,40 +12,40 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct DescriptorLimit {
     /// The rule the decider charges: the node's tiers, algorithm, burst or policy.
-    pub rule: Arc<Rule>,
+    pub(crate) rule: Arc<Rule>,
     /// `rate_limit.name`, which `replaces` of another limit names.
-    pub name: Option<String>,
-    pub replaces: Vec<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) replaces: Vec<String>,
     /// The configured limit as Envoy's `current_limit` shows it (`None` for a policy
     /// without `unit` and `requests_per_unit`).
-    pub shown: Option<(u32, Unit)>,
+    pub(crate) shown: Option<(u32, Unit)>,
     /// `unlimited: true`: OK without asking Redis.
-    pub unlimited: bool,
+    pub(crate) unlimited: bool,
     /// `requests_per_unit: 0`: every request is over the limit, without asking Redis.
-    pub blocked: bool,
+    pub(crate) blocked: bool,
     /// Reports OK whatever the count says (and counts nothing it would deny).
-    pub shadow: bool,
+    pub(crate) shadow: bool,
     /// Reports its own code, OVER_LIMIT included, without making the whole answer
     /// OVER_LIMIT.
-    pub quota: bool,
+    pub(crate) quota: bool,
     /// The metric names the matched value of a value-less node.
-    pub detailed_metric: bool,
+    pub(crate) detailed_metric: bool,
     /// This node has no value of its own (any value matches).
-    pub value_less: bool,
+    pub(crate) value_less: bool,
     /// What Redis being unreachable, too slow or unable to take the call means.
-    pub on_failure: FailMode,
+    pub(crate) on_failure: FailMode,
     /// What an error reply of the module (a policy that does not exist) means: by default
     /// OVER_LIMIT, as an HTTP rule's `on_module_error` is closed by default, so that a
     /// misconfiguration does not silently become "no limit".
-    pub on_module_error: FailMode,
-    pub limit_override: OverrideMode,
+    pub(crate) on_module_error: FailMode,
+    pub(crate) limit_override: OverrideMode,
     /// The entry key whose `key=value` is the hash tag; `None`: the first entry.
-    pub subject: Option<String>,
+    pub(crate) subject: Option<String>,
 }
 
 impl DescriptorLimit {
     /// The mode that `failure` leaves this descriptor to.
-    pub fn mode_for(&self, failure: Failure) -> FailMode {
+    pub(crate) fn mode_for(&self, failure: Failure) -> FailMode {
         match failure {
             Failure::Error => self.on_module_error,
             Failure::Timeout | Failure::Connection | Failure::Unavailable | Failure::Breaker => {

@@ -11,12 +11,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The largest descriptor file read (a larger one is refused before it is read whole).
-pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+pub(crate) const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// The most files a directory of descriptors may hold.
-pub const MAX_FILES: usize = 1000;
+pub(crate) const MAX_FILES: usize = 1000;
 /// The deepest a descriptor may be nested: a request descriptor has at most this many
 /// entries, so a deeper node could never match.
-pub const MAX_DEPTH: usize = 16;
+pub(crate) const MAX_DEPTH: usize = 16;
 
 /// Loads `path`: one YAML file, or every `*.yaml` and `*.yml` directly in a directory (in
 /// name order; dotfiles skipped). A domain in two files is refused, as
@@ -115,7 +115,7 @@ pub fn from_texts(texts: &[&str]) -> Result<Domains, DescriptorError> {
 }
 
 /// One file's text, checked.
-pub fn parse(text: &str) -> Result<Domain, DescriptorError> {
+pub(crate) fn parse(text: &str) -> Result<Domain, DescriptorError> {
     let doc: FileDoc = serde_yaml_ng::from_str(text).map_err(DescriptorError::Yaml)?;
     let name = doc.domain.clone().unwrap_or_default();
     if name.is_empty() {

@@ -29,7 +29,7 @@ pub(super) struct Node {
 /// One domain's descriptors.
 #[derive(Debug)]
 pub struct Domain {
-    pub name: String,
+    pub(crate) name: String,
     pub(super) root: Level,
 }
 
@@ -73,14 +73,17 @@ pub struct Domains {
 }
 
 impl Domains {
+    /// The domain named `domain`, if a file defines it.
     pub fn get(&self, domain: &str) -> Option<&Domain> {
         self.domains.get(domain)
     }
 
+    /// How many domains were loaded.
     pub fn len(&self) -> usize {
         self.domains.len()
     }
 
+    /// Whether no file defined a domain.
     pub fn is_empty(&self) -> bool {
         self.domains.is_empty()
     }

@@ -26,11 +26,16 @@ mod schema;
 mod unit;
 
 pub use error::DescriptorError;
-pub use limit::DescriptorLimit;
-pub use load::{from_texts, load, parse, MAX_DEPTH, MAX_FILES, MAX_FILE_BYTES};
+pub(crate) use limit::DescriptorLimit;
+pub use load::{from_texts, load};
+#[cfg(test)]
+pub(crate) use load::{parse, MAX_DEPTH, MAX_FILES, MAX_FILE_BYTES};
 pub use matching::{Domain, Domains};
-pub use modes::{FailMode, OverrideMode};
-pub use names::{key, metric_name, rule_name};
+pub(crate) use modes::{FailMode, OverrideMode};
+pub use names::key;
+pub(crate) use names::metric_name;
+#[cfg(test)]
+use names::rule_name;
 pub use unit::Unit;
 
 #[cfg(test)]

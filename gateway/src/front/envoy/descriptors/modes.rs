@@ -5,7 +5,7 @@
 /// is charged for every request, so a caller that varies the override meets the same spent
 /// budget, never a fresh one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OverrideMode {
+pub(crate) enum OverrideMode {
     /// `tighten` (the default): the override is charged too, in a key of its own beside the
     /// node's (the node's key and `:limit=<n>/<unit>`, in the same slot), so it can lower the
     /// limit and never raise it, and requests that bring another limit or none do not
@@ -38,7 +38,7 @@ impl OverrideMode {
 
 /// What a descriptor answers when Redis cannot decide within the deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailMode {
+pub(crate) enum FailMode {
     /// Not limited (fail-open): code OK.
     Ok,
     /// Decided by the gateway's own memory at the limit divided by the live gateways.
@@ -52,7 +52,7 @@ pub enum FailMode {
 impl FailMode {
     /// Whether it refuses the request (OVER_LIMIT or UNAVAILABLE) rather than letting it
     /// through, limited locally or not.
-    pub fn refuses(self) -> bool {
+    pub(crate) fn refuses(self) -> bool {
         matches!(self, FailMode::OverLimit | FailMode::Unavailable)
     }
 

@@ -9,7 +9,7 @@ use std::fmt::Write;
 /// A name for metrics and the RateLimit fields: letters, digits, `_`, `.` and `-` (other
 /// bytes become `_`), at most [`MAX_RULE_NAME_BYTES`] (a longer one keeps its start and a
 /// hash of the whole).
-pub fn rule_name(text: &str) -> String {
+pub(crate) fn rule_name(text: &str) -> String {
     let clean: String = text
         .chars()
         .map(|c| {
@@ -33,7 +33,7 @@ pub fn rule_name(text: &str) -> String {
 
 /// The metric name of a match: the node's rule name, and with `detailed_metric` on a
 /// value-less node, the request's value of its last entry too.
-pub fn metric_name(limit: &DescriptorLimit, last_value: &str) -> String {
+pub(crate) fn metric_name(limit: &DescriptorLimit, last_value: &str) -> String {
     if limit.detailed_metric && limit.value_less && limit.name.is_none() {
         rule_name(&format!("{}_{last_value}", limit.rule.name))
     } else {

@@ -7,18 +7,25 @@ use ratelimit_core::calendar::Period;
 /// calendar windows (in UTC, or the descriptor's `tz`), never 30 or 365 days.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
+    /// `SECOND`: a 1 s window.
     Second,
+    /// `MINUTE`: a 60 s window.
     Minute,
+    /// `HOUR`: a 3,600 s window.
     Hour,
+    /// `DAY`: a 24 h window.
     Day,
+    /// `WEEK`: a 7-day window.
     Week,
+    /// `MONTH`: a calendar month.
     Month,
+    /// `YEAR`: a calendar year.
     Year,
 }
 
 impl Unit {
     /// From the YAML (`second`, `SECOND`, ...); `None` for anything else.
-    pub fn parse(text: &str) -> Option<Unit> {
+    pub(crate) fn parse(text: &str) -> Option<Unit> {
         Some(match text.to_ascii_lowercase().as_str() {
             "second" => Unit::Second,
             "minute" => Unit::Minute,
@@ -46,7 +53,7 @@ impl Unit {
     }
 
     /// Envoy's enum number.
-    pub fn proto(self) -> i32 {
+    pub(crate) fn proto(self) -> i32 {
         match self {
             Unit::Second => 1,
             Unit::Minute => 2,
@@ -59,7 +66,7 @@ impl Unit {
     }
 
     /// The window's length; a calendar period's nominal one.
-    pub fn window_ms(self) -> u64 {
+    pub(crate) fn window_ms(self) -> u64 {
         let nominal = |period: Period| u64::try_from(period.nominal_ms()).unwrap_or(u64::MAX);
         match self {
             Unit::Second => 1_000,
@@ -75,7 +82,7 @@ impl Unit {
     /// The calendar period this unit counts in: always for a month and a year, and for a
     /// day and a week when the descriptor names a time zone (`zoned`). Otherwise a day and
     /// a week are fixed windows of 24 h and 7 days, as in envoyproxy/ratelimit.
-    pub fn calendar(self, zoned: bool) -> Option<Period> {
+    pub(crate) fn calendar(self, zoned: bool) -> Option<Period> {
         match self {
             Unit::Month => Some(Period::Month),
             Unit::Year => Some(Period::Year),
