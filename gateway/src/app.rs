@@ -18,6 +18,7 @@ use std::sync::{Arc, RwLock};
 /// Why `/readyz` has not answered 200 yet, until the first probe of Redis has.
 const NOT_PROBED: &str = "Redis not probed yet";
 
+/// The running gateway: what every front end, the reloader and the heartbeat share.
 pub struct Gateway {
     pub(crate) server: ServerSettings,
     pub(crate) key_prefix: String,
@@ -32,6 +33,8 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// A gateway on `server`'s settings, deciding `rules` with `decider` under keys that
+    /// start with `key_prefix`; not ready until the first probe of Redis.
     pub fn new(
         server: ServerSettings,
         key_prefix: String,
@@ -109,10 +112,12 @@ impl Gateway {
         &self.server
     }
 
+    /// The rules in force now (a reload swaps them; a request keeps the ones it began with).
     pub fn rules(&self) -> Arc<RuleSet> {
         self.rules.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Puts `rules` in force and forgets the cached denials, which the old rules made.
     pub fn replace_rules(&self, rules: RuleSet) {
         *self.rules.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
         self.decider.forget_denials();

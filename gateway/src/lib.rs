@@ -3,6 +3,8 @@
 //! the service runs. `src/main.rs` is the binary. Items are `pub(crate)` unless the binary
 //! needs them (the `pub` modules below) or the fuzz targets do ([`fuzzing`]).
 
+#![warn(missing_docs)]
+
 pub mod app;
 pub mod config;
 pub mod decider;

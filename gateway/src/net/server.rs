@@ -236,6 +236,7 @@ impl Connection {
     }
 }
 
+/// The main listener's handler: the request goes to the configured front end's mode.
 pub async fn main_handler(
     gateway: Arc<Gateway>,
     peer: SocketAddr,
@@ -244,6 +245,7 @@ pub async fn main_handler(
     gateway.handle(peer.ip(), request).await
 }
 
+/// The admin listener's handler: `/healthz`, `/readyz` and `/metrics`; 404 for the rest.
 pub async fn admin_handler(
     gateway: Arc<Gateway>,
     _peer: SocketAddr,
