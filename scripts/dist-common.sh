@@ -53,3 +53,19 @@ update_sums() {
     } | LC_ALL=C sort -k2 > "$sums.new"
     mv "$sums.new" "$sums"
 }
+
+# Builds the release module and gateway (unless the first argument after the script's name
+# is --no-build), then checks that both are there.
+build_release() {
+    local script="$1"
+    shift
+    case "${1:-}" in
+        --no-build) ;;
+        "")
+            "${CARGO:-cargo}" build --release --locked --lib
+            "${CARGO:-cargo}" build --release --locked -p rl-gateway --bin rl-gateway
+            ;;
+        *) echo "usage: scripts/$script [--no-build]" >&2; exit 2 ;;
+    esac
+    require_release_artefacts
+}

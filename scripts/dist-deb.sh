@@ -12,17 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/dist-common.sh
 
-build=1
-case "${1:-}" in
-    --no-build) build=0 ;;
-    "") ;;
-    *) echo "usage: scripts/dist-deb.sh [--no-build]" >&2; exit 2 ;;
-esac
-if [ "$build" = 1 ]; then
-    "${CARGO:-cargo}" build --release --locked --lib
-    "${CARGO:-cargo}" build --release --locked -p rl-gateway --bin rl-gateway
-fi
-require_release_artefacts
+build_release "$(basename "$0")" "$@"
 
 MAINTAINER="${DEB_MAINTAINER:-redis-ratelimit authors <maintainers@redis-ratelimit.invalid>}"
 stage="$(mktemp -d)"
