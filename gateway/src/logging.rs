@@ -39,15 +39,18 @@ pub enum LogFormat {
 
 /// Installs the log writer for the whole process: `filter` if given, else `RL_LOG`, else
 /// `info`. An invalid filter is refused (with why), rather than silently logging nothing.
-pub fn init(format: LogFormat, filter: Option<&str>) -> Result<(), String> {
+pub fn init(format: LogFormat, filter: Option<&str>) -> Result<(), LogInitError> {
     let from_env = std::env::var(FILTER_VARIABLE).ok();
     let (directives, source) = match (filter, from_env.as_deref()) {
         (Some(filter), _) => (filter, "--log-level"),
         (None, Some(filter)) if !filter.trim().is_empty() => (filter, FILTER_VARIABLE),
         (None, _) => ("info", "the default"),
     };
-    let filter =
-        EnvFilter::try_new(directives).map_err(|e| format!("{source} {directives:?}: {e}"))?;
+    let filter = EnvFilter::try_new(directives).map_err(|e| LogInitError::Filter {
+        source,
+        directives: directives.to_owned(),
+        error: e.to_string(),
+    })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -55,8 +58,39 @@ pub fn init(format: LogFormat, filter: Option<&str>) -> Result<(), String> {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
-    installed.map_err(|e| format!("cannot install the log writer: {e}"))
+    installed.map_err(|e| LogInitError::Install(e.to_string()))
 }
+
+/// Why the log writer could not be installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogInitError {
+    /// The level filter (from `source`: `--log-level` or `RL_LOG`) does not parse.
+    Filter {
+        /// Where the filter came from.
+        source: &'static str,
+        /// The filter as given.
+        directives: String,
+        /// What the filter's parser said.
+        error: String,
+    },
+    /// Another writer is installed already.
+    Install(String),
+}
+
+impl std::fmt::Display for LogInitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LogInitError::Filter {
+                source,
+                directives,
+                error,
+            } => write!(f, "{source} {directives:?}: {error}"),
+            LogInitError::Install(error) => write!(f, "cannot install the log writer: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for LogInitError {}
 
 /// Writes one line at level info (`log!("...", args)`). The arguments go through
 /// `format_args!` as they are: `name = value` is a named argument, as in `format!`, not a
