@@ -58,7 +58,7 @@ deb: ## Release build, then the Debian packages redis-ratelimit and rl-gateway i
 
 package-test: ## Build the archive and the packages, unpack and install them in a scratch folder, run the quick start from them
 	cargo build --lib
-	RL_MODULE=$${CARGO_TARGET_DIR:-target}/debug/libredis_ratelimit.so cargo test --test it dist:: -- --include-ignored --test-threads=1
+	cargo test --test it dist:: -- --include-ignored --test-threads=1
 
 test: ## Set up, lint, then unit and integration tests on Redis and Valkey (the book's examples too), the fuzz corpus replay, and the book
 	$(MAKE) setup

@@ -124,7 +124,9 @@ pub fn module_path() -> &'static Path {
     static MODULE: OnceLock<PathBuf> = OnceLock::new();
     MODULE.get_or_init(|| {
         if let Some(path) = binary_from_env("RL_MODULE") {
-            return path;
+            // The servers run in directories of their own: a relative path would name a
+            // file there, so it is taken from where the tests were started.
+            return std::env::current_dir().map_or(path.clone(), |dir| dir.join(&path));
         }
         let root = workspace_root();
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
