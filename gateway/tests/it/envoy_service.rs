@@ -229,12 +229,22 @@ fn the_readme_examples_work_unchanged() {
             vec![desc(&[("service", "auth-service"), ("user", u)])],
         )
     };
-    for i in 0..15 {
-        let answer = envoy.ask(user("user-a"));
-        assert_eq!(overall(&answer), Code::Ok, "shadow, call {i}: {answer:?}");
-        assert_eq!(code(&answer, 0), Code::Ok);
-    }
-    let metrics = envoy.gateway.metrics();
+    // 15 calls exceed the 10 per second when they fall in one second, which a loaded
+    // machine may not manage: bursts of 15 until one did, every call answered OK.
+    let mut bursts = 0;
+    let metrics = loop {
+        for i in 0..15 {
+            let answer = envoy.ask(user("user-a"));
+            assert_eq!(overall(&answer), Code::Ok, "shadow, call {i}: {answer:?}");
+            assert_eq!(code(&answer, 0), Code::Ok);
+        }
+        bursts += 1;
+        let metrics = envoy.gateway.metrics();
+        let denied = metrics.decisions("example6.service.user_user-a", "shadow_denied");
+        if denied >= 1.0 || bursts == 20 {
+            break metrics;
+        }
+    };
     assert!(
         metrics.decisions("example6.service.user_user-a", "shadow_denied") >= 1.0,
         "{}",
