@@ -82,13 +82,15 @@ fn connections_over_max_connections_are_closed_at_once() {
         closed_by_the_gateway(&mut extra, Duration::from_secs(20)),
         "the fourth connection is closed"
     );
-    // A new client cannot get in; the one holding a slot is served.
-    let refused = envoy
-        .reconnect()
-        .map_or(true, |()| !ok_call(&mut envoy, "b"));
-    assert!(refused, "a fourth client was served");
-    // The held connection may have been replaced by the failed reconnect; once the idle
-    // sockets go, clients are served again.
+    // The client holding a slot is still served. (A new gRPC client is not asked here: the
+    // test's client reconnecting would give up its own slot first, and whether the gateway
+    // has seen that close before the new connection arrives is the scheduler's choice; the
+    // fourth socket above is the new client.)
+    assert!(
+        ok_call(&mut envoy, "b"),
+        "the client holding a slot was not served"
+    );
+    // Once the idle sockets go, new clients are served again.
     drop(idle);
     wait_until(Duration::from_secs(20), "a client served again", || {
         envoy.reconnect().is_ok() && ok_call(&mut envoy, "c")

@@ -193,7 +193,7 @@ fn a_20_ms_stall_neither_opens_the_breaker_nor_lifts_a_limit() {
 fn correct_logins_answered_during_an_outage_are_given_back() {
     each_flavor(|flavor| {
         let (redis, _upstream, gateway) =
-            hiccup_stack(flavor, "deadline_ms = 5\nbreaker_open_ms = 5000", true);
+            hiccup_stack(flavor, "deadline_ms = 25\nbreaker_open_ms = 5000", true);
         let login_key = || keys(&redis, "*login*");
         let mut key = None;
         let outage = std::thread::scope(|scope| {
