@@ -57,6 +57,7 @@ pub(super) fn descriptor_limit(
         on_module_error: here.on_module_error,
         limit_override: here.limit_override,
         subject: here.subject.map(str::to_owned),
+        metadata: None,
     })
 }
 

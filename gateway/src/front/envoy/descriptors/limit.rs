@@ -41,6 +41,11 @@ pub struct DescriptorLimit {
     pub(crate) limit_override: OverrideMode,
     /// The entry key whose `key=value` is the hash tag; `None`: the first entry.
     pub(crate) subject: Option<String>,
+    /// The node's `metadata` (envoyproxy/ratelimit's): returned in the response's dynamic
+    /// metadata, merged over the descriptors that passed, when `[envoy]
+    /// response_dynamic_metadata` is on.
+    #[allow(dead_code)] // read once the dynamic metadata lands
+    pub(crate) metadata: Option<envoy_types::pb::google::protobuf::Struct>,
 }
 
 impl DescriptorLimit {
