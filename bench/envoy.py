@@ -10,12 +10,15 @@ keeps N calls in flight, one per connection, in interleaved rounds:
     (null)  gRPC ShouldRateLimit to grpc-load null: the protocol's own cost
     (grpc)  ShouldRateLimit to rl-gateway: descriptor (user, bench), 1,000,000,000 a minute;
             one RL.HIT per call, every call allowed
+    (grpc3) the same with three descriptors, (user, bench), (path, /bench), (plan, free),
+            each of 1,000,000,000 a minute: decided all or nothing in one call
     (http)  GET /bench to rl-gateway's check mode with X-User: bench, the same limit: one
             RL.HIT per request, every request allowed
 
 The report gives the median over the rounds of calls/s, p50 and p99, each as a ratio to
-(null) at the same connection count, and the server's CPU (utime + stime from /proc) per
-call. It prints Markdown and writes bench/ENVOY-RESULTS.md.
+(null) at the same connection count, the server's CPU (utime + stime from /proc) per call,
+and the Redis commands per call (INFO commandstats over the run). It prints Markdown and
+writes bench/ENVOY-RESULTS.md.
 
     python3 bench/envoy.py            # part of `make bench-gateway`, after `make build`
     python3 bench/envoy.py --quick    # a smoke run of the script itself (not a result)
@@ -47,7 +50,9 @@ MODULE = RELEASE_DIR / "libredis_ratelimit.so"
 GATEWAY = RELEASE_DIR / "rl-gateway"
 LOAD = RELEASE_DIR / "grpc-load"
 OUTPUT = BENCH_DIR / "ENVOY-RESULTS.md"
-SCENARIOS = ["null", "grpc", "http"]
+SCENARIOS = ["null", "grpc", "grpc3", "http"]
+# Each of (grpc3)'s descriptors: key, value.
+THREE = [("user", "bench"), ("path", "/bench"), ("plan", "free")]
 
 
 def wait_port(port: int, what: str, limit: float = 20.0) -> None:
@@ -59,6 +64,17 @@ def wait_port(port: int, what: str, limit: float = 20.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise SystemExit(f"{what} did not listen on {port}")
+
+
+def redis_commands(port: int) -> int:
+    """Commands the server has run, but the INFO that asks."""
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"],
+                         capture_output=True, text=True, check=True).stdout
+    total = 0
+    for line in out.splitlines():
+        if line.startswith("cmdstat_") and not line.startswith("cmdstat_info:"):
+            total += int(line.split("calls=")[1].split(",")[0])
+    return total
 
 
 def run_load(args: List[str]) -> Dict[str, float]:
@@ -90,9 +106,9 @@ def main() -> int:
                                  "--loadmodule", str(MODULE)], stdout=subprocess.DEVNULL)
         wait_port(redis_port, "redis-server")
         (work / "descriptors").mkdir()
-        (work / "descriptors" / "bench.yaml").write_text(
-            "domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n"
-            "      unit: minute\n      requests_per_unit: 1000000000\n")
+        (work / "descriptors" / "bench.yaml").write_text("domain: bench\ndescriptors:\n" + "".join(
+            f"  - key: {key}\n    rate_limit:\n      unit: minute\n"
+            "      requests_per_unit: 1000000000\n" for key, _ in THREE))
         (work / "gateway.toml").write_text(f"""# Written by bench/envoy.py for one run.
 [server]
 listen = "127.0.0.1:{http_port}"
@@ -121,7 +137,8 @@ response_headers = true
         for port, what in ((http_port, "rl-gateway"), (grpc_port, "rl-gateway [envoy]"),
                            (null_port, "grpc-load null")):
             wait_port(port, what)
-        servers = {"null": null.pid, "grpc": gateway.pid, "http": gateway.pid}
+        servers = {"null": null.pid, "grpc": gateway.pid, "grpc3": gateway.pid,
+                   "http": gateway.pid}
 
         def args(scenario: str, n: int) -> List[str]:
             seconds = str(options.seconds)
@@ -129,6 +146,9 @@ response_headers = true
                 return ["grpc", f"127.0.0.1:{null_port}", str(n), seconds, "bench", "user", "bench"]
             if scenario == "grpc":
                 return ["grpc", f"127.0.0.1:{grpc_port}", str(n), seconds, "bench", "user", "bench"]
+            if scenario == "grpc3":
+                pairs = [part for pair in THREE for part in pair]
+                return ["grpc", f"127.0.0.1:{grpc_port}", str(n), seconds, "bench"] + pairs
             return ["http", f"127.0.0.1:{http_port}", str(n), seconds, "/bench", "X-User", "bench"]
 
         # Warm up every path once.
@@ -141,8 +161,10 @@ response_headers = true
             for n in conns:
                 for scenario in order:
                     before = process_cpu_seconds(servers[scenario])
+                    commands_before = redis_commands(redis_port)
                     got = run_load(args(scenario, n))
                     got["cpu_us"] = (process_cpu_seconds(servers[scenario]) - before) * 1e6 / max(got["calls"], 1)
+                    got["commands"] = (redis_commands(redis_port) - commands_before) / max(got["calls"], 1)
                     got["rps"] = got["calls"] / got["seconds"]
                     if got["errors"]:
                         raise SystemExit(f"{scenario} x{n}: {got['errors']:.0f} errors")
@@ -163,16 +185,19 @@ response_headers = true
             " the protocol's own cost, the baseline of every ratio.",
             "- grpc: ShouldRateLimit to rl-gateway `[envoy]`, one descriptor (user, bench) of "
             "1,000,000,000 a minute: one RL.HIT per call, all allowed.",
+            "- grpc3: the same call with three descriptors, (user, bench), (path, /bench) and "
+            "(plan, free), each of the same limit: decided all or nothing.",
             "- http: GET /bench to the same rl-gateway's check mode, X-User: bench, the same "
             "limit: one RL.HIT per request, all allowed.",
             "- rl-gateway runs one worker thread (figures per core of the gateway); the load "
             "generator (`grpc-load`, one thread, one call in flight per connection), "
             "redis-server and the servers share the machine's 2 cores, unpinned.",
             "- server CPU µs/call: the server's utime + stime over the run (rl-gateway for grpc "
-            "and http, grpc-load null for null) per call.",
+            "and http, grpc-load null for null) per call; Redis commands/call: every command "
+            "redis-server ran over the run (INFO commandstats) per call.",
             "",
-            "| scenario | conns | calls/s | × null | p50 µs | × null | p99 µs | × null | server CPU µs/call |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| scenario | conns | calls/s | × null | p50 µs | × null | p99 µs | × null | server CPU µs/call | Redis commands/call |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for n in conns:
             base = median[("null", n)]
@@ -182,7 +207,7 @@ response_headers = true
                     f"| {scenario} | {n} | {m['rps']:,.0f} | {m['rps'] / base['rps']:.2f} | "
                     f"{m['p50_us']:.0f} | {m['p50_us'] / max(base['p50_us'], 1):.2f} | "
                     f"{m['p99_us']:.0f} | {m['p99_us'] / max(base['p99_us'], 1):.2f} | "
-                    f"{m['cpu_us']:.1f} |")
+                    f"{m['cpu_us']:.1f} | {m['commands']:.2f} |")
         report = "\n".join(lines) + "\n"
         print(report)
         if not options.quick:

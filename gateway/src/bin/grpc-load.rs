@@ -2,13 +2,14 @@
 //! it is measured against.
 //!
 //!   grpc-load null <addr>                     serve ShouldRateLimit answering OK at once
-//!   grpc-load grpc <addr> <conns> <seconds> <domain> <key> <value>
+//!   grpc-load grpc <addr> <conns> <seconds> <domain> <key> <value> [<key> <value>]...
 //!   grpc-load http <addr> <conns> <seconds> <path> <header> <value>
 //!
 //! `grpc` and `http` keep `conns` requests in flight (one per connection: an HTTP/2
 //! connection each for gRPC, a keep-alive HTTP/1.1 connection each for the check mode) for
 //! `seconds`, then print one line: `calls=<n> seconds=<s> p50_us=<x> p99_us=<y> errors=<e>`.
-//! One thread (the current-thread runtime), so that its own cost stays the same for every
+//! Each `<key> <value>` pair of `grpc` is one descriptor of one entry, so that a call can
+//! carry several descriptors. One thread (the current-thread runtime), so that its own cost stays the same for every
 //! scenario.
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -24,7 +25,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: grpc-load null <addr>\n       grpc-load grpc <addr> <conns> <seconds> <domain> <key> <value>\n       grpc-load http <addr> <conns> <seconds> <path> <header> <value>";
+const USAGE: &str = "usage: grpc-load null <addr>\n       grpc-load grpc <addr> <conns> <seconds> <domain> <key> <value> [<key> <value>]...\n       grpc-load http <addr> <conns> <seconds> <path> <header> <value>";
 
 struct Null;
 
@@ -62,9 +63,11 @@ fn main() -> ExitCode {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match args.as_slice() {
         ["null", addr] => runtime.block_on(null(addr)),
-        ["grpc", addr, conns, seconds, domain, key, value] => {
+        ["grpc", addr, conns, seconds, domain, pairs @ ..]
+            if !pairs.is_empty() && pairs.len() % 2 == 0 =>
+        {
             match (conns.parse(), seconds.parse()) {
-                (Ok(c), Ok(s)) => runtime.block_on(grpc(addr, c, s, domain, key, value)),
+                (Ok(c), Ok(s)) => runtime.block_on(grpc(addr, c, s, domain, pairs)),
                 _ => Err(USAGE.to_owned()),
             }
         }
@@ -126,18 +129,21 @@ async fn grpc(
     conns: usize,
     seconds: f64,
     domain: &str,
-    key: &str,
-    value: &str,
+    pairs: &[&str],
 ) -> Result<(), String> {
-    let request = RateLimitRequest {
-        domain: domain.to_owned(),
-        descriptors: vec![RateLimitDescriptor {
+    let descriptors = pairs
+        .chunks(2)
+        .map(|pair| RateLimitDescriptor {
             entries: vec![Entry {
-                key: key.to_owned(),
-                value: value.to_owned(),
+                key: pair[0].to_owned(),
+                value: pair[1].to_owned(),
             }],
             ..Default::default()
-        }],
+        })
+        .collect();
+    let request = RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
         hits_addend: 0,
     };
     let mut tasks = Vec::new();
