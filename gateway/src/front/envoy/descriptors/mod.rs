@@ -20,17 +20,19 @@ mod error;
 mod limit;
 mod load;
 mod matching;
+mod metadata;
 mod modes;
 mod names;
+mod pattern;
 mod schema;
 mod unit;
 
 pub use error::DescriptorError;
 pub(crate) use limit::DescriptorLimit;
-pub use load::{from_texts, load};
+pub use load::{from_texts, from_texts_merging, load};
 #[cfg(test)]
 pub(crate) use load::{parse, MAX_DEPTH, MAX_FILES, MAX_FILE_BYTES};
-pub use matching::{Domain, Domains};
+pub use matching::{Domain, Domains, Found};
 pub(crate) use modes::{FailMode, OverrideMode};
 pub use names::key;
 pub(crate) use names::metric_name;

@@ -27,6 +27,12 @@ pub(super) struct DescriptorDoc {
     #[serde(default)]
     pub(super) detailed_metric: bool,
     #[serde(default)]
+    pub(super) value_to_metric: bool,
+    #[serde(default)]
+    pub(super) share_threshold: bool,
+    /// Any YAML; checked and turned into a protobuf `Struct` by [`super::metadata`].
+    pub(super) metadata: Option<serde_yaml_ng::Value>,
+    #[serde(default)]
     pub(super) descriptors: Vec<DescriptorDoc>,
     // Ours.
     #[serde(default)]

@@ -26,9 +26,9 @@ fn nested_and_value_less_descriptors_match_as_envoyproxy_ratelimit_does() {
     let limit = domain
         .find([("message_type", "marketing"), ("to_number", "2061111111")])
         .unwrap();
-    assert_eq!(limit.shown, Some((5, Unit::Day)));
+    assert_eq!(limit.limit.shown, Some((5, Unit::Day)));
     let limit = domain.find([("to_number", "2061111111")]).unwrap();
-    assert_eq!(limit.shown, Some((100, Unit::Day)));
+    assert_eq!(limit.limit.shown, Some((100, Unit::Day)));
     assert!(domain.find([("message_type", "marketing")]).is_none());
     assert!(domain
         .find([("message_type", "other"), ("to_number", "1")])
@@ -42,13 +42,13 @@ fn the_exact_value_wins_over_a_prefix_and_any_value() {
         "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 10}\n  - key: ip\n    value: 50.0.0.5\n    rate_limit: {unit: second, requests_per_unit: 0}\n  - key: ip\n    value: '10.*'\n    rate_limit: {unit: minute, requests_per_unit: 7}\n",
     )
     .unwrap();
-    assert!(domain.find([("ip", "50.0.0.5")]).unwrap().blocked);
+    assert!(domain.find([("ip", "50.0.0.5")]).unwrap().limit.blocked);
     assert_eq!(
-        domain.find([("ip", "10.1.1.1")]).unwrap().shown,
+        domain.find([("ip", "10.1.1.1")]).unwrap().limit.shown,
         Some((7, Unit::Minute))
     );
     assert_eq!(
-        domain.find([("ip", "1.1.1.1")]).unwrap().shown,
+        domain.find([("ip", "1.1.1.1")]).unwrap().limit.shown,
         Some((10, Unit::Second))
     );
 }
@@ -173,12 +173,12 @@ fn an_alias_bomb_a_deep_nest_and_a_huge_file_are_refused() {
         text.push_str("# padding padding padding padding padding padding padding\n");
     }
     std::fs::write(&huge, &text).unwrap();
-    let error = load(dir.path()).unwrap_err().to_string();
+    let error = load(dir.path(), false).unwrap_err().to_string();
     assert!(error.contains("larger than 4194304 bytes"), "{error}");
     for i in 0..=MAX_FILES {
         std::fs::write(dir.path().join(format!("{i}.yml")), "domain: x\n").unwrap();
     }
-    let error = load(dir.path()).unwrap_err().to_string();
+    let error = load(dir.path(), false).unwrap_err().to_string();
     assert!(error.contains("at most 1000"), "{error}");
 }
 
