@@ -41,4 +41,8 @@ use names::rule_name;
 pub use unit::Unit;
 
 #[cfg(test)]
+mod peer_metric_tests;
+#[cfg(test)]
+mod peer_tests;
+#[cfg(test)]
 mod tests;

@@ -17,7 +17,10 @@ pub(super) struct FileDoc {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a descriptor: a mapping with a key (and value, rate_limit, descriptors...)"
+)]
 pub(super) struct DescriptorDoc {
     pub(super) key: Option<String>,
     pub(super) value: Option<String>,
