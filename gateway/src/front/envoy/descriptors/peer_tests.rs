@@ -16,6 +16,9 @@ macro_rules! case {
     };
 }
 
+/// A request descriptor's entries.
+type Entries<'a> = &'a [(&'a str, &'a str)];
+
 /// The domain of the one file `text`.
 fn domain(text: &str) -> Domain {
     parse(text).expect("the file loads")
@@ -45,7 +48,7 @@ fn basic_config() {
     ] {
         assert!(d.find(entries.iter().copied()).is_none(), "{entries:?}");
     }
-    let cases: [(&[(&str, &str)], (u32, Unit)); 7] = [
+    let cases: [(Entries, (u32, Unit)); 7] = [
         (
             &[("key1", "value1"), ("subkey1", "something")],
             (5, Unit::Second),
