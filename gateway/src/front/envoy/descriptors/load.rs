@@ -157,9 +157,24 @@ pub(crate) fn parse(text: &str) -> Result<Domain, DescriptorError> {
     Ok(Domain { root })
 }
 
-/// The YAML of one file and its domain's name (present and not empty).
+/// The YAML of one file and its domain's name (present and not empty). YAML merge keys
+/// (`<<: *base`) are applied, as envoyproxy/ratelimit's YAML reader applies them: a file
+/// that has any is read as a YAML value, merged and written out again, then read as
+/// descriptors (an error then names the place, and a line of the merged text).
 fn read(text: &str) -> Result<(String, FileDoc), DescriptorError> {
-    let doc: FileDoc = serde_yaml_ng::from_str(text).map_err(DescriptorError::Yaml)?;
+    let doc: FileDoc = if text.contains("<<") {
+        let mut value: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(DescriptorError::Yaml)?;
+        value.apply_merge().map_err(DescriptorError::Yaml)?;
+        let merged = serde_yaml_ng::to_string(&value).map_err(DescriptorError::Yaml)?;
+        serde_yaml_ng::from_str(&merged).map_err(|error| {
+            DescriptorError::Field(format!(
+                "{error} (a line of the file with its `<<` merge keys applied)"
+            ))
+        })?
+    } else {
+        serde_yaml_ng::from_str(text).map_err(DescriptorError::Yaml)?
+    };
     match doc.domain.clone().filter(|name| !name.is_empty()) {
         Some(name) => Ok((name, doc)),
         None => Err(DescriptorError::Field(

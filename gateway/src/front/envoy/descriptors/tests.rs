@@ -145,6 +145,9 @@ fn an_alias_bomb_a_deep_nest_and_a_huge_file_are_refused() {
     }
     let error = parse(&bomb).unwrap_err().to_string();
     assert!(error.contains("repetition limit"), "{error}");
+    // Also on the way of a file with merge keys (read as a YAML value first).
+    let error = parse(&format!("# <<\n{bomb}")).unwrap_err().to_string();
+    assert!(error.contains("repetition limit"), "{error}");
 
     let mut deep = String::from("domain: d\ndescriptors:\n");
     for i in 0..=MAX_DEPTH {
@@ -187,4 +190,42 @@ fn long_names_stay_bounded() {
     let name = rule_name(&"x".repeat(500));
     assert!(name.len() <= MAX_RULE_NAME_BYTES);
     assert_eq!(rule_name("a b\"c"), "a_b_c");
+}
+
+/// YAML merge keys are applied (envoyproxy/ratelimit's YAML reader applies them), in the
+/// descriptors and in metadata; the errors of such a file still name the place.
+#[test]
+fn yaml_merge_keys_are_applied() {
+    let text = "
+domain: d
+descriptors:
+  - &base
+    key: k
+    value: a
+    rate_limit: {unit: minute, requests_per_unit: 3}
+    metadata: &meta {team: x}
+  - <<: *base
+    value: b
+    metadata: {<<: *meta, extra: 1}
+";
+    let domain = parse(text).unwrap();
+    let b = domain.find([("k", "b")]).unwrap();
+    assert_eq!(b.limit.shown, Some((3, Unit::Minute)));
+    let metadata = b.limit.metadata.as_ref().unwrap();
+    assert!(metadata.fields.contains_key("team") && metadata.fields.contains_key("extra"));
+    assert!(!metadata.fields.contains_key("<<"));
+    let error = parse(&text.replace("value: b", "value: a"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("descriptors[1]: a descriptor with key 'k'"),
+        "{error}"
+    );
+    let error = parse(&text.replace("value: b", "colour: b"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("descriptors[1]: unknown field `colour`"),
+        "{error}"
+    );
 }
