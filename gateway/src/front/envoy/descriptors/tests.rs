@@ -229,3 +229,26 @@ descriptors:
         "{error}"
     );
 }
+
+/// envoyproxy/ratelimit ignores a requests_per_unit beside `unlimited: true` (0 included,
+/// which does not block then) and refuses a unit: so do we.
+#[test]
+fn unlimited_ignores_requests_per_unit_and_refuses_a_unit() {
+    for n in [0, 5] {
+        let text = format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unlimited: true, requests_per_unit: {n}}}\n"
+        );
+        let domain = parse(&text).unwrap();
+        let found = domain.find([("k", "v")]).unwrap();
+        assert!(found.limit.unlimited && !found.limit.blocked, "{n}");
+    }
+    let error = parse(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("should not specify rate limit unit when unlimited"),
+        "{error}"
+    );
+}
