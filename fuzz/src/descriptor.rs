@@ -105,7 +105,7 @@ fn fuzz_descriptor(u: &mut Unstructured<'_>) -> Result<()> {
     if let Some(found) = domains().get(&domain) {
         // The override's rule is built per request: it may be refused, never panic.
         if let (Some(limit), Some((n, unit))) = (found.find(pairs()), limit_override) {
-            let _ = limit.overridden(n, unit);
+            let _ = limit.limit().overridden(n, unit);
         }
     }
     let key = descriptors::key(

@@ -93,9 +93,10 @@ fn check_config(file: &Path) -> ExitCode {
         .map_err(|e| e.to_string())
         .and_then(|config| {
             let domains = match &config.envoy {
-                Some(envoy) => {
-                    Some(descriptors::load(&envoy.descriptors).map_err(|e| e.to_string())?)
-                }
+                Some(envoy) => Some(
+                    descriptors::load(&envoy.descriptors, envoy.merge_domains)
+                        .map_err(|e| e.to_string())?,
+                ),
                 None => None,
             };
             Ok((config, domains))
@@ -332,7 +333,7 @@ async fn start(
     // The descriptors first: a file that does not load stops the start, as a bad TOML does.
     let domains = match &config.envoy {
         Some(envoy) => Some(
-            descriptors::load(&envoy.descriptors)
+            descriptors::load(&envoy.descriptors, envoy.merge_domains)
                 .map_err(|e| StartError::Descriptors(e.to_string()))?,
         ),
         None => None,
@@ -424,7 +425,11 @@ async fn serve_envoy(
         config.redis.key_prefix.clone(),
         envoy.response_headers,
     ));
-    service.spawn_reloader(envoy.descriptors.clone(), config.server.reload_interval);
+    service.spawn_reloader(
+        envoy.descriptors.clone(),
+        envoy.merge_domains,
+        config.server.reload_interval,
+    );
     let limits = envoy.limits;
     let incoming = grpc_listener::incoming(listener, limits);
     Ok(tokio::spawn(async move {

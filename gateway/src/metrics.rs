@@ -516,12 +516,23 @@ fn per_rule(out: &mut String, name: &str, counts: &Mutex<BTreeMap<String, u64>>)
     }
 }
 
-/// Updates the entry of `rule`, made on its first use; a lookup by `&str` so that the
-/// name is only copied once per rule, not per request.
+/// The most rule labels one family keeps. A configured rule's name is bounded by the
+/// configuration, but an Envoy descriptor's `detailed_metric` or `value_to_metric` puts
+/// request values into the label: without a bound, a client that sends fresh values would
+/// grow the gateway's memory and every scrape without end.
+pub(crate) const MAX_RULE_LABELS: usize = 10_000;
+/// The label a new name is counted under once [`MAX_RULE_LABELS`] are held.
+pub(crate) const OTHER_RULE_LABEL: &str = "~other";
+
+/// Updates the entry of `rule`, made on its first use (once [`MAX_RULE_LABELS`] are held,
+/// a new name is counted as [`OTHER_RULE_LABEL`]); a lookup by `&str` so that the name is
+/// only copied once per rule, not per request.
 fn bump<V: Default>(map: &Mutex<BTreeMap<String, V>>, rule: &str, update: impl FnOnce(&mut V)) {
     let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    let full = map.len() >= MAX_RULE_LABELS;
     match map.get_mut(rule) {
         Some(value) => update(value),
+        None if full => update(map.entry(OTHER_RULE_LABEL.to_owned()).or_default()),
         None => update(map.entry(rule.to_owned()).or_default()),
     }
 }
@@ -625,5 +636,32 @@ mod tests {
         metrics.lease_released("llm", false);
         metrics.lease_released("llm", false);
         assert!(metrics.render(false).contains("rl_gateway_leases_held 0\n"));
+    }
+
+    /// Names made of request values (`detailed_metric`, `value_to_metric`) are bounded: past
+    /// the cap, new names are counted under one label, and the names held keep counting.
+    #[test]
+    fn rule_labels_are_bounded() {
+        let metrics = Metrics::default();
+        for i in 0..MAX_RULE_LABELS + 5 {
+            metrics.decision(&format!("api.user_{i}"), Outcome::Allowed);
+        }
+        metrics.decision("api.user_0", Outcome::Allowed);
+        let text = metrics.render(false);
+        let series = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("rl_gateway_decisions_total{") && l.contains("outcome=\"allowed\"")
+            })
+            .count();
+        assert_eq!(series, MAX_RULE_LABELS + 1);
+        assert!(
+            text.contains(&format!(
+                "rl_gateway_decisions_total{{rule=\"{OTHER_RULE_LABEL}\",outcome=\"allowed\"}} 5\n"
+            )),
+            "the overflow"
+        );
+        assert!(text
+            .contains("rl_gateway_decisions_total{rule=\"api.user_0\",outcome=\"allowed\"} 2\n"));
     }
 }

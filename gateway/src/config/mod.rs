@@ -50,6 +50,9 @@ pub struct EnvoySettings {
     pub response_headers: bool,
     /// The gRPC listener's caps on connections and streams.
     pub limits: crate::front::envoy::grpc_listener::GrpcLimits,
+    /// Descriptor files of one domain are merged (envoyproxy/ratelimit's
+    /// `MERGE_DOMAIN_CONFIG`), instead of refused.
+    pub merge_domains: bool,
 }
 
 /// Reads and checks the file at `path`.
@@ -130,6 +133,7 @@ fn checked(file: FileConfig) -> Result<Config, String> {
                 request_timeout_ms: section.request_timeout_ms,
             }
             .limits()?,
+            merge_domains: section.merge_domains,
         }),
     };
     Ok(Config {

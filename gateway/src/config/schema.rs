@@ -40,6 +40,9 @@ pub(super) struct EnvoySection {
     pub(super) max_connections: Option<usize>,
     pub(super) handshake_timeout_ms: Option<u64>,
     pub(super) request_timeout_ms: Option<u64>,
+    /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`: files of one domain are merged.
+    #[serde(default)]
+    pub(super) merge_domains: bool,
 }
 
 fn default_true() -> bool {

@@ -216,7 +216,7 @@ mod tests {
             format!("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{{rate_limit}}}\n");
         let domain = descriptors::parse(&text).map_err(|e| e.to_string())?;
         let limit = domain.find([("a", "x")]).expect("the descriptor matches");
-        Ok(limit.rule.call_args.clone())
+        Ok(limit.limit().rule.call_args.clone())
     }
 
     /// One limit said in both files: the same words to the module, and the same

@@ -18,6 +18,7 @@ mod deny_cache;
 mod doc_configs;
 mod envoy_caller_input;
 mod envoy_cluster;
+mod envoy_descriptor_fields;
 mod envoy_failures;
 mod envoy_listener;
 mod envoy_overrides_and_errors;

@@ -103,8 +103,13 @@ impl EnvoyService {
     /// Reloads the descriptors at `path` whenever a file's name, size or modification
     /// time changes (looked at every `interval`). A set that does not load is refused,
     /// logged and counted (`rl_gateway_reloads_total{result="refused"}`); the old one
-    /// stays.
-    pub fn spawn_reloader(self: &Arc<Self>, path: PathBuf, interval: Duration) {
+    /// stays. `merge_domains` as in [`descriptors::load`].
+    pub fn spawn_reloader(
+        self: &Arc<Self>,
+        path: PathBuf,
+        merge_domains: bool,
+        interval: Duration,
+    ) {
         let service = self.clone();
         tokio::spawn(async move {
             let mut seen = stamp(&path);
@@ -116,7 +121,7 @@ impl EnvoyService {
                 }
                 seen = now;
                 let metrics = service.gateway.metrics();
-                match descriptors::load(&path) {
+                match descriptors::load(&path, merge_domains) {
                     Ok(domains) => {
                         crate::logging::log!(
                             "Envoy descriptors reloaded from {}: {} domains",

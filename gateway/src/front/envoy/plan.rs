@@ -4,7 +4,7 @@
 //! (unlimited, blocked, no match). Nothing here talks to Redis or to the metrics: what is
 //! to be counted is listed in [`Plan::events`].
 
-use super::descriptors::{self, DescriptorLimit, Domains, OverrideMode, Unit};
+use super::descriptors::{self, DescriptorLimit, Domains, Found, OverrideMode, Unit};
 use super::{MAX_DESCRIPTORS, MAX_DOMAIN_BYTES, MAX_ENTRIES};
 use super::{MAX_ENTRY_KEY_BYTES, MAX_ENTRY_VALUE_BYTES};
 use crate::failure::Failure;
@@ -128,13 +128,17 @@ pub(super) fn plan<'a>(
         matched: SmallVec::new(),
         events: Vec::new(),
     };
+    let mut matches = SmallVec::<[Found<'a>; 4]>::new();
     for (i, d) in request.descriptors.iter().enumerate() {
         match domain.find(entries(d)) {
-            Some(limit) => plan.found.push((i, limit)),
+            Some(found) => {
+                plan.found.push((i, found.limit()));
+                matches.push(found);
+            }
             None => plan.events.push(Event::Envoy(EnvoyResult::NoMatch)),
         }
     }
-    for at in 0..plan.found.len() {
+    for (at, found) in matches.iter().enumerate() {
         let (i, limit) = plan.found[at];
         // `replaces`: a matched limit that another matched limit replaces is not applied.
         let replaced = limit.name.as_ref().is_some_and(|name| {
@@ -143,23 +147,23 @@ pub(super) fn plan<'a>(
                 .any(|(_, other)| other.replaces.iter().any(|r| r == name))
         });
         if !replaced {
-            plan_descriptor(&mut plan, request, key_prefix, i, limit);
+            plan_descriptor(&mut plan, request, key_prefix, i, found);
         }
     }
     Ok(plan)
 }
 
-/// Adds what descriptor `i`, matched to `limit`, asks for.
+/// Adds what descriptor `i`, matched as `found`, asks for.
 fn plan_descriptor<'a>(
     plan: &mut Plan<'a>,
     request: &RateLimitRequest,
     key_prefix: &str,
     i: usize,
-    limit: &'a Arc<DescriptorLimit>,
+    found: &Found<'a>,
 ) {
     let d = &request.descriptors[i];
-    let last_value = d.entries.last().map_or("", |e| e.value.as_str());
-    let metric = descriptors::metric_name(limit, last_value);
+    let limit = found.limit();
+    let metric = descriptors::metric_name(found, &request.domain, entries(d));
     if limit.unlimited {
         plan.known[i] = Known::Unlimited;
         return;
@@ -191,7 +195,7 @@ fn plan_descriptor<'a>(
             key_prefix,
             &request.domain,
             limit.subject.as_deref(),
-            entries(d),
+            found.key_entries(entries(d)),
             overriding.filter(|_| own_key),
         );
         plan.matched.push(Matched {

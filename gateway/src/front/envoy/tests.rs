@@ -346,3 +346,53 @@ fn unknown_descriptors_are_ok_and_counted_as_no_match() {
     assert_eq!(response.statuses[0].current_limit, None);
     assert_eq!(response.statuses[1].limit_remaining, 9);
 }
+
+/// `share_threshold`: the values a pattern matches charge one key, written with the
+/// pattern (the request's own limit's key too); `value_to_metric`: the metric name shows
+/// the request's value.
+#[test]
+fn shared_patterns_charge_one_key_and_value_to_metric_names_the_value() {
+    let file = "
+domain: api
+descriptors:
+  - key: path
+    value: /files/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: route
+    value_to_metric: true
+    rate_limit: {unit: second, requests_per_unit: 0}
+";
+    let domains = descriptors::from_texts(&[file]).expect("the file loads");
+    let mut own = desc("path", "/files/b");
+    own.limit = Some(RateLimitOverride {
+        requests_per_unit: 5,
+        unit: 2,
+    });
+    let req = request(vec![
+        desc("path", "/files/a"),
+        own,
+        desc("route", "checkout"),
+    ]);
+    let plan = planned(&domains, &req);
+    let keys: Vec<(usize, &str)> = plan
+        .matched
+        .iter()
+        .map(|m| (m.index, m.key.as_str()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            (0, "rl:{path=/files/*}:api:path=/files/*"),
+            (1, "rl:{path=/files/*}:api:path=/files/*"),
+            (1, "rl:{path=/files/*}:api:path=/files/*:limit=5/minute"),
+        ]
+    );
+    assert_eq!(
+        plan.events,
+        [Event::Decision(
+            "api.route_checkout".into(),
+            Outcome::Denied
+        )]
+    );
+}

@@ -32,7 +32,8 @@ pub(super) fn descriptor_limit(
     let at = format!("{}.rate_limit", here.at);
     let (unit, requests_per_unit) = unit_and_count(rate_limit, &at)?;
     let replaces = replaces(rate_limit, &at)?;
-    let blocked = requests_per_unit == Some(0) && rate_limit.policy.is_none();
+    let blocked =
+        !rate_limit.unlimited && requests_per_unit == Some(0) && rate_limit.policy.is_none();
     let limit = if rate_limit.unlimited || blocked {
         Limit::Unlimited
     } else {
@@ -52,7 +53,6 @@ pub(super) fn descriptor_limit(
         shadow: doc.shadow_mode,
         quota: doc.quota_mode && !doc.shadow_mode,
         detailed_metric: doc.detailed_metric,
-        value_less: doc.value.as_deref().is_none_or(str::is_empty),
         on_failure: here.on_failure,
         on_module_error: here.on_module_error,
         limit_override: here.limit_override,
@@ -105,9 +105,13 @@ fn unit_and_count(
         || rate_limit.tz.is_some()
         || rate_limit.anchor.is_some();
     if rate_limit.unlimited {
-        if unit.is_some() || requests_per_unit.is_some() || extensions {
+        // envoyproxy/ratelimit refuses a unit beside `unlimited` and ignores a
+        // requests_per_unit: so do we.
+        if unit.is_some() || extensions {
             return Err(format!(
-                "{at}: unlimited: true takes no unit, requests_per_unit or other limit"
+                "{at}: should not specify rate limit unit when unlimited (unlimited: true \
+                 takes no unit, algorithm, burst, tiers, policy, tz or anchor): remove them \
+                 or unlimited"
             ));
         }
     } else if rate_limit.policy.is_some() {
@@ -137,17 +141,23 @@ fn unit_and_count(
     Ok((unit, requests_per_unit))
 }
 
-/// The names in `replaces`, each present.
+/// The names in `replaces`, each present and none the limit's own `name` (which would
+/// make a limit that never applies), as envoyproxy/ratelimit requires.
 fn replaces(rate_limit: &RateLimitDoc, at: &str) -> Result<Vec<String>, String> {
     rate_limit
         .replaces
         .iter()
         .enumerate()
-        .map(|(i, r)| {
-            r.name
-                .clone()
-                .filter(|n| !n.is_empty())
-                .ok_or_else(|| format!("{at}.replaces[{i}].name: missing or empty"))
+        .map(|(i, r)| match r.name.as_deref() {
+            None | Some("") => Err(format!(
+                "{at}.replaces[{i}].name: missing or empty (should not have an empty \
+                 replaces entry): name the limit this one replaces"
+            )),
+            Some(name) if rate_limit.name.as_deref() == Some(name) => Err(format!(
+                "{at}.replaces[{i}].name: '{name}' is this limit's own name (replaces should \
+                 not contain name of same descriptor): name another limit"
+            )),
+            Some(name) => Ok(name.to_owned()),
         })
         .collect()
 }

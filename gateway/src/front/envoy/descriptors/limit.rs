@@ -28,10 +28,9 @@ pub struct DescriptorLimit {
     /// Reports its own code, OVER_LIMIT included, without making the whole answer
     /// OVER_LIMIT.
     pub(crate) quota: bool,
-    /// The metric names the matched value of a value-less node.
+    /// `detailed_metric`: the metric name shows the request's values (see
+    /// [`super::metric_name`]).
     pub(crate) detailed_metric: bool,
-    /// This node has no value of its own (any value matches).
-    pub(crate) value_less: bool,
     /// What Redis being unreachable, too slow or unable to take the call means.
     pub(crate) on_failure: FailMode,
     /// What an error reply of the module (a policy that does not exist) means: by default
@@ -44,7 +43,6 @@ pub struct DescriptorLimit {
     /// The node's `metadata` (envoyproxy/ratelimit's): returned in the response's dynamic
     /// metadata, merged over the descriptors that passed, when `[envoy]
     /// response_dynamic_metadata` is on.
-    #[allow(dead_code)] // read once the dynamic metadata lands
     pub(crate) metadata: Option<envoy_types::pb::google::protobuf::Struct>,
 }
 

@@ -17,7 +17,10 @@ pub(super) struct FileDoc {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a descriptor: a mapping with a key (and value, rate_limit, descriptors...)"
+)]
 pub(super) struct DescriptorDoc {
     pub(super) key: Option<String>,
     pub(super) value: Option<String>,
@@ -26,6 +29,12 @@ pub(super) struct DescriptorDoc {
     pub(super) shadow_mode: bool,
     #[serde(default)]
     pub(super) detailed_metric: bool,
+    #[serde(default)]
+    pub(super) value_to_metric: bool,
+    #[serde(default)]
+    pub(super) share_threshold: bool,
+    /// Any YAML; checked and turned into a protobuf `Struct` by [`super::metadata`].
+    pub(super) metadata: Option<serde_yaml_ng::Value>,
     #[serde(default)]
     pub(super) descriptors: Vec<DescriptorDoc>,
     // Ours.

@@ -26,9 +26,9 @@ fn nested_and_value_less_descriptors_match_as_envoyproxy_ratelimit_does() {
     let limit = domain
         .find([("message_type", "marketing"), ("to_number", "2061111111")])
         .unwrap();
-    assert_eq!(limit.shown, Some((5, Unit::Day)));
+    assert_eq!(limit.limit.shown, Some((5, Unit::Day)));
     let limit = domain.find([("to_number", "2061111111")]).unwrap();
-    assert_eq!(limit.shown, Some((100, Unit::Day)));
+    assert_eq!(limit.limit.shown, Some((100, Unit::Day)));
     assert!(domain.find([("message_type", "marketing")]).is_none());
     assert!(domain
         .find([("message_type", "other"), ("to_number", "1")])
@@ -42,13 +42,13 @@ fn the_exact_value_wins_over_a_prefix_and_any_value() {
         "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 10}\n  - key: ip\n    value: 50.0.0.5\n    rate_limit: {unit: second, requests_per_unit: 0}\n  - key: ip\n    value: '10.*'\n    rate_limit: {unit: minute, requests_per_unit: 7}\n",
     )
     .unwrap();
-    assert!(domain.find([("ip", "50.0.0.5")]).unwrap().blocked);
+    assert!(domain.find([("ip", "50.0.0.5")]).unwrap().limit.blocked);
     assert_eq!(
-        domain.find([("ip", "10.1.1.1")]).unwrap().shown,
+        domain.find([("ip", "10.1.1.1")]).unwrap().limit.shown,
         Some((7, Unit::Minute))
     );
     assert_eq!(
-        domain.find([("ip", "1.1.1.1")]).unwrap().shown,
+        domain.find([("ip", "1.1.1.1")]).unwrap().limit.shown,
         Some((10, Unit::Second))
     );
 }
@@ -145,6 +145,9 @@ fn an_alias_bomb_a_deep_nest_and_a_huge_file_are_refused() {
     }
     let error = parse(&bomb).unwrap_err().to_string();
     assert!(error.contains("repetition limit"), "{error}");
+    // Also on the way of a file with merge keys (read as a YAML value first).
+    let error = parse(&format!("# <<\n{bomb}")).unwrap_err().to_string();
+    assert!(error.contains("repetition limit"), "{error}");
 
     let mut deep = String::from("domain: d\ndescriptors:\n");
     for i in 0..=MAX_DEPTH {
@@ -173,12 +176,12 @@ fn an_alias_bomb_a_deep_nest_and_a_huge_file_are_refused() {
         text.push_str("# padding padding padding padding padding padding padding\n");
     }
     std::fs::write(&huge, &text).unwrap();
-    let error = load(dir.path()).unwrap_err().to_string();
+    let error = load(dir.path(), false).unwrap_err().to_string();
     assert!(error.contains("larger than 4194304 bytes"), "{error}");
     for i in 0..=MAX_FILES {
         std::fs::write(dir.path().join(format!("{i}.yml")), "domain: x\n").unwrap();
     }
-    let error = load(dir.path()).unwrap_err().to_string();
+    let error = load(dir.path(), false).unwrap_err().to_string();
     assert!(error.contains("at most 1000"), "{error}");
 }
 
@@ -187,4 +190,65 @@ fn long_names_stay_bounded() {
     let name = rule_name(&"x".repeat(500));
     assert!(name.len() <= MAX_RULE_NAME_BYTES);
     assert_eq!(rule_name("a b\"c"), "a_b_c");
+}
+
+/// YAML merge keys are applied (envoyproxy/ratelimit's YAML reader applies them), in the
+/// descriptors and in metadata; the errors of such a file still name the place.
+#[test]
+fn yaml_merge_keys_are_applied() {
+    let text = "
+domain: d
+descriptors:
+  - &base
+    key: k
+    value: a
+    rate_limit: {unit: minute, requests_per_unit: 3}
+    metadata: &meta {team: x}
+  - <<: *base
+    value: b
+    metadata: {<<: *meta, extra: 1}
+";
+    let domain = parse(text).unwrap();
+    let b = domain.find([("k", "b")]).unwrap();
+    assert_eq!(b.limit.shown, Some((3, Unit::Minute)));
+    let metadata = b.limit.metadata.as_ref().unwrap();
+    assert!(metadata.fields.contains_key("team") && metadata.fields.contains_key("extra"));
+    assert!(!metadata.fields.contains_key("<<"));
+    let error = parse(&text.replace("value: b", "value: a"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("descriptors[1]: a descriptor with key 'k'"),
+        "{error}"
+    );
+    let error = parse(&text.replace("value: b", "colour: b"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("descriptors[1]: unknown field `colour`"),
+        "{error}"
+    );
+}
+
+/// envoyproxy/ratelimit ignores a requests_per_unit beside `unlimited: true` (0 included,
+/// which does not block then) and refuses a unit: so do we.
+#[test]
+fn unlimited_ignores_requests_per_unit_and_refuses_a_unit() {
+    for n in [0, 5] {
+        let text = format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unlimited: true, requests_per_unit: {n}}}\n"
+        );
+        let domain = parse(&text).unwrap();
+        let found = domain.find([("k", "v")]).unwrap();
+        assert!(found.limit.unlimited && !found.limit.blocked, "{n}");
+    }
+    let error = parse(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("should not specify rate limit unit when unlimited"),
+        "{error}"
+    );
 }
