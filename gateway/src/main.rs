@@ -423,7 +423,7 @@ async fn serve_envoy(
         gateway,
         domains,
         config.redis.key_prefix.clone(),
-        envoy.response_headers,
+        envoy.answer.clone(),
     ));
     service.spawn_reloader(
         envoy.descriptors.clone(),

@@ -160,6 +160,9 @@ pub struct Metrics {
     module_errors: Mutex<BTreeMap<String, u64>>,
     /// `ShouldRateLimit` calls, by [`EnvoyResult`].
     envoy: [AtomicU64; EnvoyResult::ALL.len()],
+    /// Per Envoy descriptor limit, its hits as envoyproxy/ratelimit's statistics split them,
+    /// in the order of [`HitCounts::LABELS`].
+    envoy_hits: Mutex<BTreeMap<String, [u64; HitCounts::LABELS.len()]>>,
     /// Per rule, a count per [`LeaseEvent`].
     leases: Mutex<BTreeMap<String, [u64; LeaseEvent::ALL.len()]>>,
     /// Releases started, by [`ReleaseCause`].
@@ -184,10 +187,12 @@ pub(crate) enum EnvoyResult {
     NoMatch,
     /// A descriptor's own `limit` that its node's `limit_override` ignores.
     OverrideIgnored,
+    /// Would have been OVER_LIMIT (or UNAVAILABLE), answered OK by `[envoy] shadow_mode`.
+    ShadowMode,
 }
 
 impl EnvoyResult {
-    const ALL: [EnvoyResult; 7] = [
+    const ALL: [EnvoyResult; 8] = [
         EnvoyResult::Ok,
         EnvoyResult::OverLimit,
         EnvoyResult::Unavailable,
@@ -195,6 +200,7 @@ impl EnvoyResult {
         EnvoyResult::UnknownDomain,
         EnvoyResult::NoMatch,
         EnvoyResult::OverrideIgnored,
+        EnvoyResult::ShadowMode,
     ];
 
     fn label(self) -> &'static str {
@@ -206,11 +212,56 @@ impl EnvoyResult {
             EnvoyResult::UnknownDomain => "unknown_domain",
             EnvoyResult::NoMatch => "no_match",
             EnvoyResult::OverrideIgnored => "override_ignored",
+            EnvoyResult::ShadowMode => "shadow_mode",
         }
     }
 }
 
+/// One Envoy descriptor's hits (`hits_addend` units), split as envoyproxy/ratelimit's
+/// per-limit statistics split them: all of them, those over the limit, those between the
+/// near-limit threshold and the limit, those within it (near ones included), and those a
+/// shadow limit let through over it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct HitCounts {
+    pub(crate) total: u64,
+    pub(crate) over_limit: u64,
+    pub(crate) near_limit: u64,
+    pub(crate) within_limit: u64,
+    pub(crate) shadow_mode: u64,
+}
+
+impl HitCounts {
+    /// The `stat` label of each count, in the order [`HitCounts::counts`] gives them.
+    const LABELS: [&'static str; 5] = [
+        "total_hits",
+        "over_limit",
+        "near_limit",
+        "within_limit",
+        "shadow_mode",
+    ];
+
+    fn counts(&self) -> [u64; 5] {
+        [
+            self.total,
+            self.over_limit,
+            self.near_limit,
+            self.within_limit,
+            self.shadow_mode,
+        ]
+    }
+}
+
 impl Metrics {
+    /// Adds one descriptor's hits to the counts of its limit, named `rule` as in
+    /// `rl_gateway_decisions_total`.
+    pub(crate) fn envoy_hits(&self, rule: &str, hits: &HitCounts) {
+        bump(&self.envoy_hits, rule, |counts| {
+            for (count, add) in counts.iter_mut().zip(hits.counts()) {
+                *count += add;
+            }
+        });
+    }
+
     pub(crate) fn decision(&self, rule: &str, outcome: Outcome) {
         bump(&self.decisions, rule, |counts| {
             counts[outcome as usize] += 1
@@ -401,6 +452,25 @@ impl Metrics {
         by_label(out, "rl_gateway_envoy_total", "result", envoy);
         describe(
             out,
+            "rl_gateway_envoy_hits_total",
+            "counter",
+            "Hits (hits_addend units) of Envoy descriptors, by rule and stat (total_hits, \
+             over_limit, near_limit, within_limit, shadow_mode), as envoyproxy/ratelimit \
+             counts them.",
+        );
+        let hits = self.envoy_hits.lock().unwrap_or_else(|e| e.into_inner());
+        for (rule, counts) in hits.iter() {
+            for (stat, count) in HitCounts::LABELS.iter().zip(counts) {
+                let _ = writeln!(
+                    out,
+                    "rl_gateway_envoy_hits_total{{rule=\"{}\",stat=\"{stat}\"}} {count}",
+                    escape(rule)
+                );
+            }
+        }
+        drop(hits);
+        describe(
+            out,
             "rl_gateway_fail_open_total",
             "counter",
             "Decisions Redis could not make, by reason.",
@@ -571,6 +641,7 @@ mod tests {
                 "rl_gateway_lease_releases_total",
                 "rl_gateway_leases_held",
                 "rl_gateway_envoy_total",
+                "rl_gateway_envoy_hits_total",
                 "rl_gateway_fail_open_total",
                 "rl_gateway_refunds_total",
                 "rl_gateway_redis_latency_seconds",
@@ -617,6 +688,33 @@ mod tests {
         assert!(text.contains("rl_gateway_redis_latency_seconds_count 2\n"));
         assert!(text.contains("rl_gateway_breaker_open 1\n"));
         assert!(text.contains("rl_gateway_module_errors_total{rule=\"login\"} 2\n"));
+    }
+
+    #[test]
+    fn envoy_hits_add_up_per_rule_and_stat() {
+        let metrics = Metrics::default();
+        let hits = HitCounts {
+            total: 5,
+            over_limit: 2,
+            near_limit: 1,
+            within_limit: 3,
+            shadow_mode: 0,
+        };
+        metrics.envoy_hits("api.user", &hits);
+        metrics.envoy_hits("api.user", &hits);
+        let text = metrics.render(false);
+        let line = |stat: &str, n: u64| {
+            format!("rl_gateway_envoy_hits_total{{rule=\"api.user\",stat=\"{stat}\"}} {n}\n")
+        };
+        for (stat, n) in [
+            ("total_hits", 10),
+            ("over_limit", 4),
+            ("near_limit", 2),
+            ("within_limit", 6),
+            ("shadow_mode", 0),
+        ] {
+            assert!(text.contains(&line(stat, n)), "{stat}: {text}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - `rule_set` and `limit`: the rules, compiled.
 
 mod concurrency;
+mod envoy;
 mod error;
 mod limit;
 mod rule_set;
@@ -45,9 +46,8 @@ pub struct EnvoySettings {
     pub listen: std::net::SocketAddr,
     /// As written; [`load`] makes a relative path relative to the TOML file's directory.
     pub descriptors: std::path::PathBuf,
-    /// Add the RateLimit fields (and Retry-After on OVER_LIMIT) to
-    /// `response_headers_to_add`.
-    pub response_headers: bool,
+    /// How the answer is written: headers, global modes, dynamic metadata.
+    pub answer: crate::front::envoy::settings::AnswerSettings,
     /// The gRPC listener's caps on connections and streams.
     pub limits: crate::front::envoy::grpc_listener::GrpcLimits,
     /// Descriptor files of one domain are merged (envoyproxy/ratelimit's
@@ -116,26 +116,7 @@ fn checked(file: FileConfig) -> Result<Config, String> {
                 .into(),
         );
     }
-    let envoy = match file.envoy {
-        None => None,
-        Some(section) => Some(EnvoySettings {
-            listen: section.listen.parse().map_err(|_| {
-                format!(
-                    "[envoy] listen '{}' is not an address like 127.0.0.1:8081",
-                    section.listen
-                )
-            })?,
-            descriptors: section.descriptors.into(),
-            response_headers: section.response_headers,
-            limits: crate::front::envoy::grpc_listener::GrpcLimitFields {
-                max_connections: section.max_connections,
-                handshake_timeout_ms: section.handshake_timeout_ms,
-                request_timeout_ms: section.request_timeout_ms,
-            }
-            .limits()?,
-            merge_domains: section.merge_domains,
-        }),
-    };
+    let envoy = file.envoy.map(envoy::envoy_settings).transpose()?;
     Ok(Config {
         server,
         redis,

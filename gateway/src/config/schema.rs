@@ -43,6 +43,30 @@ pub(super) struct EnvoySection {
     /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`: files of one domain are merged.
     #[serde(default)]
     pub(super) merge_domains: bool,
+    /// envoyproxy/ratelimit's `SHADOW_MODE`: every status keeps its code, the overall code
+    /// is always OK (counted in `rl_gateway_envoy_total{result="shadow_mode"}`).
+    #[serde(default)]
+    pub(super) shadow_mode: bool,
+    /// envoyproxy/ratelimit's `QUOTA_MODE`: every descriptor is a quota descriptor.
+    #[serde(default)]
+    pub(super) quota_mode: bool,
+    /// envoyproxy/ratelimit's `RESPONSE_DYNAMIC_METADATA`: the request and the passing
+    /// descriptors' `metadata` in the response's `dynamic_metadata`.
+    #[serde(default)]
+    pub(super) response_dynamic_metadata: bool,
+    /// envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED`: its three headers of the
+    /// status with the least remaining.
+    #[serde(default)]
+    pub(super) limit_headers: bool,
+    /// `LIMIT_LIMIT_HEADER` (default `RateLimit-Limit`); only with `limit_headers`.
+    pub(super) limit_header: Option<String>,
+    /// `LIMIT_REMAINING_HEADER` (default `RateLimit-Remaining`); only with `limit_headers`.
+    pub(super) remaining_header: Option<String>,
+    /// `LIMIT_RESET_HEADER` (default `RateLimit-Reset`); only with `limit_headers`.
+    pub(super) reset_header: Option<String>,
+    /// `NEAR_LIMIT_RATIO`: above this share of a limit, hits count as `near_limit` in
+    /// `rl_gateway_envoy_hits_total`; in (0, 1], default 0.8.
+    pub(super) near_limit_ratio: Option<f64>,
 }
 
 fn default_true() -> bool {

@@ -6,7 +6,7 @@
 //!   `on_module_error: ok`, whatever `on_failure` says about Redis being unreachable;
 //! - a shadow descriptor never denies, not even when Redis cannot decide and its
 //!   `on_failure` is `over_limit` or `unavailable`; a quota descriptor then reports its own
-//!   OVER_LIMIT without making the answer OVER_LIMIT;
+//!   OVER_LIMIT, which makes the answer OVER_LIMIT only when every quota descriptor is;
 //! - the units MONTH and YEAR are calendar windows (UTC, or the descriptor's `tz`), in the
 //!   YAML and in an override.
 
@@ -277,9 +277,10 @@ fn a_shadow_descriptor_never_denies_when_redis_cannot_decide() {
             ))
             .expect("answered");
         assert_eq!(overall(&mixed), Code::Ok, "{flavor:?} {mixed:?}");
-        // Quota mode reports its own failure, and the answer stays OK.
+        // Quota mode reports its own failure as OVER_LIMIT: alone, every quota descriptor
+        // of the request is over, so the answer is too.
         let plan = one(&mut envoy, desc(&[("plan", "x")]));
-        assert_eq!(overall(&plan), Code::Ok, "{flavor:?} {plan:?}");
+        assert_eq!(overall(&plan), Code::OverLimit, "{flavor:?} {plan:?}");
         assert_eq!(code(&plan, 0), Code::OverLimit, "{flavor:?}");
         stopped.resume();
     });

@@ -405,12 +405,19 @@ fn overrides_headers_quota_mode_and_what_no_rule_limits() {
         "the override spent the configured budget: 5 - 2 - 1"
     );
 
-    // Quota mode: its own code says OVER_LIMIT, the answer stays OK.
+    // Quota mode: its own code says OVER_LIMIT; the answer is OVER_LIMIT only when every
+    // quota descriptor of the request is over (here the only one), as theirs.
     let plan = || request("api", vec![desc(&[("plan", "free")])]);
     assert_eq!(overall(&envoy.ask(plan())), Code::Ok);
     let over = envoy.ask(plan());
-    assert_eq!(overall(&over), Code::Ok, "{over:?}");
+    assert_eq!(overall(&over), Code::OverLimit, "{over:?}");
     assert_eq!(code(&over, 0), Code::OverLimit);
+    let beside = envoy.ask(request(
+        "api",
+        vec![desc(&[("plan", "free")]), desc(&[("plan", "pro")])],
+    ));
+    assert_eq!(overall(&beside), Code::Ok, "one quota left: {beside:?}");
+    assert_eq!(code(&beside, 0), Code::OverLimit);
 
     // What no rule limits is OK, and counted.
     let unknown = envoy.ask(request("nowhere", vec![desc(&[("a", "b")])]));
@@ -429,6 +436,53 @@ fn overrides_headers_quota_mode_and_what_no_rule_limits() {
     assert_eq!(
         metrics.counter("rl_gateway_envoy_total", &[("result", "no_match")]),
         1.0
+    );
+}
+
+/// Two limits in one request, as in envoyproxy/ratelimit's integration test (key2 20 a
+/// minute, key3 10 an hour).
+const PAIR: &str = r#"
+domain: pair
+descriptors:
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key3
+    rate_limit: {unit: hour, requests_per_unit: 10}
+"#;
+
+/// Once key3 is denied and its denial cached, key2 is not asked: its status shows no
+/// limit, so Envoy's `X-RateLimit-Remaining` (the least remaining of the statuses with a
+/// limit) is not told 0 of a limit the client has not touched.
+#[test]
+fn a_descriptor_not_asked_shows_no_limit_and_no_remaining() {
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let mut envoy = EnvoyGateway::on(&redis, &[("pair.yaml", PAIR)]);
+    let both = || request("pair", vec![desc(&[("key2", "a")]), desc(&[("key3", "a")])]);
+    for i in 0..10 {
+        assert_eq!(overall(&envoy.ask(both())), Code::Ok, "call {i}");
+    }
+    // Denied by Redis: key2's count is known (it was asked with key3).
+    let denied = envoy.ask(both());
+    assert_eq!(overall(&denied), Code::OverLimit);
+    assert_eq!(code(&denied, 0), Code::Ok);
+    assert!(denied.statuses[0].current_limit.is_some());
+    assert!(remaining(&denied, 0) >= 10, "{denied:?}");
+    // Denied from the deny cache: key2 was not asked.
+    let cached = envoy.ask(both());
+    assert_eq!(overall(&cached), Code::OverLimit);
+    assert_eq!(code(&cached, 0), Code::Ok);
+    assert_eq!(cached.statuses[0].current_limit, None, "{cached:?}");
+    let shown = cached.statuses[1]
+        .current_limit
+        .as_ref()
+        .expect("key3's limit");
+    assert_eq!(shown.requests_per_unit, 10);
+    let metrics = envoy.gateway.metrics();
+    assert_eq!(
+        metrics.decisions("pair.key3", "denied_cached"),
+        1.0,
+        "{}",
+        metrics.text
     );
 }
 

@@ -16,6 +16,7 @@ mod containers;
 mod count_failures;
 mod deny_cache;
 mod doc_configs;
+mod envoy_answers;
 mod envoy_caller_input;
 mod envoy_cluster;
 mod envoy_descriptor_fields;

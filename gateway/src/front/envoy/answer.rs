@@ -1,24 +1,30 @@
 //! The answer (pure): what the decider replied for each key of a [`Plan`] becomes the
 //! `ShouldRateLimit` response: per descriptor a status (its code, the limit it shows,
 //! what is left and when it resets), the overall code, and the RateLimit header fields;
-//! or gRPC UNAVAILABLE when a descriptor says so. Nothing here talks to Redis or to the
-//! metrics: what is to be counted is returned in [`Answer::events`].
+//! or gRPC UNAVAILABLE when a descriptor says so; with `[envoy]`'s settings, the global
+//! shadow and quota modes, envoyproxy/ratelimit's headers and dynamic metadata. Nothing
+//! here talks to Redis or to the metrics: what is to be counted is returned in
+//! [`Answer::events`].
+//!
+//! A status that was not decided (another descriptor was over first, or Redis could not
+//! answer) shows no `current_limit`: its `limit_remaining` would say 0 of a limit nobody
+//! counted, and Envoy builds `X-RateLimit-Remaining` from the least one shown.
 
 use super::descriptors::{DescriptorLimit, FailMode, Unit};
-use super::plan::{enforced, Ask, Event, Known, Plan};
+use super::plan::{enforced, hits_of, quota, Ask, Event, Known, Plan};
+use super::settings::AnswerSettings;
+use super::{hits, metadata};
+
+mod finish;
 use crate::decider::RuleOutcome;
 use crate::failure::Failure;
-use crate::headers;
 use crate::metrics::{EnvoyResult, Outcome};
-use crate::rules::Rule;
 use crate::verdict::Verdict;
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use hyper::header::HeaderMap;
 use smallvec::SmallVec;
 use tonic::Status;
 
@@ -90,11 +96,16 @@ pub(super) fn invalid(problem: &super::RequestError) -> Answer {
 }
 
 /// The answer to a request of a domain no file defines: every descriptor OK.
-pub(super) fn unknown_domain(count: usize) -> Answer {
+pub(super) fn unknown_domain(request: &RateLimitRequest, settings: &AnswerSettings) -> Answer {
+    let count = request.descriptors.len();
+    let dynamic_metadata = settings
+        .response_dynamic_metadata
+        .then(|| metadata::dynamic_metadata(request, std::iter::empty()));
     Answer {
         result: Ok(RateLimitResponse {
             overall_code: Code::Ok as i32,
             statuses: (0..count).map(|_| ok_status()).collect(),
+            dynamic_metadata,
             ..Default::default()
         }),
         events: vec![
@@ -106,22 +117,66 @@ pub(super) fn unknown_domain(count: usize) -> Answer {
 
 /// Whether what the looks said refuses the request before anything is charged (all or
 /// nothing): an enforced descriptor blocked, over its limit by a look, or whose look
-/// failed closed.
-pub(super) fn refused_before_charging(plan: &Plan<'_>, replies: &[Reply]) -> bool {
-    plan.blocks()
+/// failed closed; or every quota descriptor over already (blocked, or over by a look).
+pub(super) fn refused_before_charging(
+    plan: &Plan<'_>,
+    replies: &[Reply],
+    settings: &AnswerSettings,
+) -> bool {
+    let quota_mode = settings.quota_mode;
+    plan.blocks(quota_mode)
         || plan
             .matched
             .iter()
             .zip(replies)
             .any(|(m, reply)| match reply {
                 Reply::Looked(Ok(Some(verdict))) => {
-                    m.ask == Ask::Peek && !verdict.allowed() && enforced(m.limit)
+                    m.ask == Ask::Peek && !verdict.allowed() && enforced(m.limit, quota_mode)
                 }
                 Reply::Looked(Err(failure)) => {
-                    enforced(m.limit) && m.limit.mode_for(*failure).refuses()
+                    enforced(m.limit, quota_mode) && m.limit.mode_for(*failure).refuses()
                 }
                 _ => false,
             })
+        || quota_all_over(plan, replies, settings)
+}
+
+/// Whether the request has quota descriptors and every one of them is over its limit (as
+/// its status will say: blocked, over by a look or a charge, or failed with a mode that
+/// refuses), which makes the answer OVER_LIMIT.
+pub(super) fn quota_all_over(
+    plan: &Plan<'_>,
+    replies: &[Reply],
+    settings: &AnswerSettings,
+) -> bool {
+    let settled = settle_all(plan, replies, &mut Vec::new());
+    let mut quotas = 0;
+    for i in 0..plan.count {
+        let Some(limit) = plan.applied(i) else {
+            continue;
+        };
+        if !quota(limit, settings.quota_mode) || plan.known[i] == Known::Unlimited {
+            continue;
+        }
+        quotas += 1;
+        let ask = settled.source[i].map(|at| plan.matched[at].ask);
+        if !quota_over(&settled.said[i], ask, limit) {
+            return false;
+        }
+    }
+    quotas > 0
+}
+
+/// Whether a quota descriptor that said `said` (to a key asked as `ask`) is over: the code
+/// its status shows.
+fn quota_over(said: &Said, ask: Option<Ask>, limit: &DescriptorLimit) -> bool {
+    match said {
+        Said::Blocked(_) | Said::Over => true,
+        // A look over its limit: no more fits (what one more hit would do is a denial).
+        Said::Verdict(v) => ask != Some(Ask::Refund) && !v.allowed(),
+        Said::Failed(failure) => limit.mode_for(*failure).refuses(),
+        Said::Free | Said::Unlimited | Said::NotAsked => false,
+    }
 }
 
 /// What each descriptor came to once every reply is in.
@@ -146,9 +201,14 @@ impl Settled {
     }
 }
 
-/// The response to `plan` given `replies`, with the RateLimit header fields when
-/// `response_headers`.
-pub(super) fn answer(plan: &Plan<'_>, replies: &Replies, response_headers: bool) -> Answer {
+/// The response to `request`, planned as `plan`, given `replies`, written as `settings`
+/// say.
+pub(super) fn answer(
+    request: &RateLimitRequest,
+    plan: &Plan<'_>,
+    replies: &Replies,
+    settings: &AnswerSettings,
+) -> Answer {
     let mut events = Vec::new();
     let settled = settle_all(plan, &replies.replies, &mut events);
     // One denial counted per descriptor, however many of its keys denied.
@@ -165,6 +225,7 @@ pub(super) fn answer(plan: &Plan<'_>, replies: &Replies, response_headers: bool)
     let mut answering = Answering {
         plan,
         settled: &settled,
+        settings,
         closed: replies.closed,
         overall_over: false,
         unavailable: false,
@@ -173,7 +234,8 @@ pub(super) fn answer(plan: &Plan<'_>, replies: &Replies, response_headers: bool)
         events,
     };
     let statuses = (0..plan.count).map(|i| answering.status(i)).collect();
-    answering.finish(statuses, response_headers)
+    answering.count_hits(request, &replies.replies);
+    answering.finish(request, statuses)
 }
 
 /// Every reply settled into what its descriptor said, looks first (peeks, then refunds),
@@ -254,6 +316,7 @@ fn charged(
 struct Answering<'p, 'a> {
     plan: &'p Plan<'a>,
     settled: &'p Settled,
+    settings: &'p AnswerSettings,
     closed: Option<usize>,
     overall_over: bool,
     unavailable: bool,
@@ -265,6 +328,11 @@ struct Answering<'p, 'a> {
 }
 
 impl Answering<'_, '_> {
+    /// Whether `limit` can make the answer OVER_LIMIT on its own.
+    fn enforced(&self, limit: &DescriptorLimit) -> bool {
+        enforced(limit, self.settings.quota_mode)
+    }
+
     /// Descriptor `i`'s status.
     fn status(&mut self, i: usize) -> DescriptorStatus {
         let mut status = ok_status();
@@ -283,48 +351,66 @@ impl Answering<'_, '_> {
                     let (n, unit) = shown.unwrap_or((0, Unit::Second));
                     status.current_limit = Some(current(&limit.rule.name, n, Some(unit)));
                     status.duration_until_reset = Some(duration(unit.window_ms()));
-                    self.overall_over |= over(&mut status, limit);
+                    self.over(&mut status, limit);
                 }
             }
-            (Said::Verdict(verdict), Some(m)) => {
-                let tier = verdict.binding_tier();
-                status.current_limit = Some(match m.shown() {
-                    Some((n, unit)) => current(&m.rule.name, n, Some(unit)),
-                    None => current(&m.rule.name, clamp(tier.limit), None),
-                });
-                status.limit_remaining = clamp(tier.remaining);
-                status.duration_until_reset = Some(duration(tier.reset_after_ms));
-                let denied = m.ask != Ask::Refund && !verdict.allowed();
-                if denied {
-                    self.overall_over |= over(&mut status, m.limit);
-                }
-                if m.ask == Ask::Charge && verdict.allowed() && !self.settled.locally[i] {
-                    self.events
-                        .push(Event::Decision(m.metric.clone(), Outcome::Allowed));
-                }
-                if enforced(m.limit) {
-                    if denied && self.binding.is_none() {
-                        self.binding = Some(self.shown.len());
-                    }
-                    self.shown.push(i);
-                }
-            }
+            (Said::Verdict(verdict), Some(m)) => self.verdict(&mut status, i, m, verdict),
             (Said::Over, Some(m)) => {
+                // Over its limit by a count, without a verdict: none is left.
                 status.current_limit = m.shown().map(|(n, u)| current(&m.rule.name, n, Some(u)));
-                over(&mut status, m.limit);
+                self.over(&mut status, m.limit);
                 self.events
                     .push(Event::Decision(m.metric.clone(), Outcome::ShadowDenied));
             }
-            (Said::NotAsked, Some(m)) => {
-                status.current_limit = m.shown().map(|(n, u)| current(&m.rule.name, n, Some(u)));
-            }
+            // Not decided: nothing is known of its count, so no limit is shown (its
+            // remaining would read 0).
+            (Said::NotAsked, _) => {}
             (Said::Failed(failure), Some(m)) => {
-                status.current_limit = m.shown().map(|(n, u)| current(&m.rule.name, n, Some(u)));
                 self.failed(&mut status, i, m.limit, &m.metric, *failure);
             }
             (_, None) => {}
         }
         status
+    }
+
+    /// The status of descriptor `i` decided by `verdict` (of its key `m`).
+    fn verdict(
+        &mut self,
+        status: &mut DescriptorStatus,
+        i: usize,
+        m: &super::plan::Matched<'_>,
+        verdict: &Verdict,
+    ) {
+        let tier = verdict.binding_tier();
+        status.current_limit = Some(match m.shown() {
+            Some((n, unit)) => current(&m.rule.name, n, Some(unit)),
+            None => current(&m.rule.name, clamp(tier.limit), None),
+        });
+        status.limit_remaining = clamp(tier.remaining);
+        status.duration_until_reset = Some(duration(tier.reset_after_ms));
+        let denied = m.ask != Ask::Refund && !verdict.allowed();
+        if denied {
+            self.over(status, m.limit);
+        }
+        if m.ask == Ask::Charge && verdict.allowed() && !self.settled.locally[i] {
+            self.events
+                .push(Event::Decision(m.metric.clone(), Outcome::Allowed));
+        }
+        if self.enforced(m.limit) {
+            if denied && self.binding.is_none() {
+                self.binding = Some(self.shown.len());
+            }
+            self.shown.push(i);
+        }
+    }
+
+    /// Marks `status` over its limit unless `limit` is shadow; an enforced one makes the
+    /// whole answer OVER_LIMIT (a quota one only with every other quota one).
+    fn over(&mut self, status: &mut DescriptorStatus, limit: &DescriptorLimit) {
+        if !limit.shadow {
+            status.code = Code::OverLimit as i32;
+        }
+        self.overall_over |= self.enforced(limit);
     }
 
     /// The status of descriptor `i` whose key failed: as its mode says.
@@ -337,7 +423,8 @@ impl Answering<'_, '_> {
         failure: Failure,
     ) {
         let mode = limit.mode_for(failure);
-        let failed_closed = enforced(limit) && (mode.refuses() || self.closed == Some(i));
+        let enforced = self.enforced(limit);
+        let failed_closed = enforced && (mode.refuses() || self.closed == Some(i));
         if failed_closed {
             self.events
                 .push(Event::Decision(metric.to_owned(), Outcome::FailClosed));
@@ -347,10 +434,10 @@ impl Answering<'_, '_> {
                 .push(Event::Decision(metric.to_owned(), Outcome::FailOpen));
         }
         // A shadow descriptor never denies; a quota one reports its failure in its own
-        // code only; an enforced one answers as its mode says.
-        if limit.quota && mode.refuses() {
+        // code; an enforced one answers as its mode says.
+        if quota(limit, self.settings.quota_mode) && mode.refuses() {
             status.code = Code::OverLimit as i32;
-        } else if enforced(limit) {
+        } else if enforced {
             match mode {
                 FailMode::Ok | FailMode::Local => {}
                 FailMode::OverLimit => {
@@ -362,83 +449,33 @@ impl Answering<'_, '_> {
         }
     }
 
-    /// The response of `statuses`, or UNAVAILABLE.
-    fn finish(mut self, statuses: Vec<DescriptorStatus>, response_headers: bool) -> Answer {
-        if self.unavailable {
-            self.events.push(Event::Envoy(EnvoyResult::Unavailable));
-            return Answer {
-                result: Err(Status::unavailable(
-                    "Redis could not decide within the deadline",
-                )),
-                events: self.events,
+    /// Counts each limited descriptor's hits, split as envoyproxy/ratelimit's statistics
+    /// split them. Looks count no hits; refunds are not hits.
+    fn count_hits(&mut self, request: &RateLimitRequest, replies: &[Reply]) {
+        let ratio = self.settings.near_limit_ratio;
+        for (i, d) in request.descriptors.iter().enumerate() {
+            let Some(limit) = self.plan.applied(i) else {
+                continue;
             };
-        }
-        let (result, code) = match self.overall_over {
-            true => (EnvoyResult::OverLimit, Code::OverLimit),
-            false => (EnvoyResult::Ok, Code::Ok),
-        };
-        self.events.push(Event::Envoy(result));
-        let mut response = RateLimitResponse {
-            overall_code: code as i32,
-            statuses,
-            ..Default::default()
-        };
-        if response_headers && !self.shown.is_empty() {
-            response.response_headers_to_add = self.header_fields();
-        }
-        Answer {
-            result: Ok(response),
-            events: self.events,
-        }
-    }
-
-    /// The RateLimit header fields of the enforced verdicts: the first denial's, else the
-    /// one with the least left.
-    fn header_fields(&self) -> Vec<HeaderValue> {
-        let shown: SmallVec<[(&Rule, &Verdict); 4]> = self
-            .shown
-            .iter()
-            .filter_map(|&i| {
-                let m = &self.plan.matched[self.settled.source[i]?];
-                match &self.settled.said[i] {
-                    Said::Verdict(verdict) => Some((m.rule.as_ref(), verdict)),
-                    _ => None,
+            let cost = hits_of(request, i);
+            if limit.unlimited || d.is_negative_hits || cost == 0 {
+                continue;
+            }
+            let counts = match self.plan.known[i] {
+                Known::Blocked(_) => hits::split(0, 0, cost, ratio, limit.shadow),
+                _ => {
+                    let outcome = self.settled.source[i].and_then(|at| match &replies[at] {
+                        Reply::Charged(outcome) => Some(outcome),
+                        _ => None,
+                    });
+                    hits::of_outcome(outcome, limit, cost, ratio)
                 }
-            })
-            .collect();
-        let at = self.binding.unwrap_or_else(|| least_remaining(&shown));
-        let mut fields = HeaderMap::new();
-        let denied = self.overall_over && self.binding.is_some();
-        headers::add_all(&mut fields, &shown, at, false, denied);
-        fields
-            .iter()
-            .filter_map(|(name, value)| {
-                Some(HeaderValue {
-                    key: name.as_str().to_owned(),
-                    value: value.to_str().ok()?.to_owned(),
-                    ..Default::default()
-                })
-            })
-            .collect()
+            };
+            if let Some(metric) = &self.plan.metric_names[i] {
+                self.events.push(Event::Hits(metric.clone(), counts));
+            }
+        }
     }
-}
-
-/// Marks `status` over its limit unless `limit` is shadow; whether that makes the whole
-/// answer OVER_LIMIT (not for shadow or quota descriptors).
-fn over(status: &mut DescriptorStatus, limit: &DescriptorLimit) -> bool {
-    if !limit.shadow {
-        status.code = Code::OverLimit as i32;
-    }
-    enforced(limit)
-}
-
-/// The position in `shown` of the one with the least remaining in its binding tier.
-fn least_remaining(shown: &[(&Rule, &Verdict)]) -> usize {
-    shown
-        .iter()
-        .enumerate()
-        .min_by_key(|(i, (_, v))| (v.binding_tier().remaining, *i))
-        .map_or(0, |(i, _)| i)
 }
 
 fn ok_status() -> DescriptorStatus {

@@ -17,7 +17,12 @@
 //!   for one descriptor, of which the weightier stands); the node's key is
 //!   charged for every request, so no override value opens a fresh budget.
 //! - Shadow descriptors answer OK whatever the count says; quota-mode descriptors answer
-//!   their own code, OVER_LIMIT included, without making `overall_code` OVER_LIMIT.
+//!   their own code, OVER_LIMIT included, and make `overall_code` OVER_LIMIT only when
+//!   every quota descriptor of the request is over (a look is over when no more fits).
+//! - `[envoy]`'s settings ([`settings::AnswerSettings`]): a global shadow mode (the overall
+//!   code always OK), a global quota mode (every descriptor a quota one; both charge each
+//!   descriptor apart), envoyproxy/ratelimit's response headers and dynamic metadata, and
+//!   the near-limit ratio of `rl_gateway_envoy_hits_total`.
 //! - When Redis cannot decide within the deadline, each descriptor answers as its
 //!   `on_failure` says: OK (fail-open, the default), OVER_LIMIT, or the whole call gRPC
 //!   UNAVAILABLE (which Envoy's `failure_mode_deny` then turns into a denial or not); an
@@ -27,23 +32,27 @@
 
 mod answer;
 pub mod descriptors;
+mod execute;
 pub mod grpc_listener;
+mod hits;
+mod limit_headers;
+mod metadata;
 mod plan;
+pub mod settings;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use plan::RequestError;
 
 use crate::app::Gateway;
-use crate::decider::{Applied, Decider, End, Look};
-use answer::{Replies, Reply};
 use descriptors::Domains;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use plan::{Ask, Early, Event, Plan};
-use smallvec::SmallVec;
+use execute::ApartRules;
+use plan::{Early, Event};
+use settings::AnswerSettings;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -65,20 +74,39 @@ pub const MAX_ENTRY_VALUE_BYTES: usize = 1024;
 /// The service, sharing the HTTP front end's decider.
 pub struct EnvoyService {
     gateway: Arc<Gateway>,
-    domains: RwLock<Arc<Domains>>,
+    loaded: RwLock<Arc<Loaded>>,
     key_prefix: String,
-    response_headers: bool,
+    settings: AnswerSettings,
+}
+
+/// The descriptors in force, with what is made of their rules on first use.
+struct Loaded {
+    domains: Domains,
+    apart: ApartRules,
+}
+
+impl Loaded {
+    fn new(domains: Domains) -> Arc<Loaded> {
+        Arc::new(Loaded {
+            domains,
+            apart: ApartRules::default(),
+        })
+    }
 }
 
 impl EnvoyService {
-    /// The service over `gateway`'s decider, answering for `domains`; `headers` adds the
-    /// RateLimit response headers.
-    pub fn new(gateway: Arc<Gateway>, domains: Domains, key_prefix: String, headers: bool) -> Self {
+    /// The service over `gateway`'s decider, answering for `domains` as `settings` say.
+    pub fn new(
+        gateway: Arc<Gateway>,
+        domains: Domains,
+        key_prefix: String,
+        settings: AnswerSettings,
+    ) -> Self {
         EnvoyService {
             gateway,
-            domains: RwLock::new(Arc::new(domains)),
+            loaded: RwLock::new(Loaded::new(domains)),
             key_prefix,
-            response_headers: headers,
+            settings,
         }
     }
 
@@ -87,8 +115,8 @@ impl EnvoyService {
         RateLimitServiceServer::from_arc(self.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    fn domains(&self) -> Arc<Domains> {
-        self.domains
+    fn loaded(&self) -> Arc<Loaded> {
+        self.loaded
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -96,7 +124,7 @@ impl EnvoyService {
 
     /// Swaps in newly loaded descriptors; denials made under the old ones are forgotten.
     pub(crate) fn replace_domains(&self, domains: Domains) {
-        *self.domains.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(domains);
+        *self.loaded.write().unwrap_or_else(|e| e.into_inner()) = Loaded::new(domains);
         self.gateway.decider().forget_denials();
     }
 
@@ -141,19 +169,21 @@ impl EnvoyService {
     }
 
     /// Decides one request: the answer, or the gRPC status to fail it with. The plan and
-    /// the answer are pure; only [`execute`] asks the decider.
+    /// the answer are pure; only [`execute::execute`] asks the decider.
     pub(crate) async fn decide(
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, Status> {
-        let domains = self.domains();
-        let answer = match plan::plan(&domains, request, &self.key_prefix) {
+        let loaded = self.loaded();
+        let settings = &self.settings;
+        let answer = match plan::plan(&loaded.domains, request, &self.key_prefix) {
             Err(Early::Invalid(problem)) => answer::invalid(&problem),
-            Err(Early::UnknownDomain) => answer::unknown_domain(request.descriptors.len()),
+            Err(Early::UnknownDomain) => answer::unknown_domain(request, settings),
             Ok(plan) => {
                 self.record(&plan.events);
-                let replies = execute(self.gateway.decider(), &plan).await;
-                answer::answer(&plan, &replies, self.response_headers)
+                let decider = self.gateway.decider();
+                let replies = execute::execute(decider, &plan, settings, &loaded.apart).await;
+                answer::answer(request, &plan, &replies, settings)
             }
         };
         self.record(&answer.events);
@@ -168,52 +198,10 @@ impl EnvoyService {
                 Event::Envoy(result) => metrics.envoy(*result),
                 Event::Decision(name, outcome) => metrics.decision(name, *outcome),
                 Event::FailOpen(failure) => metrics.fail_open(*failure),
+                Event::Hits(name, hits) => metrics.envoy_hits(name, hits),
             }
         }
     }
-}
-
-/// Asks the decider what `plan` says to ask: the looks first (peeks, then refunds), then,
-/// unless they refused the request, every charge in one decision (all or nothing).
-async fn execute(decider: &Decider, plan: &Plan<'_>) -> Replies {
-    let mut replies: SmallVec<[Reply; 4]> = plan.matched.iter().map(|_| Reply::NotAsked).collect();
-    let applied = |at: &usize| {
-        let m = &plan.matched[*at];
-        Applied {
-            rule: m.rule.clone(),
-            key: m.key.clone(),
-            cost: Some(m.cost),
-        }
-    };
-    let asking = |ask: Ask| -> SmallVec<[usize; 4]> {
-        (0..plan.matched.len())
-            .filter(|&at| plan.matched[at].ask == ask)
-            .collect()
-    };
-    for (look, ask) in [(Look::Peek, Ask::Peek), (Look::Refund, Ask::Refund)] {
-        let these = asking(ask);
-        if these.is_empty() {
-            continue;
-        }
-        let applying: SmallVec<[Applied; 4]> = these.iter().map(applied).collect();
-        let answers = decider.look(&applying, look).await;
-        for (&at, answer) in these.iter().zip(answers) {
-            replies[at] = Reply::Looked(answer);
-        }
-    }
-    let charging = asking(Ask::Charge);
-    let mut closed = None;
-    if !charging.is_empty() && !answer::refused_before_charging(plan, &replies) {
-        let applying: SmallVec<[Applied; 4]> = charging.iter().map(applied).collect();
-        let stacked = decider.decide(&applying, None).await;
-        if let End::Closed { rule, .. } = stacked.end {
-            closed = Some(plan.matched[charging[rule]].index);
-        }
-        for (&at, outcome) in charging.iter().zip(stacked.outcomes) {
-            replies[at] = Reply::Charged(outcome);
-        }
-    }
-    Replies { replies, closed }
 }
 
 /// What tells a change of the descriptors: each file's name, size and modification time.

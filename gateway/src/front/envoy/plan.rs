@@ -8,7 +8,7 @@ use super::descriptors::{self, DescriptorLimit, Domains, Found, OverrideMode, Un
 use super::{MAX_DESCRIPTORS, MAX_DOMAIN_BYTES, MAX_ENTRIES};
 use super::{MAX_ENTRY_KEY_BYTES, MAX_ENTRY_VALUE_BYTES};
 use crate::failure::Failure;
-use crate::metrics::{EnvoyResult, Outcome};
+use crate::metrics::{EnvoyResult, HitCounts, Outcome};
 use crate::rules::Rule;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -23,6 +23,9 @@ pub(super) enum Event {
     Decision(String, Outcome),
     /// A failure that let a request through (or decided it locally).
     FailOpen(Failure),
+    /// The hits of one descriptor, split as envoyproxy/ratelimit's statistics split them,
+    /// under the limit's metric name.
+    Hits(String, HitCounts),
 }
 
 /// What is known of a descriptor before anything is asked.
@@ -79,13 +82,16 @@ pub(super) struct Plan<'a> {
     pub(crate) found: SmallVec<[(usize, &'a Arc<DescriptorLimit>); 4]>,
     /// What is known of each descriptor without asking.
     pub(crate) known: SmallVec<[Known; 4]>,
+    /// The metric name of each applied descriptor's limit (as `detailed_metric` and
+    /// `value_to_metric` make it), by descriptor.
+    pub(crate) metric_names: SmallVec<[Option<String>; 4]>,
     /// The keys to ask about, in descriptor order.
     pub(crate) matched: SmallVec<[Matched<'a>; 4]>,
     /// What to count in the metrics.
     pub(crate) events: Vec<Event>,
 }
 
-impl Plan<'_> {
+impl<'a> Plan<'a> {
     /// The limit matched by descriptor `index`, if any.
     pub(crate) fn limit_of(&self, index: usize) -> Option<&Arc<DescriptorLimit>> {
         self.found
@@ -94,12 +100,24 @@ impl Plan<'_> {
             .map(|(_, limit)| *limit)
     }
 
+    /// The limit that applies to descriptor `index`: its match, unless another matched
+    /// limit `replaces` it.
+    pub(crate) fn applied(&self, index: usize) -> Option<&'a Arc<DescriptorLimit>> {
+        let (_, limit) = self.found.iter().find(|(i, _)| *i == index)?;
+        let replaced = limit.name.as_ref().is_some_and(|name| {
+            self.found
+                .iter()
+                .any(|(_, other)| other.replaces.iter().any(|r| r == name))
+        });
+        (!replaced).then_some(*limit)
+    }
+
     /// Whether an enforced descriptor is blocked (`requests_per_unit` 0), which refuses
-    /// the request as a whole: nothing is charged.
-    pub(crate) fn blocks(&self) -> bool {
-        self.found
-            .iter()
-            .any(|(i, limit)| matches!(self.known[*i], Known::Blocked(_)) && enforced(limit))
+    /// the request as a whole: nothing is charged. `quota_mode`: `[envoy] quota_mode`.
+    pub(crate) fn blocks(&self, quota_mode: bool) -> bool {
+        self.found.iter().any(|(i, limit)| {
+            matches!(self.known[*i], Known::Blocked(_)) && enforced(limit, quota_mode)
+        })
     }
 }
 
@@ -125,6 +143,7 @@ pub(super) fn plan<'a>(
         count,
         found: SmallVec::new(),
         known: (0..count).map(|_| Known::Nothing).collect(),
+        metric_names: (0..count).map(|_| None).collect(),
         matched: SmallVec::new(),
         events: Vec::new(),
     };
@@ -139,14 +158,9 @@ pub(super) fn plan<'a>(
         }
     }
     for (at, found) in matches.iter().enumerate() {
-        let (i, limit) = plan.found[at];
+        let (i, _) = plan.found[at];
         // `replaces`: a matched limit that another matched limit replaces is not applied.
-        let replaced = limit.name.as_ref().is_some_and(|name| {
-            plan.found
-                .iter()
-                .any(|(_, other)| other.replaces.iter().any(|r| r == name))
-        });
-        if !replaced {
+        if plan.applied(i).is_some() {
             plan_descriptor(&mut plan, request, key_prefix, i, found);
         }
     }
@@ -164,6 +178,7 @@ fn plan_descriptor<'a>(
     let d = &request.descriptors[i];
     let limit = found.limit();
     let metric = descriptors::metric_name(found, &request.domain, entries(d));
+    plan.metric_names[i] = Some(metric.clone());
     if limit.unlimited {
         plan.known[i] = Known::Unlimited;
         return;
@@ -232,14 +247,21 @@ fn entries(d: &RateLimitDescriptor) -> impl Iterator<Item = (&str, &str)> + Clon
     d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))
 }
 
-/// A limit that can make the whole answer OVER_LIMIT.
-pub(super) fn enforced(limit: &DescriptorLimit) -> bool {
-    !limit.shadow && !limit.quota
+/// A limit that makes the whole answer OVER_LIMIT on its own: neither shadow nor quota
+/// (`quota_mode`: `[envoy] quota_mode`, which makes every descriptor a quota one).
+pub(super) fn enforced(limit: &DescriptorLimit, quota_mode: bool) -> bool {
+    !limit.shadow && !quota(limit, quota_mode)
+}
+
+/// A quota descriptor: over its limit, it makes the answer OVER_LIMIT only when every
+/// quota descriptor of the request is over too.
+pub(super) fn quota(limit: &DescriptorLimit, quota_mode: bool) -> bool {
+    !limit.shadow && (limit.quota || quota_mode)
 }
 
 /// The units descriptor `index` counts: its own `hits_addend`, else the request's (whose
 /// 0 is protobuf's "unset": 1).
-fn hits_of(request: &RateLimitRequest, index: usize) -> u64 {
+pub(super) fn hits_of(request: &RateLimitRequest, index: usize) -> u64 {
     match &request.descriptors[index].hits_addend {
         Some(h) => h.value,
         None if request.hits_addend == 0 => 1,
