@@ -7,10 +7,15 @@
 //! (`envoy_peer_config.rs` checks which files load.)
 
 use crate::envoy_peer_readme::on_each_server;
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::Value;
 use testkit::gateway::envoy::*;
+use testkit::gateway::*;
 
 const BASIC_CONFIG: &str = include_str!("peer_cases/config/basic_config.yaml");
 const WILDCARD: &str = include_str!("peer_cases/config/wildcard.yaml");
+const SHADOW: &str = include_str!("peer_cases/config/shadowmode_config.yaml");
+const METADATA: &str = include_str!("peer_cases/config/metadata.yaml");
 
 fn ask(envoy: &mut EnvoyGateway, entries: &[(&str, &str)]) -> RateLimitResponse {
     envoy.ask(request("test-domain", vec![desc(entries)]))
@@ -191,5 +196,68 @@ fn wildcard_config_matches() {
             ("test-domain.multiWild_foo*bar*baz", 2.0),
         ];
         metrics.assert_decisions("stats keys", &keys.map(|(rule, n)| (rule, "allowed", n)));
+    });
+}
+
+// TestShadowModeConfig: key2 (20 a minute) is in shadow mode: 21 hits in a minute are all
+// OK, the 21st showing the limit with 0 left and counted in the shadow_mode stat;
+// key2=value2 (30 a minute) is not in shadow mode.
+#[test]
+fn shadowmode_config_never_denies() {
+    on_each_server(&[("shadowmode_config.yaml", SHADOW)], |_, envoy| {
+        let answers = in_one_window(|attempt| {
+            let value = format!("something-{attempt}");
+            (0..21).map(|_| ask(envoy, &[("key2", &value)])).collect()
+        });
+        for (i, answer) in answers.iter().enumerate() {
+            let left = 19u32.saturating_sub(i as u32);
+            assert_eq!(overall(answer), Code::Ok, "call {i}");
+            assert_status(answer, 0, (Code::Ok, Some((20, UNIT_MINUTE)), left), "key2");
+        }
+        let value2 = ask(envoy, &[("key2", "value2")]);
+        assert_status(
+            &value2,
+            0,
+            (Code::Ok, Some((30, UNIT_MINUTE)), 29),
+            "value2",
+        );
+        let metrics = envoy.gateway.metrics();
+        let shadow = metrics.envoy_hits("test-domain.key2", "shadow_mode");
+        assert!(shadow >= 1.0, "{}", metrics.text);
+        assert_eq!(
+            metrics.envoy_hits("test-domain.key2_value2", "shadow_mode"),
+            0.0
+        );
+    });
+}
+
+// TestMetadata: a limit's `metadata` is what the peer returns with it, and with
+// RESPONSE_DYNAMIC_METADATA (ours `[envoy] response_dynamic_metadata = true`) the answer's
+// dynamic_metadata holds the domain and, under "metadata", the metadata of the limits
+// that passed: key2's service_with_quota.name is service_2.
+#[test]
+fn metadata_config_in_the_dynamic_metadata() {
+    each_flavor(|flavor| {
+        let redis = ServerConfig::new(flavor).start();
+        let lines = "response_dynamic_metadata = true";
+        let mut envoy = EnvoyGateway::on_with(&redis, lines, &[("metadata.yaml", METADATA)]);
+        let answer = ask(&mut envoy, &[("key2", "something")]);
+        assert_status(&answer, 0, (Code::Ok, Some((20, UNIT_MINUTE)), 19), "key2");
+        let fields = &answer
+            .dynamic_metadata
+            .as_ref()
+            .expect("dynamic_metadata")
+            .fields;
+        let text = |value: Option<&Value>| match value.and_then(|v| v.kind.as_ref()) {
+            Some(Kind::StringValue(text)) => text.clone(),
+            other => panic!("not a string: {other:?}"),
+        };
+        let inner = |value: Option<&Value>, name: &str| match value.and_then(|v| v.kind.as_ref()) {
+            Some(Kind::StructValue(inner)) => inner.fields.get(name).cloned(),
+            other => panic!("not a struct: {other:?}"),
+        };
+        assert_eq!(text(fields.get("domain")), "test-domain");
+        let service = inner(fields.get("metadata"), "service_with_quota");
+        assert_eq!(text(inner(service.as_ref(), "name").as_ref()), "service_2");
     });
 }
