@@ -17,13 +17,18 @@ const WILDCARD: &str = include_str!("peer_cases/config/wildcard.yaml");
 const SHADOW: &str = include_str!("peer_cases/config/shadowmode_config.yaml");
 const METADATA: &str = include_str!("peer_cases/config/metadata.yaml");
 
+/// A descriptor's entries.
+type Entries = &'static [(&'static str, &'static str)];
+/// A limit shown: `(requests_per_unit, unit)`, `None` for none.
+type Shown = Option<(u32, i32)>;
+
 fn ask(envoy: &mut EnvoyGateway, entries: &[(&str, &str)]) -> RateLimitResponse {
     envoy.ask(request("test-domain", vec![desc(entries)]))
 }
 
 /// TestBasicConfig's descriptors: entries, the limit `GetLimit` returns (`None`: nil), and
 /// the stats key its hits count under.
-const BASIC_LOOKUPS: &[(&[(&str, &str)], Option<(u32, i32)>, &str)] = &[
+const BASIC_LOOKUPS: &[(Entries, Shown, &str)] = &[
     (&[("key1", "something")], None, ""),
     (&[("key1", "value1")], None, ""),
     (&[("key2", "value2"), ("subkey", "subvalue")], None, ""),
@@ -165,7 +170,7 @@ fn limit_override_replaces_the_configured_limit() {
 fn wildcard_config_matches() {
     on_each_server(&[("wildcard.yaml", WILDCARD)], |_, envoy| {
         let twenty = Some((20, UNIT_MINUTE));
-        let cases: &[(&[(&str, &str)], Option<(u32, i32)>)] = &[
+        let cases: &[(Entries, Shown)] = &[
             (&[("noVal", "foo1")], twenty),
             (&[("noVal", "foo2")], twenty),
             (&[("wild", "foo1")], twenty),

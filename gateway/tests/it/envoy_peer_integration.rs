@@ -95,7 +95,8 @@ fn basic_key1_first_hit() {
 }
 
 // testBasicBaseConfig: another key2=<random>, 20 a minute, 25 times: OK with 19..0 left,
-// then OVER_LIMIT with 0; total_hits counts all 25, over_limit the last 5.
+// then OVER_LIMIT with 0; total_hits counts all 25, over_limit the last 5 (near_limit and
+// within_limit as the peer's code counts them).
 #[test]
 fn another_key2_over_its_minute_limit() {
     on_each_server(BASIC_FILES, |envoy| {
@@ -117,6 +118,10 @@ fn another_key2_over_its_minute_limit() {
         }
         assert_eq!(grew(envoy, &before, "another.key2", "total_hits"), 25.0);
         assert_eq!(grew(envoy, &before, "another.key2", "over_limit"), 5.0);
+        // Not asserted by the peer's test, but what its code counts with the default
+        // NEAR_LIMIT_RATIO 0.8: the hits above floor(20 * 0.8) = 16 and within the limit.
+        assert_eq!(grew(envoy, &before, "another.key2", "near_limit"), 4.0);
+        assert_eq!(grew(envoy, &before, "another.key2", "within_limit"), 20.0);
     });
 }
 
