@@ -70,6 +70,15 @@ impl Metrics {
         }
     }
 
+    /// `rl_gateway_envoy_hits_total{rule, stat}`: envoyproxy/ratelimit's per-limit stats
+    /// (`total_hits`, `over_limit`, `near_limit`, `within_limit`, `shadow_mode`).
+    pub fn envoy_hits(&self, rule: &str, stat: &str) -> f64 {
+        self.counter(
+            "rl_gateway_envoy_hits_total",
+            &[("rule", rule), ("stat", stat)],
+        )
+    }
+
     /// `rl_gateway_fail_open_total{reason}`.
     pub fn fail_open(&self, reason: &str) -> f64 {
         self.counter("rl_gateway_fail_open_total", &[("reason", reason)])
