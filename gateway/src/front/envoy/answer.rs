@@ -341,15 +341,14 @@ impl Answering<'_, '_> {
             (Said::Free, _) => {}
             (Said::Unlimited, _) => {
                 status.limit_remaining = u32::MAX;
-                if let Some(limit) = self.plan.limit_of(i) {
-                    let name = limit.rule.name.clone();
+                if let Some(name) = self.plan.metric_names[i].clone() {
                     self.events.push(Event::Decision(name, Outcome::Allowed));
                 }
             }
             (Said::Blocked(shown), _) => {
                 if let Some(limit) = self.plan.limit_of(i) {
                     let (n, unit) = shown.unwrap_or((0, Unit::Second));
-                    status.current_limit = Some(current(&limit.rule.name, n, Some(unit)));
+                    status.current_limit = Some(current(limit.name.as_deref(), n, Some(unit)));
                     status.duration_until_reset = Some(duration(unit.window_ms()));
                     self.over(&mut status, limit);
                 }
@@ -357,7 +356,7 @@ impl Answering<'_, '_> {
             (Said::Verdict(verdict), Some(m)) => self.verdict(&mut status, i, m, verdict),
             (Said::Over, Some(m)) => {
                 // Over its limit by a count, without a verdict: none is left.
-                status.current_limit = m.shown().map(|(n, u)| current(&m.rule.name, n, Some(u)));
+                status.current_limit = m.shown().map(|(n, u)| current(shown_name(m), n, Some(u)));
                 self.over(&mut status, m.limit);
                 self.events
                     .push(Event::Decision(m.metric.clone(), Outcome::ShadowDenied));
@@ -383,8 +382,8 @@ impl Answering<'_, '_> {
     ) {
         let tier = verdict.binding_tier();
         status.current_limit = Some(match m.shown() {
-            Some((n, unit)) => current(&m.rule.name, n, Some(unit)),
-            None => current(&m.rule.name, clamp(tier.limit), None),
+            Some((n, unit)) => current(shown_name(m), n, Some(unit)),
+            None => current(shown_name(m), clamp(tier.limit), None),
         });
         status.limit_remaining = clamp(tier.remaining);
         status.duration_until_reset = Some(duration(tier.reset_after_ms));
@@ -496,9 +495,18 @@ fn duration(ms: u64) -> ProtoDuration {
     }
 }
 
-fn current(name: &str, requests_per_unit: u32, unit: Option<Unit>) -> RateLimit {
+/// The name `current_limit` shows for key `m`, as envoyproxy/ratelimit shows it: the
+/// limit's `name`, none for a limit without one or for the request's own limit.
+fn shown_name<'m>(m: &'m super::plan::Matched<'_>) -> Option<&'m str> {
+    match m.overriding {
+        Some(_) => None,
+        None => m.limit.name.as_deref(),
+    }
+}
+
+fn current(name: Option<&str>, requests_per_unit: u32, unit: Option<Unit>) -> RateLimit {
     RateLimit {
-        name: name.to_owned(),
+        name: name.unwrap_or_default().to_owned(),
         requests_per_unit,
         unit: unit.map_or(0, Unit::proto),
     }

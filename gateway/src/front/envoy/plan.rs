@@ -177,15 +177,18 @@ fn plan_descriptor<'a>(
 ) {
     let d = &request.descriptors[i];
     let limit = found.limit();
-    let metric = descriptors::metric_name(found, &request.domain, entries(d));
+    let asked = d
+        .limit
+        .and_then(|o| Unit::from_proto(o.unit).map(|u| (o.requests_per_unit, u)));
+    let metric = match asked.is_some() && limit.limit_override != OverrideMode::Ignore {
+        true => descriptors::request_metric_name(&request.domain, entries(d)),
+        false => descriptors::metric_name(found, &request.domain, entries(d)),
+    };
     plan.metric_names[i] = Some(metric.clone());
     if limit.unlimited {
         plan.known[i] = Known::Unlimited;
         return;
     }
-    let asked = d
-        .limit
-        .and_then(|o| Unit::from_proto(o.unit).map(|u| (o.requests_per_unit, u)));
     let blocked = match (asked, limit.limit_override) {
         (None, _) | (Some(_), OverrideMode::Ignore) => limit.blocked.then_some(limit.shown),
         (Some((n, u)), OverrideMode::Replace) => (n == 0).then_some(Some((n, u))),

@@ -43,9 +43,9 @@ pub(crate) use load::{parse, MAX_DEPTH, MAX_FILES, MAX_FILE_BYTES};
 pub use matching::{Domain, Domains, Found};
 pub(crate) use modes::{FailMode, OverrideMode};
 pub use names::key;
-pub(crate) use names::metric_name;
 #[cfg(test)]
-use names::rule_name;
+use names::{metric_label, rule_name};
+pub(crate) use names::{metric_name, request_metric_name};
 pub use unit::Unit;
 
 #[cfg(test)]

@@ -32,9 +32,41 @@ pub(crate) fn rule_name(text: &str) -> String {
     name
 }
 
-/// The metric name of a match, envoyproxy/ratelimit's stats key made a [`rule_name`]:
-/// the node's rule name (its `rate_limit.name`, else the path of keys and configured
-/// values, `domain.key_value.key`), unless the request's values are to be shown:
+/// The longest metric name of a match, in bytes; a longer one keeps its start and a hash
+/// of the whole.
+pub(crate) const MAX_METRIC_NAME_BYTES: usize = 255;
+
+/// A metric label value as envoyproxy/ratelimit writes its stats key (`*`, `/` and every
+/// printable character kept), but for `"`, `\` and control characters, which become `_`
+/// (the metrics are written without escaping); at most [`MAX_METRIC_NAME_BYTES`].
+pub(crate) fn metric_label(text: &str) -> String {
+    let clean: String = text
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' => '_',
+            c if c.is_control() => '_',
+            c => c,
+        })
+        .collect();
+    if clean.len() <= MAX_METRIC_NAME_BYTES {
+        return clean;
+    }
+    let mut cut = MAX_METRIC_NAME_BYTES - 9;
+    while !clean.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut name = clean[..cut].to_owned();
+    name.push('~');
+    for b in &Sha256::digest(text.as_bytes())[..4] {
+        let _ = write!(name, "{b:02x}");
+    }
+    name
+}
+
+/// The metric name of a match: envoyproxy/ratelimit's stats key, made a [`metric_label`].
+/// The path of keys and configured values (`domain.key_value.key`; a pattern as written),
+/// whatever the limit's `name` (which only `current_limit` shows), unless the request's
+/// values are to be shown:
 ///
 /// - `detailed_metric` on the matched node: every entry as `key_value`, with the request's
 ///   values (a `share_threshold` entry's pattern instead, when there is one);
@@ -42,31 +74,14 @@ pub(crate) fn rule_name(text: &str) -> String {
 ///   (not a `share_threshold` one): that entry's request value in place of the configured
 ///   one, the other entries as configured.
 ///
-/// A limit with a `name` is always named by it. Each value shown makes a metric label of
-/// its own: as many as the values requests bring.
+/// Each value shown makes a metric label of its own: as many as the values requests
+/// bring, up to the metrics' cap on labels.
 pub(crate) fn metric_name<'e>(
     found: &Found<'_>,
     domain: &str,
     entries: impl Iterator<Item = (&'e str, &'e str)> + Clone,
 ) -> String {
-    let limit = found.limit;
-    let detailed = limit.detailed_metric;
-    let shows_request = |(via, (_, value)): (&Via<'_>, (&str, &str))| match via {
-        Via::Pattern {
-            share_threshold: false,
-            value_to_metric: true,
-            ..
-        } => true,
-        Via::Any {
-            value_to_metric: true,
-        } => !value.is_empty(),
-        _ => false,
-    };
-    if limit.name.is_some()
-        || !(detailed || found.via.iter().zip(entries.clone()).any(shows_request))
-    {
-        return limit.rule.name.clone();
-    }
+    let detailed = found.limit.detailed_metric;
     let shares = found.shares();
     let mut name = String::from(domain);
     for ((key, value), via) in entries.zip(found.via.iter()) {
@@ -92,7 +107,24 @@ pub(crate) fn metric_name<'e>(
             let _ = write!(name, "_{shown}");
         }
     }
-    rule_name(&name)
+    metric_label(&name)
+}
+
+/// The metric name of a request descriptor that brings its own limit (Envoy's
+/// override), as envoyproxy/ratelimit names its stats then: every entry of the request,
+/// `domain.key_value.key_value` (`key` alone for an empty value), made a [`metric_label`].
+pub(crate) fn request_metric_name<'e>(
+    domain: &str,
+    entries: impl Iterator<Item = (&'e str, &'e str)>,
+) -> String {
+    let mut name = String::from(domain);
+    for (key, value) in entries {
+        let _ = write!(name, ".{key}");
+        if !value.is_empty() {
+            let _ = write!(name, "_{value}");
+        }
+    }
+    metric_label(&name)
 }
 
 /// The Redis key of one request descriptor, written by the one key builder

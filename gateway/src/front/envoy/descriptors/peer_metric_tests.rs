@@ -28,7 +28,11 @@ fn redis_key(d: &Domain, entries: &[(&str, &str)]) -> String {
 
 /// Asserts that `entries` are named `stats_key` (theirs, made a rule name).
 fn assert_named(text: &str, entries: &[(&str, &str)], stats_key: &str) {
-    assert_eq!(metric(text, entries), rule_name(stats_key), "{entries:?}");
+    assert_eq!(
+        metric(text, entries),
+        metric_label(stats_key),
+        "{entries:?}"
+    );
 }
 
 #[test]
@@ -58,8 +62,9 @@ fn basic_config_names() {
     ] {
         assert_named(text, entries, stats_key);
     }
-    // A limit with a name is named by it (theirs keeps the path: ours names the rule).
-    assert_eq!(metric(text, &[("key4", "foo")]), "key4_rate_limit");
+    // A limit with a name is still named by its path, as theirs (the name is what
+    // `current_limit` shows).
+    assert_eq!(metric(text, &[("key4", "foo")]), "test-domain.key4");
 }
 
 const NESTED: &str = "
@@ -253,12 +258,12 @@ fn wildcard_stats_behavior() {
     };
     for pattern in ["foo*", "foo*bar*"] {
         let named = |flags: &str, value: &str| metric(&one(pattern, flags), &[("wild", value)]);
-        let plain = rule_name(&format!("test-domain.wild_{pattern}"));
+        let plain = metric_label(&format!("test-domain.wild_{pattern}"));
         assert_eq!(named("", "foo1bar"), plain);
         assert_eq!(named("", "foo2bar"), plain);
         assert_eq!(
             named("value_to_metric: true", "foo1bar"),
-            rule_name("test-domain.wild_foo1bar")
+            metric_label("test-domain.wild_foo1bar")
         );
         assert_eq!(named("share_threshold: true", "foo1bar"), plain);
         assert_eq!(

@@ -192,6 +192,24 @@ fn long_names_stay_bounded() {
     assert_eq!(rule_name("a b\"c"), "a_b_c");
 }
 
+/// A metric name keeps the stats key's `*`, `/` and spaces, but never a character that
+/// would end or break the label in the unescaped exposition, and stays bounded, cut on a
+/// character boundary.
+#[test]
+fn metric_labels_keep_the_stats_key_but_nothing_that_breaks_the_exposition() {
+    assert_eq!(metric_label("d.path_/api/*"), "d.path_/api/*");
+    assert_eq!(metric_label("a\"} 1\nb\\c"), "a_} 1_b_c");
+    for filler in ["x", "é", "日"] {
+        let long = metric_label(&filler.repeat(400));
+        assert!(long.len() <= names::MAX_METRIC_NAME_BYTES, "{}", long.len());
+        assert!(long.contains('~'));
+    }
+    assert_ne!(
+        metric_label(&"x".repeat(400)),
+        metric_label(&"x".repeat(401))
+    );
+}
+
 /// YAML merge keys are applied (envoyproxy/ratelimit's YAML reader applies them), in the
 /// descriptors and in metadata; the errors of such a file still name the place.
 #[test]
