@@ -3,7 +3,7 @@
 //! read from where the settings say. Nothing here connects: the clients connect lazily.
 
 use super::located::{Located, Locator, ResolveTo};
-use super::ConnectError;
+use super::{ConnectError, CONNECT_TIMEOUT};
 use crate::config::{host_port, RedisConnection, RedisSettings, TlsSettings};
 use base64::Engine;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -14,10 +14,6 @@ use redis::{
     TlsCertificates, TlsMode,
 };
 use std::time::Duration;
-
-/// How long one connection attempt may take; a decision's own deadline is much shorter and
-/// is applied on top, so this only bounds the work done in the background.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The user and password for the servers (or the sentinels), read now.
 struct Credentials {
@@ -150,7 +146,7 @@ fn named_server(
         .set_dns_resolver(ResolveTo { host, port });
     let place = format!("{}:{port} as {name}", info.addr());
     Ok(super::Backend::Located(Located::start(Locator::Fixed {
-        client,
+        client: Box::new(client),
         config,
         place,
     })))

@@ -8,7 +8,7 @@
 //! primary: a primary that stops answering without closing the connection (a host gone)
 //! gives the calls no error to see, since the decider's deadline drops them first.
 
-use super::connect::CONNECT_TIMEOUT;
+use super::CONNECT_TIMEOUT;
 use crate::logging::log;
 use redis::aio::MultiplexedConnection;
 use redis::io::AsyncDNSResolver;
@@ -39,7 +39,7 @@ pub(crate) enum Locator {
     /// Always the same server.
     Fixed {
         /// Its client.
-        client: Client,
+        client: Box<Client>,
         /// Its connection settings (with the resolver of `tls_server_name`).
         config: AsyncConnectionConfig,
         /// For the log lines.

@@ -21,6 +21,10 @@ use std::fmt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+/// How long one connection attempt may take; a decision's own deadline is much shorter and
+/// is applied on top, so this only bounds the work done in the background.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Why no connection to Redis can be set up (Redis down is no such reason: the connection
 /// is made lazily and retried).
 #[derive(Debug)]
