@@ -7,6 +7,8 @@ use super::*;
 /// The sentinels of one primary, monitored under [`Sentinels::MASTER_NAME`].
 pub struct Sentinels {
     ports: Vec<u16>,
+    /// The sentinels' own password (`requirepass`), if any.
+    password: Option<String>,
     children: Vec<Child>,
     _dir: TempDir,
 }
@@ -19,6 +21,18 @@ impl Sentinels {
     /// two, a primary taken for down after one second without answers. `extra` lines go
     /// into each sentinel's file (`requirepass`, `sentinel auth-pass ...`).
     pub fn start(flavor: Flavor, primary_port: u16, count: usize, extra: &str) -> Sentinels {
+        Sentinels::start_with_password(flavor, primary_port, count, extra, None)
+    }
+
+    /// [`Sentinels::start`], the sentinels asking their clients for `password`
+    /// (`requirepass`) when given.
+    pub fn start_with_password(
+        flavor: Flavor,
+        primary_port: u16,
+        count: usize,
+        extra: &str,
+        password: Option<&str>,
+    ) -> Sentinels {
         let dir = tempfile::Builder::new()
             .prefix("rl-sentinel-")
             .tempdir()
@@ -26,6 +40,7 @@ impl Sentinels {
         let name = Self::MASTER_NAME;
         let mut sentinels = Sentinels {
             ports: Vec::new(),
+            password: password.map(str::to_string),
             children: Vec::new(),
             _dir: dir,
         };
@@ -37,8 +52,9 @@ impl Sentinels {
                 "port {port}\nbind 127.0.0.1\nlogfile \"{}\"\n\
                  sentinel monitor {name} 127.0.0.1 {primary_port} 2\n\
                  sentinel down-after-milliseconds {name} 1000\n\
-                 sentinel failover-timeout {name} 10000\n{extra}\n",
-                log.display()
+                 sentinel failover-timeout {name} 10000\n{extra}\n{}",
+                log.display(),
+                password.map_or(String::new(), |p| format!("requirepass \"{p}\"\n"))
             );
             std::fs::write(&file, text).expect("write the sentinel's file");
             let child = Command::new(flavor.binary())
@@ -79,7 +95,11 @@ impl Sentinels {
     }
 
     fn try_conn(&self, i: usize) -> redis::RedisResult<Connection> {
-        let mut con = redis::Client::open(format!("redis://127.0.0.1:{}/", self.ports[i]))?
+        let auth = self
+            .password
+            .as_ref()
+            .map_or(String::new(), |p| format!(":{p}@"));
+        let mut con = redis::Client::open(format!("redis://{auth}127.0.0.1:{}/", self.ports[i]))?
             .get_connection_with_timeout(Duration::from_secs(2))?;
         redis::cmd("PING").query::<String>(&mut con)?;
         Ok(con)

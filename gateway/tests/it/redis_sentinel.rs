@@ -85,3 +85,70 @@ fn the_gateway_follows_a_failover_and_the_budget_goes_on() {
         "{log}"
     );
 }
+
+const SECRET: &str = "gw-S3ntinel-primary-pass";
+const SENTINEL_SECRET: &str = "the-Sentinels-0wn-pass";
+
+/// The sentinels ask for a password of their own and the primary's user `gw` for another:
+/// both from the environment, neither logged; a wrong sentinel password leaves the
+/// gateway not ready.
+#[test]
+fn the_sentinels_and_the_primary_each_get_their_own_password() {
+    let (primary, _replica) = primary_with_replica(Flavor::Redis);
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("gw")
+        .arg("on")
+        .arg(format!(">{SECRET}"))
+        .arg("~*")
+        .arg("+@all")
+        .exec(&mut primary.conn())
+        .expect("ACL SETUSER");
+    let sentinels =
+        Sentinels::start_with_password(Flavor::Redis, primary.port(), 3, "", Some(SENTINEL_SECRET));
+    let upstream = Upstream::start();
+    let rest = format!(
+        "[redis]\nsentinels = {}\nmaster_name = \"{}\"\ndeadline_ms = 1000\n\
+         username = \"gw\"\npassword_env = \"RL_TEST_PRIMARY_PASSWORD\"\n\
+         sentinel_password_env = \"RL_TEST_SENTINEL_PASSWORD\"\n{RULES}",
+        sentinels.toml_list(),
+        Sentinels::MASTER_NAME
+    );
+    let wrong = Gateway::start_with_env(
+        &upstream.server_line(),
+        &rest,
+        &[
+            ("RL_TEST_PRIMARY_PASSWORD", SECRET),
+            ("RL_TEST_SENTINEL_PASSWORD", "not-it"),
+        ],
+    );
+    wait_until(POLL, "/readyz says Redis does not answer", || {
+        wrong.admin_get("/readyz").body.contains("does not answer")
+    });
+    assert_eq!(wrong.get("/strict/x").status, 503);
+    drop(wrong);
+
+    let gateway = Gateway::start_with_env(
+        &upstream.server_line(),
+        &rest,
+        &[
+            ("RL_TEST_PRIMARY_PASSWORD", SECRET),
+            ("RL_TEST_SENTINEL_PASSWORD", SENTINEL_SECRET),
+        ],
+    );
+    wait_until(POLL, "/readyz answers 200", || {
+        gateway.admin_get("/readyz").status == 200
+    });
+    let resp = gateway.get("/strict/x");
+    assert_eq!(resp.status, 200, "{resp:?}");
+    assert_eq!(resp.remaining(), 99, "{resp:?}");
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut primary.conn())
+        .expect("CLIENT LIST");
+    assert!(clients.contains(" user=gw "), "{clients}");
+    let log = gateway.log();
+    for secret in [SECRET, SENTINEL_SECRET] {
+        assert!(!log.contains(secret), "a password in the log:\n{log}");
+    }
+}
