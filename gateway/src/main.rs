@@ -338,8 +338,7 @@ async fn start(
         ),
         None => None,
     };
-    let backend =
-        Backend::connect(&config.redis.target).map_err(|e| StartError::Redis(e.to_string()))?;
+    let backend = Backend::connect(&config.redis).map_err(|e| StartError::Redis(e.to_string()))?;
     if !backend.wait_ready(STARTUP_WAIT).await {
         log_warn!("Redis does not answer yet; decisions fail open until it does");
     }

@@ -8,6 +8,7 @@
 //! - [`cluster`], [`policy`], [`shapes`]: clusters, named policies, a key of every shape;
 //! - [`random_calls`]: the seeded generator of random calls and traffic;
 //! - [`docs`]: a section of a markdown document, for the tests that follow the docs;
+//! - [`tls`], [`sentinel`]: certificates and TLS servers, and Redis Sentinel;
 //! - `gateway` (feature `gateway`): the gateway and upstream processes, HTTP, metrics and
 //!   Envoy clients, and [`fixtures`] shared by several test files.
 //!
@@ -33,8 +34,10 @@ pub mod gateway;
 pub mod policy;
 pub mod random_calls;
 mod rl;
+pub mod sentinel;
 mod server;
 pub mod shapes;
+pub mod tls;
 
 pub use rl::*;
 pub use server::*;

@@ -9,13 +9,18 @@ mod concurrency;
 mod envoy;
 mod error;
 mod limit;
+mod redis_connection;
 mod rule_set;
 mod schema;
 mod settings;
 
 pub use error::ConfigError;
 
-pub use settings::{CheckHeaders, Mode, RedisSettings, RedisTarget, ServerSettings};
+pub(crate) use redis_connection::{host_port, redacted};
+pub use redis_connection::{SecretError, SecretPlace, SecretSource, TlsMaterial, TlsSettings};
+pub use settings::{
+    CheckHeaders, Mode, RedisConnection, RedisSettings, RedisTarget, ServerSettings,
+};
 
 use crate::rules::pattern::PathPolicy;
 use crate::rules::RuleSet;
@@ -62,6 +67,10 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         error,
     })?;
     let mut config = parse(&text)?;
+    config
+        .redis
+        .read_files(path.parent())
+        .map_err(ConfigError::Invalid)?;
     if let Some(envoy) = &mut config.envoy {
         if envoy.descriptors.is_relative() {
             if let Some(dir) = path.parent() {

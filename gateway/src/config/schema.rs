@@ -121,6 +121,34 @@ fn default_check_deny_status() -> u16 {
 pub(super) struct RedisSection {
     pub(super) url: Option<String>,
     pub(super) cluster: Option<Vec<String>>,
+    /// Redis Sentinel: the sentinels' `host:port`, asked for the primary of `master_name`.
+    pub(super) sentinels: Option<Vec<String>>,
+    /// The name the sentinels monitor the primary under (`sentinel monitor NAME ...`).
+    pub(super) master_name: Option<String>,
+    /// With `sentinels`: TLS to the sentinels and to the primary (a URL says it by
+    /// `rediss://`).
+    pub(super) tls: Option<bool>,
+    /// A PEM bundle of the CAs that sign the servers' certificates, instead of the
+    /// system's roots.
+    pub(super) tls_ca_file: Option<String>,
+    /// The client certificate (PEM), for servers that require one (`tls-auth-clients`).
+    pub(super) tls_cert_file: Option<String>,
+    /// The client certificate's private key (PEM).
+    pub(super) tls_key_file: Option<String>,
+    /// The name the server's certificate is checked against when not the URL's host.
+    pub(super) tls_server_name: Option<String>,
+    /// The ACL user, when not in the URL.
+    pub(super) username: Option<String>,
+    /// The environment variable holding the password (read at start, never logged).
+    pub(super) password_env: Option<String>,
+    /// The file holding the password, a trailing newline trimmed (a mounted secret).
+    pub(super) password_file: Option<String>,
+    /// The ACL user the sentinels themselves ask for.
+    pub(super) sentinel_username: Option<String>,
+    /// The environment variable holding the sentinels' password.
+    pub(super) sentinel_password_env: Option<String>,
+    /// The file holding the sentinels' password.
+    pub(super) sentinel_password_file: Option<String>,
     pub(super) deadline_ms: u64,
     pub(super) key_prefix: String,
     pub(super) breaker_failures: u32,
@@ -139,6 +167,19 @@ impl Default for RedisSection {
         RedisSection {
             url: None,
             cluster: None,
+            sentinels: None,
+            master_name: None,
+            tls: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_server_name: None,
+            username: None,
+            password_env: None,
+            password_file: None,
+            sentinel_username: None,
+            sentinel_password_env: None,
+            sentinel_password_file: None,
             deadline_ms: 5,
             key_prefix: "rl:".into(),
             breaker_failures: 5,

@@ -2,10 +2,13 @@
 //! (the listeners, the mode, the upstream, the trusted proxies, check mode's headers) and
 //! `[redis]` (where, how long to wait, the breaker, the key prefix, the rules key).
 
+use super::redis_connection::{redacted, redis_connection, redis_target};
+pub use super::redis_connection::{RedisConnection, RedisTarget};
 use super::schema::{RedisSection, ServerSection};
 use crate::rules::one_of::one_of;
 use ipnet::IpNet;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::time::Duration;
 
 /// `[server] mode`: what the gateway does with a request it allows.
@@ -90,20 +93,13 @@ impl CheckHeaders {
     }
 }
 
-/// Which Redis the gateway talks to: `[redis] url` or `[redis] cluster`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedisTarget {
-    /// One server, by URL (`redis://127.0.0.1:6379` when neither is set).
-    Single(String),
-    /// A cluster, by the URLs of its seed nodes.
-    Cluster(Vec<String>),
-}
-
 /// `[redis]`, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisSettings {
-    /// The server or cluster to connect to.
+    /// The server, cluster or Sentinel-managed primary to connect to.
     pub target: RedisTarget,
+    /// TLS and credentials.
+    pub connection: RedisConnection,
     pub(crate) deadline: Duration,
     /// Put before every key the gateway writes, so that tenants can share a Redis.
     pub key_prefix: String,
@@ -213,23 +209,13 @@ fn upstream_uri(url: &str) -> Result<hyper::Uri, String> {
     Ok(uri)
 }
 
-pub(super) fn redis_settings(section: RedisSection) -> Result<RedisSettings, String> {
-    let target = match (section.url, section.cluster) {
-        (Some(_), Some(_)) => return Err("[redis] has both url and cluster: choose one".into()),
-        (Some(url), None) => RedisTarget::Single(url),
-        (None, Some(urls)) if urls.is_empty() => {
-            return Err("[redis] cluster needs at least one node URL".into())
-        }
-        (None, Some(urls)) => RedisTarget::Cluster(urls),
-        (None, None) => RedisTarget::Single("redis://127.0.0.1:6379".into()),
-    };
-    let urls = match &target {
-        RedisTarget::Single(url) => std::slice::from_ref(url),
-        RedisTarget::Cluster(urls) => urls.as_slice(),
-    };
-    for url in urls {
-        redis::Client::open(url.as_str()).map_err(|e| format!("[redis] '{url}': {e}"))?;
+pub(super) fn redis_settings(mut section: RedisSection) -> Result<RedisSettings, String> {
+    let target = redis_target(&mut section)?;
+    if let RedisTarget::Single(url) = &target {
+        redis::Client::open(url.as_str())
+            .map_err(|e| format!("[redis] '{}': {e}", redacted(url)))?;
     }
+    let connection = redis_connection(&mut section, &target)?;
     if section.key_prefix.contains(['{', '}']) {
         return Err(
             "[redis] key_prefix must not contain '{' or '}' (the hash tag is the client's)".into(),
@@ -255,6 +241,7 @@ pub(super) fn redis_settings(section: RedisSection) -> Result<RedisSettings, Str
     }
     Ok(RedisSettings {
         target,
+        connection,
         deadline: Duration::from_millis(section.deadline_ms),
         key_prefix: section.key_prefix,
         breaker_failures: section.breaker_failures,
@@ -265,6 +252,14 @@ pub(super) fn redis_settings(section: RedisSection) -> Result<RedisSettings, Str
         rules_key: section.rules_key.filter(|k| !k.is_empty()),
         rules_refresh: Duration::from_millis(section.rules_refresh_ms.max(100)),
     })
+}
+
+impl RedisSettings {
+    /// Reads the files `[redis]` names (TLS), relative paths taken from `base`, the
+    /// configuration file's directory.
+    pub(super) fn read_files(&mut self, base: Option<&Path>) -> Result<(), String> {
+        self.connection.read_files(base)
+    }
 }
 
 #[cfg(test)]

@@ -145,6 +145,7 @@ fn settings(breaker_failures: u32) -> RedisSettings {
 fn settings_open_for(breaker_failures: u32, open_for: Duration) -> RedisSettings {
     RedisSettings {
         target: RedisTarget::Single("redis://127.0.0.1:1".into()),
+        connection: Default::default(),
         deadline: Duration::from_millis(20),
         key_prefix: "rl:".into(),
         breaker_failures,

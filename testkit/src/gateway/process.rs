@@ -170,17 +170,29 @@ impl Gateway {
     /// As [`Gateway::start`], the main listener on `host` (e.g. `[::]`, which takes IPv6
     /// and, dual-stack, 127.0.0.1 too) instead of 127.0.0.1.
     pub fn start_listening(host: &str, server_lines: &str, rest: &str) -> Gateway {
-        Gateway::launch(host, server_lines, rest, None)
+        Gateway::launch(host, server_lines, rest, None, &[])
+    }
+
+    /// As [`Gateway::start`], the process given the environment variables `env` too
+    /// (`[redis] password_env`).
+    pub fn start_with_env(server_lines: &str, rest: &str, env: &[(&str, &str)]) -> Gateway {
+        Gateway::launch("127.0.0.1", server_lines, rest, None, env)
     }
 
     /// As [`Gateway::start`], the process starting with its open-file soft limit at
     /// `soft` (set between fork and exec, so this process's own limit never changes and
     /// the tests running beside it are not touched).
     pub fn start_with_open_file_soft_limit(soft: u64, server_lines: &str, rest: &str) -> Gateway {
-        Gateway::launch("127.0.0.1", server_lines, rest, Some(soft))
+        Gateway::launch("127.0.0.1", server_lines, rest, Some(soft), &[])
     }
 
-    fn launch(host: &str, server_lines: &str, rest: &str, soft_nofile: Option<u64>) -> Gateway {
+    fn launch(
+        host: &str,
+        server_lines: &str,
+        rest: &str,
+        soft_nofile: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> Gateway {
         let dir = tempfile::Builder::new()
             .prefix("rl-gateway-")
             .tempdir()
@@ -208,6 +220,7 @@ impl Gateway {
         command
             .arg("--config")
             .arg(&gateway.config_path)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log);

@@ -1,16 +1,22 @@
 //! The connection to Redis: one server through the `redis` crate's ConnectionManager
-//! (multiplexed, reconnects by itself), or Redis Cluster through its async cluster client
-//! (routes each key to its slot's primary and follows MOVED and failovers). Both speak
-//! RESP3, so that multi-tier replies name every tier.
+//! (multiplexed, reconnects by itself), Redis Cluster through its async cluster client
+//! (routes each key to its slot's primary and follows MOVED and failovers), or the primary
+//! that Redis Sentinel names, found again after a failover (`located`). All speak RESP3,
+//! so that multi-tier replies name every tier, and any of them may be TLS.
+//!
+//! - `connect`: the clients made from `[redis]` (TLS, credentials);
+//! - `located`: the connection that follows a Sentinel-managed primary.
 
-use crate::config::RedisTarget;
+mod connect;
+pub mod located;
+
+use crate::config::{RedisSettings, RedisTarget, SecretError};
 use crate::failure::Failure;
 use crate::logging::log;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
-use redis::{Cmd, ProtocolVersion, RedisError, RedisResult, Value};
+use redis::{Cmd, RedisError, RedisResult, Value};
 use std::fmt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -25,7 +31,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub enum ConnectError {
     /// The URL of a single server does not parse, or names what the client cannot use.
     Url {
-        /// The URL as configured.
+        /// The URL as configured, its password (if any) hidden.
         url: String,
         /// What the client said of it.
         source: RedisError,
@@ -34,6 +40,10 @@ pub enum ConnectError {
     Manager(RedisError),
     /// The cluster client could not be made from the URLs.
     Cluster(RedisError),
+    /// The client of the sentinels could not be made.
+    Sentinel(RedisError),
+    /// A password could not be read from where `[redis]` says it is.
+    Secret(SecretError),
 }
 
 impl fmt::Display for ConnectError {
@@ -42,6 +52,8 @@ impl fmt::Display for ConnectError {
             ConnectError::Url { url, source } => write!(f, "redis url '{url}': {source}"),
             ConnectError::Manager(source) => write!(f, "redis: {source}"),
             ConnectError::Cluster(source) => write!(f, "redis cluster: {source}"),
+            ConnectError::Sentinel(source) => write!(f, "redis sentinels: {source}"),
+            ConnectError::Secret(source) => source.fmt(f),
         }
     }
 }
@@ -51,7 +63,9 @@ impl std::error::Error for ConnectError {
         match self {
             ConnectError::Url { source, .. }
             | ConnectError::Manager(source)
-            | ConnectError::Cluster(source) => Some(source),
+            | ConnectError::Cluster(source)
+            | ConnectError::Sentinel(source) => Some(source),
+            ConnectError::Secret(source) => Some(source),
         }
     }
 }
@@ -63,37 +77,23 @@ pub enum Backend {
     Single(ConnectionManager),
     /// Filled by a background task once the cluster first answers.
     Cluster(Arc<RwLock<Option<ClusterConnection>>>),
+    /// The primary the sentinels name (or one server under `tls_server_name`), found
+    /// again by a background task when it goes.
+    Located(Arc<located::Located>),
 }
 
 impl Backend {
     /// Starts connecting; never waits for Redis, which may be down when the gateway starts.
-    pub fn connect(target: &RedisTarget) -> Result<Backend, ConnectError> {
-        match target {
-            RedisTarget::Single(url) => {
-                let bad_url = |source| ConnectError::Url {
-                    url: url.clone(),
-                    source,
-                };
-                let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                    .map_err(bad_url)?;
-                let settings = info
-                    .redis_settings()
-                    .clone()
-                    .set_protocol(ProtocolVersion::RESP3);
-                let client =
-                    redis::Client::open(info.set_redis_settings(settings)).map_err(bad_url)?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_millis(200));
-                let manager = ConnectionManager::new_lazy_with_config(client, config)
-                    .map_err(ConnectError::Manager)?;
-                Ok(Backend::Single(manager))
-            }
+    /// Reads the passwords `settings` point to, which fails if one cannot be read.
+    pub fn connect(settings: &RedisSettings) -> Result<Backend, ConnectError> {
+        match &settings.target {
+            RedisTarget::Single(url) => connect::single(url, settings),
+            RedisTarget::Sentinel {
+                sentinels,
+                master_name,
+            } => connect::sentinel(sentinels, master_name, settings),
             RedisTarget::Cluster(urls) => {
-                let client = ClusterClientBuilder::new(urls.clone())
-                    .use_protocol(ProtocolVersion::RESP3)
-                    .connection_timeout(CONNECT_TIMEOUT)
+                let client = connect::cluster(urls, settings)?
                     .build()
                     .map_err(ConnectError::Cluster)?;
                 let slot = Arc::new(RwLock::new(None));
@@ -140,6 +140,7 @@ impl Backend {
     pub(crate) async fn call(&self, cmd: &Cmd) -> RedisResult<Value> {
         match self {
             Backend::Single(manager) => cmd.query_async(&mut manager.clone()).await,
+            Backend::Located(located) => located.call(cmd).await,
             Backend::Cluster(slot) => {
                 let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
                 match connection {
@@ -165,7 +166,7 @@ impl Backend {
     /// would otherwise route by that argument and reach the owner only after a `MOVED`.
     pub(crate) async fn call_for_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
         match self {
-            Backend::Single(_) => self.call(cmd).await,
+            Backend::Single(_) | Backend::Located(_) => self.call(cmd).await,
             Backend::Cluster(slot) => {
                 let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
                 match connection {
@@ -218,10 +219,19 @@ pub(crate) fn classify(error: &RedisError) -> Failure {
 mod tests {
     use super::*;
 
+    /// Settings for `target` with every other `[redis]` field at its default.
+    fn settings_for(target: RedisTarget) -> RedisSettings {
+        let mut settings = crate::config::parse_after_server("[redis]\n")
+            .expect("the default [redis] loads")
+            .redis;
+        settings.target = target;
+        settings
+    }
+
     #[test]
     fn a_url_that_does_not_parse_is_named_in_the_error() {
         let target = RedisTarget::Single("http://127.0.0.1:6379".into());
-        let Err(error) = Backend::connect(&target) else {
+        let Err(error) = Backend::connect(&settings_for(target)) else {
             panic!("connected to an http url");
         };
         assert!(matches!(error, ConnectError::Url { .. }));
