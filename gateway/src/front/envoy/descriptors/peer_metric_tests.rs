@@ -37,7 +37,7 @@ fn assert_named(text: &str, entries: &[(&str, &str)], stats_key: &str) {
 
 #[test]
 fn basic_config_names() {
-    let text = include_str!("peer_cases/basic_config.yaml");
+    let text = include_str!("../../../../tests/it/peer_cases/config/basic_config.yaml");
     for (entries, stats_key) in [
         (
             &[("key1", "value1"), ("subkey1", "something")][..],
@@ -291,7 +291,7 @@ descriptors:
 
 #[test]
 fn share_threshold_names() {
-    let text = include_str!("peer_cases/share_threshold.yaml");
+    let text = include_str!("../../../../tests/it/peer_cases/config/share_threshold.yaml");
     for (entries, stats_key) in [
         (&[("files", "files/a.pdf")][..], "test-domain.files_files/*"),
         (
@@ -347,7 +347,10 @@ fn share_threshold_names() {
 /// own key, and an entry matched otherwise keeps its value.
 #[test]
 fn share_threshold_shares_one_key() {
-    let d = parse(include_str!("peer_cases/share_threshold.yaml")).unwrap();
+    let d = parse(include_str!(
+        "../../../../tests/it/peer_cases/config/share_threshold.yaml"
+    ))
+    .unwrap();
     let shared = |a: &[(&str, &str)], b: &[(&str, &str)]| {
         assert_eq!(redis_key(&d, a), redis_key(&d, b), "{a:?} {b:?}");
     };

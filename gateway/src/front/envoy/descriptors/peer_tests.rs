@@ -1,6 +1,6 @@
 //! envoyproxy/ratelimit's config tests (`test/config/config_test.go`), one test here for
-//! each of its, on its YAML files (copied under `peer_cases/`, their provenance in each):
-//! we accept what it accepts, with the same matches, and refuse what it refuses. Where it
+//! each of its, on its YAML files (copied once, for these tests and the integration tests,
+//! under `gateway/tests/it/peer_cases/config/`, their provenance in each): we accept what it accepts, with the same matches, and refuse what it refuses. Where it
 //! builds a config in Go rather than YAML, the same config is written as YAML here (see
 //! `peer_metric_tests.rs` for its metric names and shared keys).
 //!
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 macro_rules! case {
     ($file:literal) => {
-        include_str!(concat!("peer_cases/", $file))
+        include_str!(concat!("../../../../tests/it/peer_cases/config/", $file))
     };
 }
 
