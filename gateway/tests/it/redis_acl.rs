@@ -129,16 +129,7 @@ fn a_wrong_password_leaves_the_gateway_not_ready_and_unlogged() {
     );
     for (what, rest) in [("password_file", from_file), ("in the url", in_url)] {
         let gateway = Gateway::start(&upstream.server_line(), &rest);
-        wait_until(
-            POLL,
-            &format!("{what}: /readyz says Redis does not answer"),
-            || {
-                gateway
-                    .admin_get("/readyz")
-                    .body
-                    .contains("does not answer")
-            },
-        );
+        gateway.wait_redis_unreachable(POLL, what);
         let ready = gateway.admin_get("/readyz");
         assert_eq!(ready.status, 503, "{what}: {ready:?}");
         assert_no_secret(&ready.body, what);

@@ -122,9 +122,7 @@ fn the_sentinels_and_the_primary_each_get_their_own_password() {
             ("RL_TEST_SENTINEL_PASSWORD", "not-it"),
         ],
     );
-    wait_until(POLL, "/readyz says Redis does not answer", || {
-        wrong.admin_get("/readyz").body.contains("does not answer")
-    });
+    wrong.wait_redis_unreachable(POLL, "a wrong password");
     assert_eq!(wrong.get("/strict/x").status, 503);
     drop(wrong);
 

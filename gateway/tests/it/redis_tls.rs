@@ -60,16 +60,7 @@ fn assert_decides(gateway: &Gateway, redis: &Server, what: &str) {
 /// Waits until a probe of Redis has failed, then asserts what a failing Redis means: not
 /// ready, the strict route closed, the lenient one open.
 fn assert_cannot_decide(gateway: &Gateway, what: &str) {
-    wait_until(
-        POLL,
-        &format!("{what}: /readyz says Redis does not answer"),
-        || {
-            gateway
-                .admin_get("/readyz")
-                .body
-                .contains("does not answer")
-        },
-    );
+    gateway.wait_redis_unreachable(POLL, what);
     assert_eq!(gateway.admin_get("/readyz").status, 503, "{what}");
     let resp = gateway.get("/strict/x");
     assert_eq!(resp.status, 503, "{what}: {resp:?}");

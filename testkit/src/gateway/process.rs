@@ -296,6 +296,16 @@ impl Gateway {
         send(&self.agent, "GET", &self.admin_url(path), &[])
     }
 
+    /// Waits (up to `limit`) until `/readyz` says that Redis does not answer: a probe of
+    /// Redis has failed. `what` names the case in the panic.
+    pub fn wait_redis_unreachable(&self, limit: Duration, what: &str) {
+        wait_until(
+            limit,
+            &format!("{what}: /readyz says Redis does not answer"),
+            || self.admin_get("/readyz").body.contains("does not answer"),
+        );
+    }
+
     pub fn metrics(&self) -> Metrics {
         let resp = self.admin_get("/metrics");
         assert_eq!(resp.status, 200, "GET /metrics: {resp:?}");
