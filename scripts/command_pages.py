@@ -120,8 +120,13 @@ def page(stem, shown, doc, subcommands):
             out += ["## Examples", "", "Numbers that depend on the clock vary.", ""]
         for protocol, flag in (("resp2", ""), ("resp3", "-3 ")):
             if example.get(protocol):
-                out += ["```text", f"$ redis-cli {flag}{example['call']}"]
-                out += example[protocol] + ["```", ""]
+                # Each transcript starts on an empty server (`fresh`): the documentation
+                # tests run it as it is printed.
+                out += ["```redis-cli fresh"]
+                for step in example.get("before", []) + [example]:
+                    out += [f"$ redis-cli {flag}{step['call']}"]
+                    out += step.get(protocol) or step["resp2"]
+                out += ["```", ""]
     if doc.get("errors"):
         out += ["## Errors", ""] + [f"- `{e}`" for e in doc["errors"]] + [""]
     return "\n".join(out)

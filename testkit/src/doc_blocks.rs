@@ -25,6 +25,12 @@ impl Block {
         self.info.iter().any(|word| word == "norun")
     }
 
+    /// Marked as starting on an empty server (`fresh` among the info string's words), not
+    /// on what the page's blocks before it left.
+    pub fn fresh(&self) -> bool {
+        self.info.iter().any(|word| word == "fresh")
+    }
+
     /// The value of an info word `name=value`.
     pub fn attribute(&self, name: &str) -> Option<&str> {
         self.info

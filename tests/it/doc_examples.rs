@@ -61,6 +61,9 @@ fn transcripts_answer_as_written() {
             // within one minute keeps the counts it prints.
             stay_clear_of_window_edges(&server, 60_000, 5_000);
             for block in &transcripts {
+                if block.fresh() {
+                    empty_the_server(&server);
+                }
                 for step in steps(block) {
                     commands += 1;
                     if let Some(failure) = step.run(&server) {
