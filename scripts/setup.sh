@@ -82,6 +82,14 @@ if [ "$want_valkey" = yes ] && ! .venv/bin/python3 -c \
     .venv/bin/pip install --quiet --disable-pip-version-check grpcio==1.85.3 xds-protos==1.85.0
 fi
 
+# The Kubernetes manifests (deploy/kubernetes/) are checked against Kubernetes' own API
+# schemas, which this PyPI package carries (no cluster needed).
+if [ "$want_valkey" = yes ] && [ ! -x .venv/bin/kubernetes-validate ]; then
+    echo "setup: installing kubernetes-validate into .venv"
+    [ -x .venv/bin/pip ] || python3 -m venv .venv
+    .venv/bin/pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0
+fi
+
 # The book (`make docs`, part of `make test`) is built with one pinned mdBook; cargo builds
 # it once (a few minutes) when it is missing or another version.
 MDBOOK_VERSION=0.4.52

@@ -36,6 +36,7 @@ mod fail_open;
 mod headers;
 mod heads;
 mod ipv6;
+mod kubernetes;
 mod lifecycle;
 mod log_flood;
 mod methods;
