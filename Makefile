@@ -87,10 +87,11 @@ bench-instr: ## Build, then count instructions per request inside Redis and Valk
 	$(MAKE) build
 	python3 bench/instructions.py $(if $(BASELINE),--module $(BASELINE)=baseline --module target/release/libredis_ratelimit.so=this) $(if $(REDIS_CELL_SO),--redis-cell $(REDIS_CELL_SO)) $(if $(REDIS_CELL_VALKEY_SO),--redis-cell-valkey $(REDIS_CELL_VALKEY_SO))
 
-bench-gateway: ## Build, then benchmark rl-gateway with wrk, against the upstream alone and nginx (bench/GATEWAY-RESULTS.md), and its Envoy gRPC service against the check mode (bench/ENVOY-RESULTS.md)
+bench-gateway: ## Build, then benchmark rl-gateway with wrk, against the upstream alone and nginx (bench/GATEWAY-RESULTS.md), its Envoy gRPC service against the check mode (bench/ENVOY-RESULTS.md), and TLS to Redis against plain TCP (bench/REDIS-TLS-RESULTS.md)
 	$(MAKE) build
 	python3 bench/gateway.py
 	python3 bench/envoy.py
+	python3 bench/redis_tls.py
 
 bench-cluster: ## Build, then compare RL.HIT capacity on 1 and 3 cluster primaries (bench/CLUSTER-RESULTS.md)
 	$(MAKE) build
