@@ -1,7 +1,7 @@
-//! Redis Sentinel: the gateway asks the sentinels for the primary, decides on it, and after
-//! a failover (`SENTINEL FAILOVER`) decides on the new primary without a restart, the
-//! budget going on from what replication carried over. Three sentinels, a primary and a
-//! replica, both with the module.
+//! Redis Sentinel, Redis's and Valkey's own: the gateway asks the sentinels for the
+//! primary, decides on it, and after a failover (`SENTINEL FAILOVER`) or the primary's
+//! death decides on the new primary without a restart, the budget going on from what
+//! replication carried over. Three sentinels, a primary and a replica, both with the module.
 
 use std::time::{Duration, Instant};
 use testkit::gateway::*;
@@ -17,10 +17,34 @@ on_redis_failure = "closed"
 
 const POLL: Duration = Duration::from_secs(60);
 
+/// How the primary goes away.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// `SENTINEL FAILOVER`: the primary is demoted to a replica, in order.
+    Failover,
+    /// The primary is killed (SIGKILL): the sentinels take it for down after a second
+    /// without answers, then elect and promote the replica.
+    Killed,
+}
+
 #[test]
 fn the_gateway_follows_a_failover_and_the_budget_goes_on() {
-    let (primary, replica) = primary_with_replica(Flavor::Redis);
-    let sentinels = Sentinels::start(Flavor::Redis, primary.port(), 3, "");
+    each_flavor(|flavor| follows(flavor, Loss::Failover));
+}
+
+#[test]
+fn the_gateway_follows_the_promotion_when_the_primary_is_killed() {
+    each_flavor(|flavor| follows(flavor, Loss::Killed));
+}
+
+/// Five decisions on the primary, the primary lost as `loss` says, then decisions on the
+/// promoted replica without a restart, the budget going on from the five replicated. The
+/// gap (how long from the loss, or from the old primary's demotion, to the first decision
+/// on the new primary, and how many requests were refused meanwhile, one every 50 ms: the
+/// rule fails closed) is printed, not asserted.
+fn follows(flavor: Flavor, loss: Loss) {
+    let (primary, replica) = primary_with_replica(flavor);
+    let sentinels = Sentinels::start(flavor, primary.port(), 3, "");
     let upstream = Upstream::start();
     let gateway = Gateway::start(
         &upstream.server_line(),
@@ -42,48 +66,66 @@ fn the_gateway_follows_a_failover_and_the_budget_goes_on() {
     wait_until(POLL, "the replica has every write", || {
         replica.master_repl_offset() >= primary.master_repl_offset()
     });
-
-    sentinels.failover(primary.port());
-    assert_eq!(sentinels.primary_port(0), replica.port());
-    // Once the old primary is a replica and the gateway has found the new one, whatever
-    // decides can only be the new primary.
-    wait_until(POLL, "the old primary is a replica", || {
-        primary.info_field("replication", "role").as_deref() == Some("slave")
-    });
-    let found = format!("connected to Redis at 127.0.0.1:{}", replica.port());
-    wait_until(POLL, "the gateway connects to the new primary", || {
-        gateway.log_lines_with(&found) == 1
-    });
-    let deadline = Instant::now() + POLL;
-    let resp = loop {
-        let resp = gateway.get("/strict/x");
-        if resp.status == 200 {
-            break resp;
+    let old_port = primary.port();
+    let mut lost = Instant::now();
+    match loss {
+        Loss::Failover => {
+            sentinels.failover(old_port);
+            // Once the old primary is a replica and the gateway has found the new one,
+            // whatever decides can only be the new primary.
+            wait_until(POLL, "the old primary is a replica", || {
+                primary.info_field("replication", "role").as_deref() == Some("slave")
+            });
+            // From here on the old primary refuses writes (READONLY): the gap counts from
+            // its demotion, not from the sentinels' own steps before it.
+            lost = Instant::now();
         }
-        assert_eq!(
-            resp.status, 503,
-            "a failed decision closes the route: {resp:?}"
-        );
-        assert!(Instant::now() < deadline, "no decision on the new primary");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        Loss::Killed => drop(primary),
+    }
+    let (resp, refused) = first_decision_after(&gateway);
+    let gap = lost.elapsed();
+    println!(
+        "{flavor:?}, primary {loss:?}: the first decision on the new primary {} ms after, \
+         {refused} requests refused (503) meanwhile",
+        gap.as_millis()
+    );
+    assert_eq!(sentinels.primary_port(0), replica.port());
     assert_eq!(
         resp.remaining(),
         94,
         "the budget goes on from the 5 replicated: {resp:?}"
     );
     assert!(hit_calls(&replica) >= 1, "the new primary decided");
+    let found = format!("connected to Redis at 127.0.0.1:{}", replica.port());
+    assert_eq!(gateway.log_lines_with(&found), 1, "{}", gateway.log());
     wait_until(POLL, "/readyz answers 200 again", || {
         gateway.admin_get("/readyz").status == 200
     });
     let log = gateway.log();
     assert!(
-        log.contains(&format!(
-            "connected to Redis at 127.0.0.1:{}",
-            primary.port()
-        )),
+        log.contains(&format!("connected to Redis at 127.0.0.1:{old_port}")),
         "{log}"
     );
+}
+
+/// Asks every 50 ms until a request is decided (200); the answer and how many were refused
+/// before it (503: a failed decision closes this rule). Anything else fails the test.
+fn first_decision_after(gateway: &Gateway) -> (Resp, usize) {
+    let deadline = Instant::now() + POLL;
+    let mut refused = 0;
+    loop {
+        let resp = gateway.get("/strict/x");
+        if resp.status == 200 {
+            return (resp, refused);
+        }
+        assert_eq!(
+            resp.status, 503,
+            "a failed decision closes the route: {resp:?}"
+        );
+        refused += 1;
+        assert!(Instant::now() < deadline, "no decision on the new primary");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 const SECRET: &str = "gw-S3ntinel-primary-pass";
