@@ -55,7 +55,7 @@ pub(crate) enum Roots {
     Mozilla,
 }
 
-/// `upstream` and its TLS settings from `section`, in `mode`; `None` without an upstream.
+/// `upstream` and its TLS settings from `section`; `None` without an upstream.
 pub(super) fn upstream_target(
     section: &mut ServerSection,
 ) -> Result<Option<UpstreamTarget>, String> {
