@@ -8,10 +8,10 @@ use rl_gateway::app::Gateway;
 use rl_gateway::decider::redis::Backend;
 use rl_gateway::front::envoy::{descriptors, grpc_listener, EnvoyService};
 use rl_gateway::logging::{self, log, log_error, log_warn, LogFormat};
+use rl_gateway::net::listen::{ListenAddress, ListenError};
 use rl_gateway::net::server::{self, Shutdown};
 use rl_gateway::{config, decider, reload};
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -185,11 +185,8 @@ enum StartError {
     Descriptors(String),
     /// The Redis settings cannot make a client.
     Redis(String),
-    /// A listening address cannot be bound.
-    Listen {
-        address: SocketAddr,
-        error: std::io::Error,
-    },
+    /// A listening address does not resolve or cannot be bound.
+    Listen(ListenError),
     /// SIGTERM or SIGINT cannot be waited for.
     Signal(std::io::Error),
 }
@@ -198,9 +195,7 @@ impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StartError::Descriptors(error) | StartError::Redis(error) => f.write_str(error),
-            StartError::Listen { address, error } => {
-                write!(f, "cannot listen on {address}: {error}")
-            }
+            StartError::Listen(error) => error.fmt(f),
             StartError::Signal(error) => write!(f, "cannot listen for SIGTERM or SIGINT: {error}"),
         }
     }
@@ -208,10 +203,8 @@ impl fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
-async fn bind(address: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(address)
-        .await
-        .map_err(|error| StartError::Listen { address, error })
+async fn bind(address: &ListenAddress) -> Result<TcpListener, StartError> {
+    address.bind().await.map_err(StartError::Listen)
 }
 
 /// SIGTERM (what a deploy or an orchestrator sends) and SIGINT (Ctrl-C).
@@ -349,8 +342,8 @@ async fn start(
         config.rules.clone(),
         decider,
     ));
-    let listener = bind(config.server.listen).await?;
-    let admin = bind(config.server.admin_listen).await?;
+    let listener = bind(&config.server.listen).await?;
+    let admin = bind(&config.server.admin_listen).await?;
     log!(
         "listening on {} ({:?} mode, {} threads), admin on {}; rules from {}",
         config.server.listen,
@@ -411,7 +404,7 @@ async fn serve_envoy(
     gateway: Arc<Gateway>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, StartError> {
-    let listener = bind(envoy.listen).await?;
+    let listener = bind(&envoy.listen).await?;
     log!(
         "Envoy rate limit service (gRPC) on {}: {} domains from {}",
         envoy.listen,

@@ -12,9 +12,10 @@ const OUR_HEADERS: [&str; 3] = ["ratelimit", "ratelimit-policy", "retry-after"];
 
 /// `[envoy]` checked.
 pub(super) fn envoy_settings(section: EnvoySection) -> Result<EnvoySettings, String> {
-    let listen = section.listen.parse().map_err(|_| {
+    let listen = crate::net::listen::ListenAddress::parse(&section.listen).ok_or_else(|| {
         format!(
-            "[envoy] listen '{}' is not an address like 127.0.0.1:8081",
+            "[envoy] listen '{}' is not an address like 127.0.0.1:8081 or a host:port like \
+             localhost:8081",
             section.listen
         )
     })?;

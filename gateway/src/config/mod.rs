@@ -13,6 +13,7 @@ mod redis_connection;
 mod rule_set;
 mod schema;
 mod settings;
+mod upstream_target;
 
 pub use error::ConfigError;
 
@@ -21,6 +22,7 @@ pub use redis_connection::{SecretError, SecretPlace, SecretSource, TlsMaterial, 
 pub use settings::{
     CheckHeaders, Mode, RedisConnection, RedisSettings, RedisTarget, ServerSettings,
 };
+pub(crate) use upstream_target::{Roots, UpstreamTarget, UpstreamTls};
 
 use crate::rules::pattern::PathPolicy;
 use crate::rules::RuleSet;
@@ -47,8 +49,8 @@ pub struct Config {
 /// `[envoy]`, checked; the descriptors are loaded from `descriptors` at start.
 #[derive(Debug, Clone)]
 pub struct EnvoySettings {
-    /// Where the gRPC listener binds.
-    pub listen: std::net::SocketAddr,
+    /// Where the gRPC listener binds (an address, or a name resolved at start).
+    pub listen: crate::net::listen::ListenAddress,
     /// As written; [`load`] makes a relative path relative to the TOML file's directory.
     pub descriptors: std::path::PathBuf,
     /// How the answer is written: headers, global modes, dynamic metadata.
@@ -67,6 +69,10 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         error,
     })?;
     let mut config = parse(&text)?;
+    config
+        .server
+        .read_files(path.parent())
+        .map_err(ConfigError::Invalid)?;
     config
         .redis
         .read_files(path.parent())

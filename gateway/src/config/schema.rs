@@ -82,6 +82,16 @@ pub(super) struct ServerSection {
     #[serde(default = "default_mode")]
     pub(super) mode: String,
     pub(super) upstream: Option<String>,
+    /// A PEM bundle of the CAs that sign an `https://` upstream's certificate, instead of
+    /// the system's roots.
+    pub(super) upstream_ca_file: Option<String>,
+    /// The client certificate (PEM) for an upstream that asks for one.
+    pub(super) upstream_cert_file: Option<String>,
+    /// The client certificate's private key (PEM).
+    pub(super) upstream_key_file: Option<String>,
+    /// The name the upstream's certificate is checked against (and SNI sends) when not the
+    /// URL's host.
+    pub(super) upstream_server_name: Option<String>,
     #[serde(default)]
     pub(super) trusted_proxies: Vec<String>,
     #[serde(default = "default_reload_interval_ms")]

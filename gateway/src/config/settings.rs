@@ -5,9 +5,11 @@
 use super::redis_connection::{redacted, redis_connection, redis_target};
 pub use super::redis_connection::{RedisConnection, RedisTarget};
 use super::schema::{RedisSection, ServerSection};
+use super::upstream_target::{upstream_target, UpstreamTarget};
+use crate::net::listen::ListenAddress;
 use crate::rules::one_of::one_of;
 use ipnet::IpNet;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -23,14 +25,14 @@ pub enum Mode {
 /// `[server]`, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {
-    /// Where the HTTP listener for clients binds.
-    pub listen: SocketAddr,
+    /// Where the HTTP listener for clients binds (an address, or a name resolved at start).
+    pub listen: ListenAddress,
     /// Where `/metrics` and the health checks are served.
-    pub admin_listen: SocketAddr,
+    pub admin_listen: ListenAddress,
     /// Proxy or check.
     pub mode: Mode,
-    /// `scheme://authority` of the upstream, without a trailing slash (proxy mode).
-    pub(crate) upstream: Option<hyper::Uri>,
+    /// The upstream (proxy mode): its `scheme://authority` and, for `https://`, its TLS.
+    pub(crate) upstream: Option<UpstreamTarget>,
     pub(crate) trusted_proxies: Vec<IpNet>,
     /// How often the rules file is read again (from `reload_interval_ms`).
     pub reload_interval: Duration,
@@ -117,21 +119,23 @@ pub struct RedisSettings {
     pub(crate) rules_refresh: Duration,
 }
 
-pub(super) fn server_settings(section: ServerSection) -> Result<ServerSettings, String> {
+pub(super) fn server_settings(mut section: ServerSection) -> Result<ServerSettings, String> {
     let address = |name: &str, value: &str| {
-        value
-            .parse::<SocketAddr>()
-            .map_err(|_| format!("[server] {name} '{value}' is not an address like 127.0.0.1:8080"))
+        ListenAddress::parse(value).ok_or_else(|| {
+            format!(
+                "[server] {name} '{value}' is not an address like 127.0.0.1:8080 or a \
+                 host:port like localhost:8080"
+            )
+        })
     };
     let mode = one_of(
         "[server] mode",
         &section.mode,
         &[("proxy", Mode::Proxy), ("check", Mode::Check)],
     )?;
-    let upstream = match (&section.upstream, mode) {
-        (Some(url), _) => Some(upstream_uri(url)?),
+    let upstream = match (upstream_target(&mut section)?, mode) {
         (None, Mode::Proxy) => return Err("[server] upstream is needed in mode = \"proxy\"".into()),
-        (None, Mode::Check) => None,
+        (upstream, _) => upstream,
     };
     let trusted_proxies = section
         .trusted_proxies
@@ -195,20 +199,6 @@ pub(super) fn server_settings(section: ServerSection) -> Result<ServerSettings, 
 /// More threads than this is a typo, not a machine.
 const MAX_WORKER_THREADS: usize = 1024;
 
-fn upstream_uri(url: &str) -> Result<hyper::Uri, String> {
-    let bad = || format!("[server] upstream '{url}' must be like http://127.0.0.1:9000");
-    let uri: hyper::Uri = url.parse().map_err(|_| bad())?;
-    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-        return Err(bad());
-    }
-    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-        return Err(format!(
-            "[server] upstream '{url}' must have no path or query"
-        ));
-    }
-    Ok(uri)
-}
-
 pub(super) fn redis_settings(mut section: RedisSection) -> Result<RedisSettings, String> {
     let target = redis_target(&mut section)?;
     if let RedisTarget::Single(url) = &target {
@@ -252,6 +242,17 @@ pub(super) fn redis_settings(mut section: RedisSection) -> Result<RedisSettings,
         rules_key: section.rules_key.filter(|k| !k.is_empty()),
         rules_refresh: Duration::from_millis(section.rules_refresh_ms.max(100)),
     })
+}
+
+impl ServerSettings {
+    /// Reads the files `[server]` names (the upstream's TLS), relative paths taken from
+    /// `base`, the configuration file's directory.
+    pub(super) fn read_files(&mut self, base: Option<&Path>) -> Result<(), String> {
+        match &mut self.upstream {
+            Some(upstream) => upstream.read_files(base),
+            None => Ok(()),
+        }
+    }
 }
 
 impl RedisSettings {

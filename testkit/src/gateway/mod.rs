@@ -17,6 +17,7 @@ mod metrics;
 mod process;
 pub mod raw_http;
 mod spent;
+pub mod tls_upstream;
 
 pub use http::*;
 pub use metrics::*;

@@ -154,6 +154,11 @@ impl Gateway {
                 let body = "Bad Request: the request body broke off\n";
                 closing(local(StatusCode::BAD_REQUEST, body))
             }
+            // Logged by the upstream, once per cause rather than once a second.
+            UpstreamError::Tls => {
+                self.metrics().upstream_error();
+                local(StatusCode::BAD_GATEWAY, "Bad Gateway\n")
+            }
             UpstreamError::Timeout => {
                 self.metrics().upstream_error();
                 local(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout\n")

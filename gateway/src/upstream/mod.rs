@@ -1,19 +1,27 @@
 //! Forwarding an allowed request to the upstream and its response back, as a reverse proxy
 //! does: hop-by-hop headers dropped both ways, the client's address appended to
-//! `X-Forwarded-For`, bodies streamed, connections to the upstream pooled.
+//! `X-Forwarded-For`, bodies streamed, connections to the upstream pooled (over TLS for an
+//! `https://` upstream: `transport`).
+//!
+//! The `Host` header is the client's, forwarded as it came (an upstream routing by virtual
+//! host sees the name the client asked for); hyper sets the upstream's `host:port` only
+//! when the client sent none (an HTTP/1.0 request). With TLS, SNI and the certificate's
+//! check use the upstream's name (`upstream_server_name`, else the URL's host), never the
+//! client's `Host`.
 
+mod transport;
+
+use crate::logging::{log, log_warn};
 use crate::request_body::{BodyError, Fault, TimedBody};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use std::net::IpAddr;
 use std::time::Duration;
+use transport::{SendError, Transport};
 
 pub(crate) struct Upstream {
-    client: Client<HttpConnector, TimedBody<Incoming>>,
+    transport: Transport<TimedBody<Incoming>>,
     base: Uri,
     /// How long the upstream may take to start its answer.
     timeout: Duration,
@@ -26,6 +34,9 @@ pub(crate) enum UpstreamError {
     Timeout,
     /// Refused, reset, or not HTTP (502).
     Failed(String),
+    /// TLS failed (502): a certificate refused on either side, or no TLS spoken. Logged
+    /// here, once per cause.
+    Tls,
     /// The client's body did not arrive within `body_timeout_ms` (408); the upstream
     /// connection it held is closed.
     BodyTimeout,
@@ -50,15 +61,15 @@ const HOP_BY_HOP: [&str; 9] = [
 ];
 
 impl Upstream {
-    pub(crate) fn new(base: Uri, timeout: Duration, body_timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(256)
-            .build(connector);
+    pub(crate) fn new(
+        target: crate::config::UpstreamTarget,
+        timeout: Duration,
+        body_timeout: Duration,
+    ) -> Self {
+        announce_resolution(&target.base);
         Upstream {
-            client,
-            base,
+            transport: Transport::new(&target),
+            base: target.base,
             timeout,
             body_timeout,
         }
@@ -97,15 +108,21 @@ impl Upstream {
             (Request::from_parts(parts, body), outcome)
         };
         let mut response =
-            match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+            match tokio::time::timeout(self.timeout, self.transport.send(request)).await {
                 Ok(Ok(response)) => response,
                 // A body that ended in an error fails the request: whose fault it was is
                 // known from the body, not from hyper's error.
                 Ok(Err(error)) => {
-                    return Err(match body.fault() {
-                        Some(Fault::TimedOut) => UpstreamError::BodyTimeout,
-                        Some(Fault::Broken) => UpstreamError::BrokenBody(body_error(&error)),
-                        None => UpstreamError::Failed(crate::logging::with_sources(&error)),
+                    return Err(match (body.fault(), error) {
+                        (Some(Fault::TimedOut), _) => UpstreamError::BodyTimeout,
+                        (Some(Fault::Broken), SendError::Http(error)) => {
+                            UpstreamError::BrokenBody(body_error(&error))
+                        }
+                        (_, SendError::Tls) => UpstreamError::Tls,
+                        (_, SendError::Http(error)) => {
+                            UpstreamError::Failed(crate::logging::with_sources(&error))
+                        }
+                        (_, SendError::Broken(why)) => UpstreamError::Failed(why),
                     });
                 }
                 Err(_elapsed) => return Err(UpstreamError::Timeout),
@@ -113,6 +130,41 @@ impl Upstream {
         strip_hop_by_hop(response.headers_mut());
         Ok(response)
     }
+}
+
+/// Looks the upstream's host name up once at start, to say in the log whether it resolves:
+/// a name that does not is no reason to refuse the start (the upstream may come later),
+/// but its requests answer 502 until it does. Nothing is kept: each new connection looks
+/// the name up again. Without a runtime (a test building settings alone) nothing is said.
+fn announce_resolution(base: &Uri) {
+    let Some(host) = base.host() else { return };
+    if host.starts_with('[') || host.parse::<IpAddr>().is_ok() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let host = host.to_owned();
+    let port = base.port_u16().unwrap_or(match base.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    });
+    runtime.spawn(async move {
+        match tokio::net::lookup_host((host.as_str(), port)).await {
+            Ok(found) => {
+                let found: Vec<String> = found.map(|a| a.ip().to_string()).collect();
+                log!(
+                    "upstream host {host} resolves to {}; it is looked up again for each new \
+                     connection",
+                    found.join(", ")
+                );
+            }
+            Err(error) => log_warn!(
+                "upstream host {host} does not resolve ({error}); requests to it answer 502 \
+                 until it does"
+            ),
+        }
+    });
 }
 
 /// What the body said when it broke off, found among the sources of hyper's error ("client
