@@ -183,7 +183,8 @@ const PINNED_FAMILIES: &str = r#"
 "#;
 
 /// Every series (name and labels, without the value) a scrape holds after the requests of
-/// [`the_series_scraped_are_pinned`], sorted.
+/// [`the_series_scraped_are_pinned`], sorted. The 50 µs bucket's bound is written as the
+/// Prometheus project's clients write it (`5e-05`; `0.00005` before prometheus-client).
 const PINNED_SERIES: &str = r#"
 rl_gateway_breaker_open
 rl_gateway_connections_refused_total
@@ -256,7 +257,6 @@ rl_gateway_lease_releases_total{cause="error"}
 rl_gateway_leases_held
 rl_gateway_module_errors_total{rule="strict"}
 rl_gateway_redis_latency_seconds_bucket{le="+Inf"}
-rl_gateway_redis_latency_seconds_bucket{le="0.00005"}
 rl_gateway_redis_latency_seconds_bucket{le="0.0001"}
 rl_gateway_redis_latency_seconds_bucket{le="0.00025"}
 rl_gateway_redis_latency_seconds_bucket{le="0.0005"}
@@ -267,6 +267,7 @@ rl_gateway_redis_latency_seconds_bucket{le="0.01"}
 rl_gateway_redis_latency_seconds_bucket{le="0.025"}
 rl_gateway_redis_latency_seconds_bucket{le="0.05"}
 rl_gateway_redis_latency_seconds_bucket{le="0.1"}
+rl_gateway_redis_latency_seconds_bucket{le="5e-05"}
 rl_gateway_redis_latency_seconds_count
 rl_gateway_redis_latency_seconds_sum
 rl_gateway_request_body_errors_total
