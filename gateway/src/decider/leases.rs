@@ -32,12 +32,13 @@ impl<T: Transport> Decider<T> {
         // not to be relied on.
         let reply = match self.send(cmd, Some(&applied.key), deadline, None).await {
             Ok(value) => LeaseVerdict::from_reply(&value).ok_or_else(|| {
-                self.module_error("RL.ACQUIRE", rule, "a reply that is not a lease decision");
+                let reason = "a reply that is not a lease decision";
+                self.module_error("RL.ACQUIRE", rule, &applied.key, reason);
                 Failure::Error
             }),
             Err((failure, error)) => {
                 if let Some(error) = error {
-                    self.module_error("RL.ACQUIRE", rule, &error);
+                    self.module_error("RL.ACQUIRE", rule, &applied.key, &error);
                 }
                 Err(failure)
             }
@@ -138,6 +139,8 @@ impl<T: Transport> Decider<T> {
         self.metrics.module_error(&rule.name);
         if let Some(unlogged) = self.module_errors.record(&rule.name, Instant::now()) {
             log!(
+                rule = rule.name,
+                failure = crate::failure::Failure::Error.label();
                 "rule '{}': {command} answered an error; the lease ends by its lease_ttl: \
                  {error}{}",
                 rule.name,

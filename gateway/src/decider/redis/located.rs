@@ -170,7 +170,7 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
                 failures += 1;
                 // The first failure and then one in fifty (every ten seconds or so).
                 if failures % 50 == 1 {
-                    log!("Redis not reachable ({error}); asking again");
+                    log!(failure = "connection"; "Redis not reachable ({error}); asking again");
                 }
                 tokio::time::sleep(RETRY_AFTER).await;
                 continue;
@@ -178,7 +178,10 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
             Err(_) => {
                 failures += 1;
                 if failures % 50 == 1 {
-                    log!("Redis not reachable (no answer in time); asking again");
+                    log!(
+                        failure = "timeout";
+                        "Redis not reachable (no answer in time); asking again"
+                    );
                 }
                 continue;
             }
@@ -189,7 +192,7 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
             generation,
             connection: connection.clone(),
         });
-        log!("connected to Redis at {place}");
+        log!(redis_node = place; "connected to Redis at {place}");
         loop {
             tokio::select! {
                 _ = located.wake.notified() => {
@@ -206,7 +209,10 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
         }
         // Calls fail at once until the next connection, rather than wait on this one.
         *located.current.write().unwrap_or_else(|e| e.into_inner()) = None;
-        log!("lost Redis at {place} (gone, or no longer the primary); finding it again");
+        log!(
+            redis_node = place;
+            "lost Redis at {place} (gone, or no longer the primary); finding it again"
+        );
     }
 }
 
