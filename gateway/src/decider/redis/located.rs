@@ -151,6 +151,12 @@ impl Located {
     }
 }
 
+/// The address that begins a place (`host:port (primary of name)`, `host:port as name`),
+/// for the log's `redis_node` field.
+fn node(place: &str) -> &str {
+    place.split_once(' ').map_or(place, |(address, _)| address)
+}
+
 /// The errors after which the same connection will not do: dropped, or a replica now.
 fn lost(error: &RedisError) -> bool {
     error.is_connection_dropped()
@@ -192,7 +198,7 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
             generation,
             connection: connection.clone(),
         });
-        log!(redis_node = place; "connected to Redis at {place}");
+        log!(redis_node = node(&place); "connected to Redis at {place}");
         loop {
             tokio::select! {
                 _ = located.wake.notified() => {
@@ -210,7 +216,7 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
         // Calls fail at once until the next connection, rather than wait on this one.
         *located.current.write().unwrap_or_else(|e| e.into_inner()) = None;
         log!(
-            redis_node = place;
+            redis_node = node(&place);
             "lost Redis at {place} (gone, or no longer the primary); finding it again"
         );
     }
@@ -237,5 +243,17 @@ impl AsyncDNSResolver for ResolveTo {
                 .collect();
             Ok(Box::new(found.into_iter()) as Box<dyn Iterator<Item = SocketAddr> + Send>)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node;
+
+    #[test]
+    fn the_node_field_is_the_address_of_the_place() {
+        assert_eq!(node("10.0.0.7:6380 (primary of main)"), "10.0.0.7:6380");
+        assert_eq!(node("127.0.0.1:6390 as redis.test"), "127.0.0.1:6390");
+        assert_eq!(node("127.0.0.1:6390"), "127.0.0.1:6390");
     }
 }
