@@ -112,7 +112,12 @@ fn spawn_file_watcher(source: Arc<RuleSource>, gateway: Arc<Gateway>) {
                 }
             };
             let why = tokio::select! {
-                _ = hup => "SIGHUP",
+                _ = hup => {
+                    // This reload reads the file as it is now: the poll is not to read
+                    // the same change again (a second reload, a second line).
+                    seen = modified(path);
+                    "SIGHUP"
+                }
                 _ = poll => {
                     let now = modified(path);
                     if now == seen {
