@@ -131,7 +131,13 @@ impl Known {
                 self.module_settled = false;
                 if self.lost_since.is_none() {
                     self.lost_since = Some(Instant::now());
+                    let failure = match &reason {
+                        BeatError::NoAnswer(_) => crate::failure::Failure::Timeout,
+                        BeatError::Redis(error) => crate::decider::redis::classify(error),
+                        BeatError::NoTime => crate::failure::Failure::Error,
+                    };
                     log!(
+                        failure = failure.label();
                         "Redis does not answer ({reason}): rules decide as their \
                          on_redis_failure says until it does"
                     );
@@ -159,6 +165,7 @@ impl Known {
             match module {
                 true => log!("the module's commands are there (RL.HIT known): ready"),
                 false => log_error!(
+                    failure = "no_module";
                     "{NO_MODULE}; load libredis_ratelimit.so into the server \
                      (redis-server --loadmodule /path/to/libredis_ratelimit.so, a \
                      loadmodule line in its config file, or MODULE LOAD): until then \

@@ -95,8 +95,20 @@ impl std::error::Error for LogInitError {}
 /// Writes one line at level info (`log!("...", args)`). The arguments go through
 /// `format_args!` as they are: `name = value` is a named argument, as in `format!`, not a
 /// `tracing` field.
+///
+/// Fields come first, before a `;`: `log!(rule = name, outcome = "fail_open"; "...", args)`.
+/// Each value is written with its `Display` (a JSON string with `--log-format json`, a
+/// `name=value` after the message in text). The field names the gateway uses are listed in
+/// the Logs section of docs/src/gateway/metrics.md: an event about a rule, a key or a
+/// Redis node says which in a field, not only in its text, so that a log pipeline can
+/// select on it.
 #[macro_export]
 macro_rules! gateway_log {
+    ($($field:ident = $value:expr),+ ; $($arg:tt)+) => {
+        $crate::logging::tracing::info!(
+            $($field = %$value,)+ "{}", format_args!($($arg)+)
+        )
+    };
     ($($arg:tt)*) => {
         $crate::logging::tracing::info!("{}", format_args!($($arg)*))
     };
@@ -104,17 +116,28 @@ macro_rules! gateway_log {
 pub use crate::gateway_log as log;
 
 /// Writes one line at level warn: something is wrong that the gateway works around.
+/// Fields as in [`log!`].
 #[macro_export]
 macro_rules! gateway_log_warn {
+    ($($field:ident = $value:expr),+ ; $($arg:tt)+) => {
+        $crate::logging::tracing::warn!(
+            $($field = %$value,)+ "{}", format_args!($($arg)+)
+        )
+    };
     ($($arg:tt)*) => {
         $crate::logging::tracing::warn!("{}", format_args!($($arg)*))
     };
 }
 pub use crate::gateway_log_warn as log_warn;
 
-/// Writes one line at level error: something the gateway cannot do.
+/// Writes one line at level error: something the gateway cannot do. Fields as in [`log!`].
 #[macro_export]
 macro_rules! gateway_log_error {
+    ($($field:ident = $value:expr),+ ; $($arg:tt)+) => {
+        $crate::logging::tracing::error!(
+            $($field = %$value,)+ "{}", format_args!($($arg)+)
+        )
+    };
     ($($arg:tt)*) => {
         $crate::logging::tracing::error!("{}", format_args!($($arg)*))
     };
@@ -123,9 +146,20 @@ pub use crate::gateway_log_error as log_error;
 
 /// Writes a line of `kind` at level warn (`log_throttled!(Kind::Upstream, "...", args)`)
 /// unless one of that kind was written less than [`LOG_EVERY`] ago; the line that is
-/// written ends with the number left out since the previous one.
+/// written ends with the number left out since the previous one. Fields as in [`log!`],
+/// after the kind: `log_throttled!(Kind::Refund, failure = f; "...")`.
 #[macro_export]
 macro_rules! gateway_log_throttled {
+    ($kind:expr, $($field:ident = $value:expr),+ ; $($arg:tt)+) => {
+        if let Some(left_out) = $crate::logging::admit($kind) {
+            $crate::logging::tracing::warn!(
+                $($field = %$value,)+
+                "{}{}",
+                format_args!($($arg)+),
+                $crate::logging::LeftOut(left_out)
+            )
+        }
+    };
     ($kind:expr, $($arg:tt)*) => {
         if let Some(left_out) = $crate::logging::admit($kind) {
             $crate::logging::tracing::warn!(
@@ -137,6 +171,21 @@ macro_rules! gateway_log_throttled {
     };
 }
 pub use crate::gateway_log_throttled as log_throttled;
+
+/// A key as the log shows it (field `key_hash`): the first 12 hex digits of its SHA-256,
+/// never the key itself, which holds a client's identity (an address, a user id, an API
+/// key). The same key gives the same hash in every gateway and every run, so that its
+/// lines can be found (`printf %s "$key" | sha256sum | cut -c1-12`) and followed across
+/// gateways; it is a pseudonym, not a secret: a key drawn from a small set (an IPv4
+/// address) can be found again by hashing every candidate.
+pub fn key_hash(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(key.as_bytes());
+    digest[..6]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
 
 /// The least time between two throttled lines of one kind (or one rule's module errors).
 pub const LOG_EVERY: Duration = Duration::from_secs(1);
@@ -253,6 +302,14 @@ mod tests {
         assert_eq!(step(&mut slot, start + 3 * LOG_EVERY), Some(1));
         assert_eq!(LeftOut(0).to_string(), "");
         assert_eq!(LeftOut(9).to_string(), " (9 more since the last line)");
+    }
+
+    #[test]
+    fn a_key_is_logged_as_the_start_of_its_sha256() {
+        // As `printf %s 'rl:{ip:127.0.0.1}:api' | sha256sum | cut -c1-12` says.
+        let hash = key_hash("rl:{ip:127.0.0.1}:api");
+        assert_eq!(hash, "ec57c868d554");
+        assert_ne!(hash, key_hash("rl:{ip:127.0.0.2}:api"));
     }
 
     #[test]

@@ -112,7 +112,12 @@ fn spawn_file_watcher(source: Arc<RuleSource>, gateway: Arc<Gateway>) {
                 }
             };
             let why = tokio::select! {
-                _ = hup => "SIGHUP",
+                _ = hup => {
+                    // This reload reads the file as it is now: the poll is not to read
+                    // the same change again (a second reload, a second line).
+                    seen = modified(path);
+                    "SIGHUP"
+                }
                 _ = poll => {
                     let now = modified(path);
                     if now == seen {
@@ -157,6 +162,7 @@ fn reload(source: &RuleSource, gateway: &Gateway, why: &str) {
         Err(error) => {
             gateway.metrics().reload(false);
             log!(
+                outcome = "refused";
                 "rules file {} refused ({why}): {error}; the previous rules stay",
                 path.display()
             );
@@ -167,7 +173,7 @@ fn reload(source: &RuleSource, gateway: &Gateway, why: &str) {
 fn apply(gateway: &Gateway, rules: RuleSet, from: &str) {
     let count = rules.count();
     gateway.replace_rules(rules);
-    log!("rules reloaded from {from}: {count} rules");
+    log!(outcome = "ok"; "rules reloaded from {from}: {count} rules");
 }
 
 /// Reads `key` every `every`; applies its rules when its value changes, and the file's
@@ -181,6 +187,9 @@ fn spawn_redis_refresher(
 ) {
     tokio::spawn(async move {
         let mut applied: Option<Vec<u8>> = None;
+        // The file refused after the key was deleted, logged once per error rather than
+        // at every read of the key.
+        let mut refused: Option<String> = None;
         loop {
             let get = redis::cmd("GET").arg(&key).clone();
             let answer =
@@ -196,7 +205,10 @@ fn spawn_redis_refresher(
                         }
                         Err(error) => {
                             gateway.metrics().reload(false);
-                            log!("rules in {from} refused: {error}; the previous rules stay");
+                            log!(
+                                outcome = "refused";
+                                "rules in {from} refused: {error}; the previous rules stay"
+                            );
                         }
                     }
                     applied = Some(bytes);
@@ -204,15 +216,23 @@ fn spawn_redis_refresher(
                 Ok(Ok(Value::Nil)) if applied.is_some() => match config::load(&source.path) {
                     Ok(config) => {
                         applied = None;
+                        refused = None;
                         source.set_rules_from_redis(false);
                         let from = format!("{} (Redis key {key} deleted)", source.path.display());
                         apply(&gateway, config.rules, &from);
                     }
-                    Err(error) => log!(
-                        "Redis key {key} deleted, but the rules file {} is refused: {error}; \
-                         the previous rules stay",
-                        source.path.display()
-                    ),
+                    Err(error) => {
+                        let text = error.to_string();
+                        if refused.as_deref() != Some(text.as_str()) {
+                            log!(
+                                outcome = "refused";
+                                "Redis key {key} deleted, but the rules file {} is refused: \
+                                 {text}; the previous rules stay",
+                                source.path.display()
+                            );
+                            refused = Some(text);
+                        }
+                    }
                 },
                 _ => {}
             }

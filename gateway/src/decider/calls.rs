@@ -33,12 +33,17 @@ impl<T: Transport> Decider<T> {
         let cmd = hit_cmd(command, applied);
         match self.send(cmd, None, deadline, late).await {
             Ok(value) => Verdict::from_reply(&value).ok_or_else(|| {
-                self.module_error(command, rule, "a reply that is not a decision");
+                self.module_error(
+                    command,
+                    rule,
+                    &applied.key,
+                    "a reply that is not a decision",
+                );
                 Failure::Error
             }),
             Err((failure, error)) => {
                 if let Some(error) = error {
-                    self.module_error(command, rule, &error);
+                    self.module_error(command, rule, &applied.key, &error);
                 }
                 Err(failure)
             }
@@ -64,7 +69,8 @@ impl<T: Transport> Decider<T> {
             .map_err(|(failure, _)| failure)?;
         MultiVerdict::from_reply(&value, group.len()).ok_or_else(|| {
             let rule = &applying[group[0]].rule;
-            self.module_error(command, rule, "a reply that is not a decision of every key");
+            let reason = "a reply that is not a decision of every key";
+            self.module_error(command, rule, first, reason);
             Failure::Error
         })
     }
@@ -158,6 +164,7 @@ impl<T: Transport> Decider<T> {
             self.answered();
         } else if self.breaker.failed(started, Instant::now()) == Transition::Opened {
             crate::logging::log_warn!(
+                breaker = "open", failure = failure.label();
                 "circuit breaker open: Redis answered nothing for {} ms or more and calls \
                  kept failing ({}); for the next {} ms rules decide as their \
                  on_redis_failure says (local limits at 1/{} of each limit, open, or 503), \
@@ -174,22 +181,29 @@ impl<T: Transport> Decider<T> {
     /// local limits admitted meanwhile is counted in Redis.
     fn answered(&self) {
         if self.breaker.succeeded(Instant::now()) == Transition::Closed {
-            log!("circuit breaker closed: Redis answers again; rules share its budgets again");
+            log!(
+                breaker = "closed";
+                "circuit breaker closed: Redis answers again; rules share its budgets again"
+            );
         }
         self.write_back_local();
     }
 
-    /// Counts an error reply of `rule`'s call and logs it, rate-limited per rule.
-    pub(super) fn module_error(&self, command: &str, rule: &Rule, error: &str) {
+    /// Counts an error reply of `rule`'s call on `key` and logs it, rate-limited per rule.
+    pub(super) fn module_error(&self, command: &str, rule: &Rule, key: &str, error: &str) {
         self.metrics.module_error(&rule.name);
         if let Some(unlogged) = self.module_errors.record(&rule.name, Instant::now()) {
-            let meaning = if rule.on_failure.closes(Failure::Error) {
-                "closed: answering 503"
+            let (meaning, outcome) = if rule.on_failure.closes(Failure::Error) {
+                ("closed: answering 503", "fail_closed")
             } else {
-                "open: letting requests through"
+                ("open: letting requests through", "fail_open")
             };
             let more = crate::logging::LeftOut(unlogged);
             log!(
+                rule = rule.name,
+                key_hash = crate::logging::key_hash(key),
+                outcome = outcome,
+                failure = Failure::Error.label();
                 "rule '{}': {command} answered an error, the rule is misconfigured \
                  (on_module_error = {meaning}): {error}{more}",
                 rule.name

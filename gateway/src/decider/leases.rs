@@ -32,12 +32,13 @@ impl<T: Transport> Decider<T> {
         // not to be relied on.
         let reply = match self.send(cmd, Some(&applied.key), deadline, None).await {
             Ok(value) => LeaseVerdict::from_reply(&value).ok_or_else(|| {
-                self.module_error("RL.ACQUIRE", rule, "a reply that is not a lease decision");
+                let reason = "a reply that is not a lease decision";
+                self.module_error("RL.ACQUIRE", rule, &applied.key, reason);
                 Failure::Error
             }),
             Err((failure, error)) => {
                 if let Some(error) = error {
-                    self.module_error("RL.ACQUIRE", rule, &error);
+                    self.module_error("RL.ACQUIRE", rule, &applied.key, &error);
                 }
                 Err(failure)
             }
@@ -94,11 +95,11 @@ impl<T: Transport> Decider<T> {
             Ok(redis::Value::Int(1)) => Released::Freed,
             Ok(redis::Value::Int(_)) => Released::NotHeld,
             Ok(_) => {
-                self.release_error("RL.RELEASE", rule, "a reply that is not 0 or 1");
+                self.release_error("RL.RELEASE", rule, key, "a reply that is not 0 or 1");
                 Released::Failed
             }
             Err((_, Some(error))) => {
-                self.release_error("RL.RELEASE", rule, &error);
+                self.release_error("RL.RELEASE", rule, key, &error);
                 Released::Failed
             }
             Err((_, None)) => Released::Failed,
@@ -121,11 +122,11 @@ impl<T: Transport> Decider<T> {
         match self.round_trip(cmd, Some(key), deadline, None).await {
             Ok(redis::Value::Int(held)) => Some(held == 1),
             Ok(_) => {
-                self.release_error("RL.RENEW", rule, "a reply that is not 0 or 1");
+                self.release_error("RL.RENEW", rule, key, "a reply that is not 0 or 1");
                 None
             }
             Err((_, Some(error))) => {
-                self.release_error("RL.RENEW", rule, &error);
+                self.release_error("RL.RENEW", rule, key, &error);
                 None
             }
             Err((_, None)) => None,
@@ -134,10 +135,13 @@ impl<T: Transport> Decider<T> {
 
     /// Counts an error reply to `RL.RELEASE` or `RL.RENEW` as the rule's module error and logs it,
     /// rate-limited per rule like the others.
-    fn release_error(&self, command: &str, rule: &Rule, error: &str) {
+    fn release_error(&self, command: &str, rule: &Rule, key: &str, error: &str) {
         self.metrics.module_error(&rule.name);
         if let Some(unlogged) = self.module_errors.record(&rule.name, Instant::now()) {
             log!(
+                rule = rule.name,
+                key_hash = crate::logging::key_hash(key),
+                failure = crate::failure::Failure::Error.label();
                 "rule '{}': {command} answered an error; the lease ends by its lease_ttl: \
                  {error}{}",
                 rule.name,

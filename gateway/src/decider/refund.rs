@@ -143,6 +143,8 @@ impl<T: Transport> Decider<T> {
                         if tokio::time::Instant::now() + pause >= give_up {
                             log_throttled!(
                                 Kind::Refund,
+                                key_hash = crate::logging::key_hash(&route_key),
+                                failure = classify(&error).label();
                                 "a refund was not answered before its window ended: {error}"
                             );
                             return;

@@ -69,6 +69,17 @@ impl Process {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Process {
+        Process::start_with(upstream, &redis_section(redis_port, ""), rules, args, env)
+    }
+
+    /// As [`Process::start`], with `redis` as the `[redis]` section.
+    fn start_with(
+        upstream: &Upstream,
+        redis: &str,
+        rules: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Process {
         let dir = tempfile::Builder::new()
             .prefix("rl-lifecycle-")
             .tempdir()
@@ -76,9 +87,8 @@ impl Process {
         let (port, admin_port) = (free_port(), free_port());
         let config = format!(
             "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
-             {}{}{rules}\n",
+             {}{redis}{rules}\n",
             upstream.server_line(),
-            redis_section(redis_port, ""),
         );
         let config_path = dir.path().join("rules.toml");
         fs::write(&config_path, config).expect("write the config");
@@ -155,6 +165,14 @@ impl Process {
         wait_until(POLL, &format!("the log says {needle:?}"), || {
             self.log().contains(needle)
         });
+    }
+
+    /// Replaces the config file with `text`, at once (a sibling renamed over it): the
+    /// gateway's poll never reads half of it.
+    fn rewrite(&self, text: &str) {
+        let new = self._dir.path().join("rules.toml.new");
+        fs::write(&new, text).expect("write the new config");
+        fs::rename(&new, self._dir.path().join("rules.toml")).expect("rename the config");
     }
 
     fn signal(&self, name: &str) {
@@ -519,4 +537,100 @@ fn sigterm_closes_and_drains_the_envoy_listener_too() {
     ] {
         assert!(log.contains(step), "no {step:?} in\n{log}");
     }
+}
+
+/// The JSON lines of the events, each as an object.
+fn json_events(log: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+/// The one event whose message starts with `start`, asserted to be alone (each is logged
+/// once per transition, not per request).
+fn only_event<'a>(events: &'a [serde_json::Value], start: &str) -> &'a serde_json::Value {
+    let found: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["message"].as_str().is_some_and(|m| m.starts_with(start)))
+        .collect();
+    assert_eq!(found.len(), 1, "{start:?}: {found:#?}");
+    found[0]
+}
+
+/// A rule whose policy no one set (every call a module error) and a plain one.
+const FIELD_RULES: &str = "[[rule]]\nname = \"strict\"\npath = \"/strict/**\"\n\
+    policy = \"gw-never-set\"\n\n[[rule]]\nname = \"plain\"\npath = \"/plain\"\n\
+    limits = [\"1000/1h\"]\n";
+
+/// With `--log-format json`, the events about a rule, a key or Redis carry fields a log
+/// pipeline selects on: a module error names its rule, its key by hash (never the key,
+/// which holds the client's address), the outcome and the failure; the circuit breaker's
+/// opening and closing say so and why; a refused reload says `outcome: refused`. The
+/// breaker's transitions and the reload are one line each, however many requests came.
+#[test]
+fn json_events_carry_rule_key_hash_outcome_and_failure_fields() {
+    let redis = server_with_policies(Flavor::Redis);
+    let upstream = Upstream::start();
+    let redis_lines = redis_section_with(
+        redis.port(),
+        "deadline_ms = 200\nbreaker_failures = 2\nbreaker_open_ms = 300",
+    );
+    let gateway = Process::start_with(
+        &upstream,
+        &redis_lines,
+        FIELD_RULES,
+        &["--log-format", "json"],
+        &[],
+    );
+    let get = |path: &str| send(&agent(), "GET", &gateway.url(path), &[]).status;
+    for _ in 0..3 {
+        assert_eq!(get("/strict/x"), 503, "on_module_error = closed");
+    }
+
+    // Redis stopped: calls time out until the breaker opens; back, a probe closes it.
+    let stopped = Stopped::new(redis.pid());
+    wait_until(POLL, "the breaker opens", || {
+        assert_eq!(get("/plain"), 200, "fail open");
+        gateway.log().contains("circuit breaker open")
+    });
+    for _ in 0..3 {
+        assert_eq!(get("/plain"), 200, "skipped by the open breaker");
+    }
+    stopped.resume();
+    wait_until(POLL, "the breaker closes", || {
+        assert_eq!(get("/plain"), 200);
+        gateway.log().contains("circuit breaker closed")
+    });
+
+    // Found by the gateway's poll of the file (every second by default).
+    gateway.rewrite("[server\nnot toml");
+    gateway.wait_log("refused");
+
+    let events = json_events(&gateway.log());
+    // At most one line a second per rule: the first, at least.
+    let error = events
+        .iter()
+        .find(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("rule 'strict'"))
+        })
+        .unwrap_or_else(|| panic!("no module error: {events:#?}"));
+    assert_eq!(error["rule"], "strict", "{error}");
+    // printf %s 'rl:{ip:127.0.0.1}:strict' | sha256sum | cut -c1-12
+    assert_eq!(error["key_hash"], "f039208376c0", "{error}");
+    assert_eq!(error["outcome"], "fail_closed", "{error}");
+    assert_eq!(error["failure"], "error", "{error}");
+    assert!(!error.to_string().contains("127.0.0.1"), "no key: {error}");
+
+    let opened = only_event(&events, "circuit breaker open");
+    assert_eq!(opened["breaker"], "open", "{opened}");
+    assert_eq!(opened["failure"], "timeout", "{opened}");
+    assert_eq!(opened["level"], "WARN", "{opened}");
+    let closed = only_event(&events, "circuit breaker closed");
+    assert_eq!(closed["breaker"], "closed", "{closed}");
+
+    // One change, one reload, one line.
+    let refused = only_event(&events, "rules file");
+    assert_eq!(refused["outcome"], "refused", "{refused}");
 }

@@ -144,7 +144,8 @@ fn named_server(
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_dns_resolver(ResolveTo { host, port });
-    let place = format!("{}:{port} as {name}", info.addr());
+    // The address shows its port already.
+    let place = format!("{} as {name}", info.addr());
     Ok(super::Backend::Located(Located::start(Locator::Fixed {
         client: Box::new(client),
         config,

@@ -151,6 +151,12 @@ impl Located {
     }
 }
 
+/// The address that begins a place (`host:port (primary of name)`, `host:port as name`),
+/// for the log's `redis_node` field.
+fn node(place: &str) -> &str {
+    place.split_once(' ').map_or(place, |(address, _)| address)
+}
+
 /// The errors after which the same connection will not do: dropped, or a replica now.
 fn lost(error: &RedisError) -> bool {
     error.is_connection_dropped()
@@ -170,7 +176,7 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
                 failures += 1;
                 // The first failure and then one in fifty (every ten seconds or so).
                 if failures % 50 == 1 {
-                    log!("Redis not reachable ({error}); asking again");
+                    log!(failure = "connection"; "Redis not reachable ({error}); asking again");
                 }
                 tokio::time::sleep(RETRY_AFTER).await;
                 continue;
@@ -178,7 +184,10 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
             Err(_) => {
                 failures += 1;
                 if failures % 50 == 1 {
-                    log!("Redis not reachable (no answer in time); asking again");
+                    log!(
+                        failure = "timeout";
+                        "Redis not reachable (no answer in time); asking again"
+                    );
                 }
                 continue;
             }
@@ -189,7 +198,7 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
             generation,
             connection: connection.clone(),
         });
-        log!("connected to Redis at {place}");
+        log!(redis_node = node(&place); "connected to Redis at {place}");
         loop {
             tokio::select! {
                 _ = located.wake.notified() => {
@@ -206,7 +215,10 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
         }
         // Calls fail at once until the next connection, rather than wait on this one.
         *located.current.write().unwrap_or_else(|e| e.into_inner()) = None;
-        log!("lost Redis at {place} (gone, or no longer the primary); finding it again");
+        log!(
+            redis_node = node(&place);
+            "lost Redis at {place} (gone, or no longer the primary); finding it again"
+        );
     }
 }
 
@@ -231,5 +243,17 @@ impl AsyncDNSResolver for ResolveTo {
                 .collect();
             Ok(Box::new(found.into_iter()) as Box<dyn Iterator<Item = SocketAddr> + Send>)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node;
+
+    #[test]
+    fn the_node_field_is_the_address_of_the_place() {
+        assert_eq!(node("10.0.0.7:6380 (primary of main)"), "10.0.0.7:6380");
+        assert_eq!(node("127.0.0.1:6390 as redis.test"), "127.0.0.1:6390");
+        assert_eq!(node("127.0.0.1:6390"), "127.0.0.1:6390");
     }
 }

@@ -99,6 +99,7 @@ impl Backend {
                 let slot = Arc::new(RwLock::new(None));
                 let filled = slot.clone();
                 tokio::spawn(async move {
+                    let mut failures = 0u32;
                     loop {
                         match client.get_async_connection().await {
                             Ok(connection) => {
@@ -108,7 +109,16 @@ impl Backend {
                                 return;
                             }
                             Err(e) => {
-                                log!("Redis Cluster not reachable yet ({e}); retrying");
+                                failures += 1;
+                                // The first failure and then one in fifty (every 25 s or
+                                // so): a cluster down at start is one state, not a line
+                                // every retry.
+                                if failures % 50 == 1 {
+                                    log!(
+                                        failure = classify(&e).label();
+                                        "Redis Cluster not reachable yet ({e}); retrying"
+                                    );
+                                }
                                 tokio::time::sleep(Duration::from_millis(500)).await;
                             }
                         }

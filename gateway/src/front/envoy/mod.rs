@@ -152,6 +152,7 @@ impl EnvoyService {
                 match descriptors::load(&path, merge_domains) {
                     Ok(domains) => {
                         crate::logging::log!(
+                            outcome = "ok";
                             "Envoy descriptors reloaded from {}: {} domains",
                             path.display(),
                             domains.len()
@@ -160,7 +161,10 @@ impl EnvoyService {
                         metrics.reload(true);
                     }
                     Err(error) => {
-                        crate::logging::log!("Envoy descriptors not reloaded: {error}");
+                        crate::logging::log!(
+                            outcome = "refused";
+                            "Envoy descriptors not reloaded: {error}"
+                        );
                         metrics.reload(false);
                     }
                 }
