@@ -201,6 +201,15 @@ def rows(far_future_ms: int, requests: int) -> List[Row]:
     ]
 
 
+def newer_server(name: str) -> Optional[str]:
+    """The newer build of `name` ("redis" or "valkey") that scripts/newer-servers.sh made
+    (Redis 8.6, Valkey 9.1), or None where it has not run."""
+    found = subprocess.run([str(REPO_DIR / "scripts" / "newer-servers.sh"), "--path", name],
+                           capture_output=True, text=True)
+    candidate = found.stdout.strip()
+    return candidate if found.returncode == 0 and Path(candidate).exists() else None
+
+
 def valkey_server() -> Optional[str]:
     candidate = os.environ.get("VALKEY_SERVER") or ""
     if not candidate:
@@ -424,13 +433,60 @@ def measure(binary: str, module: Optional[Path], row: Row, requests: int,
         processes.stop(server)
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
-            name = re.sub(r"[^A-Za-z0-9]+", "-", f"{Path(binary).name} {row.name}")
+            name = re.sub(r"[^A-Za-z0-9]+", "-", f"{server_version(binary)} {row.name}")
             for index, dump in enumerate(sorted(workdir.glob("callgrind.out*"))):
                 shutil.copy(dump, keep / f"{name.strip('-')}.{index}.callgrind")
         return total_instructions(workdir) / calls
     finally:
         processes.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+OURS_ON_CELL_API = "CL.THROTTLE k 100 100 3600 (redis-cell API)"
+
+
+def cells(table: Dict[str, Dict[str, float]], name: str, labels: List[str]) -> List[str]:
+    """The row `name`'s cell for each module label, on one server's `table`."""
+    per_module = table[name]
+    set_cost = next(iter(table.values()))["server"]
+    ours = table.get(OURS_ON_CELL_API, {})
+    if "redis-cell's own" in name and all(l in ours for l in labels):
+        cell = per_module["server"]
+        # Ours against redis-cell: the issue's target is at most 0.75 x.
+        return [f"{cell:,.0f} (ours: {ours[l] / cell:.2f} x)" for l in labels]
+    if "server" in per_module:
+        return [f"{per_module['server']:,.0f}"] * len(labels)
+    return [f"{per_module[l]:,.0f} ({ratio_text(set_cost / per_module[l])} x)"
+            if l in per_module else "refused" for l in labels]
+
+
+def module_columns(version: str, table: Dict[str, Dict[str, float]],
+                   labels: List[str]) -> List[str]:
+    """One server's table, a column per module build and their ratio (last / first)."""
+    header = "| " + version + " | " + " | ".join(labels) + f" | {labels[-1]} / {labels[0]} |"
+    lines = [header, "|---" + "|---:" * (len(labels) + 1) + "|"]
+    for name, per_module in table.items():
+        ratio = ""
+        if "server" not in per_module and all(l in per_module for l in labels):
+            ratio = f"{per_module[labels[-1]] / per_module[labels[0]]:.3f}"
+        lines.append(f"| {name} | " + " | ".join(cells(table, name, labels)) + f" | {ratio} |")
+    return lines + [""]
+
+
+def server_columns(results: Dict[str, Dict[str, Dict[str, float]]], label: str) -> List[str]:
+    """One table, a column per server (a row a server did not run, e.g. redis-cell's on
+    the newer servers: empty)."""
+    versions = list(results)
+    names: List[str] = []
+    for table in results.values():
+        names += [name for name in table if name not in names]
+    lines = ["| " + " | ".join(["row"] + versions) + " |",
+             "|---" + "|---:" * len(versions) + "|"]
+    for name in names:
+        row = [cells(results[v], name, [label])[0] if name in results[v] else ""
+               for v in versions]
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    return lines + [""]
 
 
 def ratio_text(ratio: float) -> str:
@@ -455,6 +511,11 @@ def main() -> int:
                         help="copy each row's callgrind profile into this folder")
     parser.add_argument("--no-replica", action="store_true",
                         help="skip the rows with a replica attached")
+    parser.add_argument("--no-newer", action="store_true",
+                        help="leave out Redis 8.6 and Valkey 9.1 (scripts/newer-servers.sh)")
+    parser.add_argument("--server", default="",
+                        help="measure only on the servers whose version contains this text "
+                             "(e.g. 'Redis 8.6')")
     parser.add_argument("--only", default="",
                         help="measure only the rows whose name contains this text (SET always)")
     parser.add_argument("--skip", action="append", default=[],
@@ -477,6 +538,14 @@ def main() -> int:
     valkey = None if options.redis_only else valkey_server()
     if valkey:
         servers.append(valkey)
+    # The newer servers, where scripts/newer-servers.sh built them: their redis-cell rows
+    # need a build of it for them, which nobody gives here.
+    newer = [] if options.no_newer else [
+        newer_server(name) for name in (("redis",) if options.redis_only else ("redis", "valkey"))]
+    newer_servers = [binary for binary in newer if binary]
+    servers += newer_servers
+    if options.server:
+        servers = [binary for binary in servers if options.server in server_version(binary)]
     far_future_ms = int(time.time() * 1000) + 24 * HOUR_MS
 
     # results[server][row][label] = instructions per request
@@ -490,6 +559,8 @@ def main() -> int:
             version = server_version(binary) + (", with a replica" if replica else "")
             results[version] = {}
             cell = options.redis_cell_valkey if binary == valkey else options.redis_cell
+            if binary in newer_servers:
+                cell = None
             for row in table:
                 if row.module and options.only not in row.name:
                     continue
@@ -534,6 +605,8 @@ def main() -> int:
         + (f" --requests {options.requests}" if options.requests != DEFAULT_REQUESTS else "")
         + (" --redis-only" if options.redis_only else "")
         + (" --no-replica" if options.no_replica else "")
+        + (" --no-newer" if options.no_newer else "")
+        + (f" --server '{options.server}'" if options.server else "")
         + (f" --only '{options.only}'" if options.only else "")
         + "".join(f" --skip '{text}'" for text in options.skip)
         + (" --redis-cell <build>" if options.redis_cell else "")
@@ -565,32 +638,11 @@ def main() -> int:
         "up with RL.HIT, so that its keys are live.",
         "",
     ]
-    for version, table in results.items():
-        set_cost = next(iter(table.values()))["server"]
-        header = "| " + version + " | " + " | ".join(labels) + " |"
-        if len(labels) > 1:
-            header += f" {labels[-1]} / {labels[0]} |"
-        lines += [header, "|---" + "|---:" * (len(labels) + (len(labels) > 1)) + "|"]
-        for name, per_module in table.items():
-            ours = table.get("CL.THROTTLE k 100 100 3600 (redis-cell API)", {})
-            if "redis-cell's own" in name and all(l in ours for l in labels):
-                cell = per_module["server"]
-                # Ours against redis-cell: the issue's target is at most 0.75 x.
-                cells = [f"{cell:,.0f} (ours: {ours[l] / cell:.2f} x)" for l in labels]
-                ratio = ""
-            elif "server" in per_module:
-                cells = [f"{per_module['server']:,.0f}"] * len(labels)
-                ratio = ""
-            else:
-                cells = [f"{per_module[l]:,.0f} ({ratio_text(set_cost / per_module[l])} x)"
-                         if l in per_module else "refused" for l in labels]
-                ratio = (f"{per_module[labels[-1]] / per_module[labels[0]]:.3f}"
-                         if all(l in per_module for l in labels) else "")
-            line = f"| {name} | " + " | ".join(cells) + " |"
-            if len(labels) > 1:
-                line += f" {ratio} |"
-            lines.append(line)
-        lines.append("")
+    if len(labels) == 1:
+        lines += server_columns(results, labels[0])
+    else:
+        for version, table in results.items():
+            lines += module_columns(version, table, labels)
     options.output.write_text("\n".join(lines))
     print(f"wrote {options.output}")
     return 0
