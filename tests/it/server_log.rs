@@ -9,23 +9,12 @@
 //!   data type: Valkey never unloads a module that registered one, and the type is what
 //!   carries the policies in the RDB (saved before that line, and loaded at the next start).
 
-use testkit::{each_flavor, hit, Flavor, Server, ServerConfig};
+use testkit::{each_flavor, hit, Flavor, ServerConfig};
 
 const DEFRAG_WARNING: &str = "<ratelimit> Skip register defrag callbacks as defrag callbacks \
                               is not supported on the current Redis server.";
 const UNLOAD_WARNING: &str = "Failed to unload module ratelimit: the module exports one or \
                               more module-side data types, can't unload";
-
-/// `(major, minor)` of the server's own version (Valkey's, not the Redis version it reports
-/// for compatibility).
-fn version(server: &Server) -> (u32, u32) {
-    let text = server
-        .info_field("server", "valkey_version")
-        .or_else(|| server.info_field("server", "redis_version"))
-        .expect("INFO server has a version");
-    let mut parts = text.split('.').map(|p| p.parse::<u32>().expect("a number"));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
-}
 
 /// The warning lines (`#`) of a log, without their pid and time.
 fn warnings(log: &str) -> Vec<&str> {
@@ -37,15 +26,15 @@ fn warnings(log: &str) -> Vec<&str> {
 #[test]
 fn the_module_logs_only_the_documented_warnings_from_load_to_shutdown() {
     each_flavor(|flavor| {
-        // Redis 7.0 keeps policies in the RDB only when asked (Redis 8.6 takes it as well).
-        let server = match flavor {
-            Flavor::Redis => ServerConfig::new(flavor)
-                .module_arg("policies-in-rdb")
-                .module_arg("yes"),
-            Flavor::Valkey => ServerConfig::new(flavor),
+        // Redis 7.0 keeps policies in the RDB only when asked.
+        let config = ServerConfig::new(flavor);
+        let server = if flavor.needs_policies_opt_in() {
+            config.module_arg("policies-in-rdb").module_arg("yes")
+        } else {
+            config
         }
         .start();
-        let (major, minor) = version(&server);
+        let (major, minor) = flavor.version();
         let mut con = server.conn();
         let set: String = redis::cmd("RL.POLICY")
             .arg(&["SET", "api", "5", "1m"])
