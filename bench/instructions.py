@@ -1,7 +1,8 @@
 """Instructions per request inside the server, counted with callgrind: the figure to compare
 across commits, since a count does not move with the machine's load the way throughput does.
 
-For each server (redis-server; valkey-server too when VALKEY_SERVER or .venv has one),
+For each server (redis-server; valkey-server too when VALKEY_SERVER or .venv has one; and
+Redis 8.6 and Valkey 9.1 where scripts/newer-servers.sh built them, unless --no-newer),
 without and with a replica attached (the replica runs outside valgrind: only the primary is
 counted), each module given (`--module PATH[=LABEL]`, repeatable: e.g. the build of an earlier commit beside
 this one, measured in the same run) and each row, a fresh server starts under
@@ -12,9 +13,11 @@ thread, event loop and networking included) is divided by the number of calls. T
 log's rows run on keys filled beforehand (10 and 10,000 entries, see `Prefill`).
 
     python3 bench/instructions.py [--module PATH[=LABEL]]... [--requests N] [--output FILE]
-        [--only TEXT] [--redis-only] [--no-replica]
+        [--only TEXT] [--redis-only] [--no-replica] [--no-newer] [--server TEXT]
 
-Python 3 standard library only. Writes bench/INSTRUCTIONS-RESULTS.md by default."""
+Python 3 standard library only. Writes bench/INSTRUCTIONS-RESULTS.md by default: with one
+module build, one table with a column per server; with several, a table per server with a
+column per build."""
 
 import argparse
 import os
