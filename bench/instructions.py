@@ -13,7 +13,7 @@ thread, event loop and networking included) is divided by the number of calls. T
 log's rows run on keys filled beforehand (10 and 10,000 entries, see `Prefill`).
 
     python3 bench/instructions.py [--module PATH[=LABEL]]... [--requests N] [--output FILE]
-        [--only TEXT] [--redis-only] [--no-replica] [--no-newer] [--server TEXT]
+        [--only TEXT] [--redis-only] [--no-replica] [--no-newer] [--server TEXT] [--jobs N]
 
 Python 3 standard library only. Writes bench/INSTRUCTIONS-RESULTS.md by default: with one
 module build, one table with a column per server; with several, a table per server with a
@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -492,6 +493,52 @@ def server_columns(results: Dict[str, Dict[str, Dict[str, float]]], label: str) 
     return lines + [""]
 
 
+def measure_server(binary: str, cell: Optional[Path], table: List[Row],
+                   modules: List[Tuple[Path, str]], far_future_ms: int,
+                   options: argparse.Namespace) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """Every row on `binary` (without, then with a replica): [version][row][label]."""
+    results: Dict[str, Dict[str, Dict[str, float]]] = {}
+    fills = sorted({row.prefill for row in table if row.prefill},
+                   key=lambda f: (f.limit, f.entries))
+    built: Dict[Tuple[str, Path], Dict[Prefill, Tuple[bytes, int]]] = {}
+    for replica in [False] if options.no_replica else [False, True]:
+        version = server_version(binary) + (", with a replica" if replica else "")
+        results[version] = {}
+        for row in table:
+            if row.module and options.only not in row.name:
+                continue
+            if any(text in row.name for text in options.skip):
+                continue
+            if row.redis_cell and (cell is None or options.only not in row.name):
+                continue
+            per_module = results[version].setdefault(row.name, {})
+            targets = modules if row.module else [(None, "server")]
+            if row.redis_cell:
+                targets = [(Path(cell).resolve(), "server")]
+            for path, label in targets:
+                prefill = None
+                if row.prefill is not None and path is not None:
+                    prefill = prefilled_logs(binary, path, built, fills)[row.prefill]
+                if row.lease_fill is not None:
+                    prefill = (row.lease_fill.value(far_future_ms), far_future_ms)
+                requests = min(options.requests, row.requests or options.requests)
+                try:
+                    value = measure(binary, path, row, requests, replica, prefill,
+                                    options.keep_profiles)
+                except RowRefused as refused:
+                    # A baseline build older than the row (a calendar window or a lease
+                    # before they existed) has no figure for it; a wrong row on this
+                    # checkout's own build still stops the run.
+                    if len(modules) < 2 or path == modules[-1][0]:
+                        raise
+                    print(f"{version:30} {label:14} {row.name:50} refused: {refused}",
+                          flush=True)
+                    continue
+                per_module[label] = value
+                print(f"{version:30} {label:14} {row.name:50} {value:10,.0f}", flush=True)
+    return results
+
+
 def ratio_text(ratio: float) -> str:
     """Two decimals, or two significant digits for a row far costlier than SET."""
     return f"{ratio:.2f}" if ratio >= 0.095 else f"{ratio:.2g}"
@@ -514,6 +561,9 @@ def main() -> int:
                         help="copy each row's callgrind profile into this folder")
     parser.add_argument("--no-replica", action="store_true",
                         help="skip the rows with a replica attached")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="measure this many servers at once (each row still alone on "
+                             "its server; counts do not depend on the machine's load)")
     parser.add_argument("--no-newer", action="store_true",
                         help="leave out Redis 8.6 and Valkey 9.1 (scripts/newer-servers.sh)")
     parser.add_argument("--server", default="",
@@ -554,48 +604,16 @@ def main() -> int:
     # results[server][row][label] = instructions per request
     results: Dict[str, Dict[str, Dict[str, float]]] = {}
     table = rows(far_future_ms, options.requests)
-    fills = sorted({row.prefill for row in table if row.prefill}, key=lambda f: (f.limit, f.entries))
-    built: Dict[Tuple[str, Path], Dict[Prefill, Tuple[bytes, int]]] = {}
-    variants = [False] if options.no_replica else [False, True]
-    for binary in servers:
-        for replica in variants:
-            version = server_version(binary) + (", with a replica" if replica else "")
-            results[version] = {}
-            cell = options.redis_cell_valkey if binary == valkey else options.redis_cell
-            if binary in newer_servers:
-                cell = None
-            for row in table:
-                if row.module and options.only not in row.name:
-                    continue
-                if any(text in row.name for text in options.skip):
-                    continue
-                if row.redis_cell and (cell is None or options.only not in row.name):
-                    continue
-                per_module = results[version].setdefault(row.name, {})
-                targets = modules if row.module else [(None, "server")]
-                if row.redis_cell:
-                    targets = [(Path(cell).resolve(), "server")]
-                for path, label in targets:
-                    prefill = None
-                    if row.prefill is not None and path is not None:
-                        prefill = prefilled_logs(binary, path, built, fills)[row.prefill]
-                    if row.lease_fill is not None:
-                        prefill = (row.lease_fill.value(far_future_ms), far_future_ms)
-                    requests = min(options.requests, row.requests or options.requests)
-                    try:
-                        value = measure(binary, path, row, requests, replica, prefill,
-                                        options.keep_profiles)
-                    except RowRefused as refused:
-                        # A baseline build older than the row (a calendar window or a lease
-                        # before they existed) has no figure for it; a wrong row on this
-                        # checkout's own build still stops the run.
-                        if len(modules) < 2 or path == modules[-1][0]:
-                            raise
-                        print(f"{version:30} {label:14} {row.name:50} refused: {refused}",
-                              flush=True)
-                        continue
-                    per_module[label] = value
-                    print(f"{version:30} {label:14} {row.name:50} {value:10,.0f}", flush=True)
+    cells_of = {binary: None if binary in newer_servers else
+                options.redis_cell_valkey if binary == valkey else options.redis_cell
+                for binary in servers}
+    # Each server's rows run in order; the servers side by side with --jobs (a count does
+    # not move with the machine's load).
+    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+        runs = [pool.submit(measure_server, binary, cells_of[binary], table, modules,
+                            far_future_ms, options) for binary in servers]
+        for run in runs:
+            results.update(run.result())
 
     labels = [label for _, label in modules]
     lines = [
@@ -609,6 +627,7 @@ def main() -> int:
         + (" --redis-only" if options.redis_only else "")
         + (" --no-replica" if options.no_replica else "")
         + (" --no-newer" if options.no_newer else "")
+        + (f" --jobs {options.jobs}" if options.jobs > 1 else "")
         + (f" --server '{options.server}'" if options.server else "")
         + (f" --only '{options.only}'" if options.only else "")
         + "".join(f" --skip '{text}'" for text in options.skip)
