@@ -100,7 +100,7 @@ bench-core: ## ns per decision in the pure core, every algorithm at its common a
 bench-instr: ## Build, then count instructions per request inside Redis 7.0 and 8.6, Valkey 8.1 and 9.1 with callgrind (bench/INSTRUCTIONS-RESULTS.md)
 	$(MAKE) build
 	scripts/newer-servers.sh
-	python3 bench/instructions.py $(if $(BASELINE),--module $(BASELINE)=baseline --module target/release/libredis_ratelimit.so=this) $(if $(REDIS_CELL_SO),--redis-cell $(REDIS_CELL_SO)) $(if $(REDIS_CELL_VALKEY_SO),--redis-cell-valkey $(REDIS_CELL_VALKEY_SO))
+	python3 bench/instructions.py --jobs $(shell nproc) $(if $(BASELINE),--module $(BASELINE)=baseline --module target/release/libredis_ratelimit.so=this) $(if $(REDIS_CELL_SO),--redis-cell $(REDIS_CELL_SO)) $(if $(REDIS_CELL_VALKEY_SO),--redis-cell-valkey $(REDIS_CELL_VALKEY_SO))
 
 bench-gateway: ## Build, then benchmark rl-gateway with wrk, against the upstream alone and nginx (bench/GATEWAY-RESULTS.md), and its Envoy gRPC service against the check mode (bench/ENVOY-RESULTS.md)
 	$(MAKE) build
