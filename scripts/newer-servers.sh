@@ -63,10 +63,11 @@ as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# Debian's build of these sources needs only a C toolchain and dpkg-source (to unpack);
-# TLS is left out (the TLS tests use Debian 12's redis-server).
+# Building these sources needs a C and C++ toolchain (Redis 8 vendors fast_float, in C++)
+# and dpkg-source (to unpack); TLS is left out (the TLS tests use Debian 12's redis-server).
 need=()
 command -v cc >/dev/null || need+=(gcc libc6-dev)
+command -v c++ >/dev/null || need+=(g++)
 command -v make >/dev/null || need+=(make)
 command -v dpkg-source >/dev/null || need+=(dpkg-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
