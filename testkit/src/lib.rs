@@ -75,25 +75,26 @@ impl Flavor {
     /// Redis version it reports for compatibility): the tests run on 7.0 and 8.1 or on 8.6
     /// and 9.1, chosen by `REDIS_SERVER` and `VALKEY_SERVER`.
     pub fn version(self) -> (u32, u32) {
-        static VERSIONS: OnceLock<Mutex<Vec<(Flavor, (u32, u32))>>> = OnceLock::new();
-        let known = VERSIONS.get_or_init(Default::default);
-        if let Some(&(_, version)) = known.lock().unwrap().iter().find(|(f, _)| *f == self) {
-            return version;
-        }
-        let output = Command::new(self.binary())
-            .arg("--version")
-            .output()
-            .unwrap_or_else(|e| panic!("{:?} --version: {e}", self.binary()));
-        let text = String::from_utf8_lossy(&output.stdout);
-        // "Redis server v=8.6.3 sha=...", "Valkey server v=9.1.2 sha=..."
-        let number = text
-            .split_whitespace()
-            .find_map(|word| word.strip_prefix("v="))
-            .unwrap_or_else(|| panic!("no version in {text:?}"));
-        let mut parts = number.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-        let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        known.lock().unwrap().push((self, version));
-        version
+        static REDIS: OnceLock<(u32, u32)> = OnceLock::new();
+        static VALKEY: OnceLock<(u32, u32)> = OnceLock::new();
+        let known = match self {
+            Flavor::Redis => &REDIS,
+            Flavor::Valkey => &VALKEY,
+        };
+        *known.get_or_init(|| {
+            let output = Command::new(self.binary())
+                .arg("--version")
+                .output()
+                .unwrap_or_else(|e| panic!("{:?} --version: {e}", self.binary()));
+            let text = String::from_utf8_lossy(&output.stdout);
+            // "Redis server v=8.6.3 sha=...", "Valkey server v=9.1.2 sha=..."
+            let number = text
+                .split_whitespace()
+                .find_map(|word| word.strip_prefix("v="))
+                .unwrap_or_else(|| panic!("no version in {text:?}"));
+            let mut parts = number.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+            (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+        })
     }
 
     /// Whether the module keeps named policies only when loaded with `policies-in-rdb yes`:
