@@ -5,7 +5,7 @@
 //! - at load, redis-module's "Skip register defrag callbacks" on servers without
 //!   `RedisModule_RegisterDefragCallbacks` (every one before Redis 8.0, Valkey too): the
 //!   crate logs it before the module's own code runs, whatever the module registers;
-//! - at shutdown, Valkey 9's "Failed to unload module ratelimit" because of the policies'
+//! - at shutdown, Valkey 9.1's "Failed to unload module ratelimit" because of the policies'
 //!   data type: Valkey never unloads a module that registered one, and the type is what
 //!   carries the policies in the RDB (saved before that line, and loaded at the next start).
 
