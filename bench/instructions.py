@@ -1,7 +1,8 @@
 """Instructions per request inside the server, counted with callgrind: the figure to compare
 across commits, since a count does not move with the machine's load the way throughput does.
 
-For each server (redis-server; valkey-server too when VALKEY_SERVER or .venv has one),
+For each server (redis-server; valkey-server too when VALKEY_SERVER or .venv has one; and
+Redis 8.6 and Valkey 9.1 where scripts/newer-servers.sh built them, unless --no-newer),
 without and with a replica attached (the replica runs outside valgrind: only the primary is
 counted), each module given (`--module PATH[=LABEL]`, repeatable: e.g. the build of an earlier commit beside
 this one, measured in the same run) and each row, a fresh server starts under
@@ -12,9 +13,11 @@ thread, event loop and networking included) is divided by the number of calls. T
 log's rows run on keys filled beforehand (10 and 10,000 entries, see `Prefill`).
 
     python3 bench/instructions.py [--module PATH[=LABEL]]... [--requests N] [--output FILE]
-        [--only TEXT] [--redis-only] [--no-replica]
+        [--only TEXT] [--redis-only] [--no-replica] [--no-newer] [--server TEXT] [--jobs N]
 
-Python 3 standard library only. Writes bench/INSTRUCTIONS-RESULTS.md by default."""
+Python 3 standard library only. Writes bench/INSTRUCTIONS-RESULTS.md by default: with one
+module build, one table with a column per server; with several, a table per server with a
+column per build."""
 
 import argparse
 import os
@@ -24,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -199,6 +203,15 @@ def rows(far_future_ms: int, requests: int) -> List[Row]:
             ["CL.THROTTLE", KEY, "100", "100", "3600", "1"], module=False, expect=None,
             redis_cell=True),
     ]
+
+
+def newer_server(name: str) -> Optional[str]:
+    """The newer build of `name` ("redis" or "valkey") that scripts/newer-servers.sh made
+    (Redis 8.6, Valkey 9.1), or None where it has not run."""
+    found = subprocess.run([str(REPO_DIR / "scripts" / "newer-servers.sh"), "--path", name],
+                           capture_output=True, text=True)
+    candidate = found.stdout.strip()
+    return candidate if found.returncode == 0 and Path(candidate).exists() else None
 
 
 def valkey_server() -> Optional[str]:
@@ -424,13 +437,106 @@ def measure(binary: str, module: Optional[Path], row: Row, requests: int,
         processes.stop(server)
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
-            name = re.sub(r"[^A-Za-z0-9]+", "-", f"{Path(binary).name} {row.name}")
+            name = re.sub(r"[^A-Za-z0-9]+", "-", f"{server_version(binary)} {row.name}")
             for index, dump in enumerate(sorted(workdir.glob("callgrind.out*"))):
                 shutil.copy(dump, keep / f"{name.strip('-')}.{index}.callgrind")
         return total_instructions(workdir) / calls
     finally:
         processes.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+OURS_ON_CELL_API = "CL.THROTTLE k 100 100 3600 (redis-cell API)"
+
+
+def cells(table: Dict[str, Dict[str, float]], name: str, labels: List[str]) -> List[str]:
+    """The row `name`'s cell for each module label, on one server's `table`."""
+    per_module = table[name]
+    set_cost = next(iter(table.values()))["server"]
+    ours = table.get(OURS_ON_CELL_API, {})
+    if "redis-cell's own" in name and all(l in ours for l in labels):
+        cell = per_module["server"]
+        # Ours against redis-cell: the issue's target is at most 0.75 x.
+        return [f"{cell:,.0f} (ours: {ours[l] / cell:.2f} x)" for l in labels]
+    if "server" in per_module:
+        return [f"{per_module['server']:,.0f}"] * len(labels)
+    return [f"{per_module[l]:,.0f} ({ratio_text(set_cost / per_module[l])} x)"
+            if l in per_module else "refused" for l in labels]
+
+
+def module_columns(version: str, table: Dict[str, Dict[str, float]],
+                   labels: List[str]) -> List[str]:
+    """One server's table, a column per module build and their ratio (last / first)."""
+    header = "| " + version + " | " + " | ".join(labels) + f" | {labels[-1]} / {labels[0]} |"
+    lines = [header, "|---" + "|---:" * (len(labels) + 1) + "|"]
+    for name, per_module in table.items():
+        ratio = ""
+        if "server" not in per_module and all(l in per_module for l in labels):
+            ratio = f"{per_module[labels[-1]] / per_module[labels[0]]:.3f}"
+        lines.append(f"| {name} | " + " | ".join(cells(table, name, labels)) + f" | {ratio} |")
+    return lines + [""]
+
+
+def server_columns(results: Dict[str, Dict[str, Dict[str, float]]], label: str) -> List[str]:
+    """One table, a column per server (a row a server did not run, e.g. redis-cell's on
+    the newer servers: empty)."""
+    versions = list(results)
+    names: List[str] = []
+    for table in results.values():
+        names += [name for name in table if name not in names]
+    lines = ["| " + " | ".join(["row"] + versions) + " |",
+             "|---" + "|---:" * len(versions) + "|"]
+    for name in names:
+        row = [cells(results[v], name, [label])[0] if name in results[v] else ""
+               for v in versions]
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    return lines + [""]
+
+
+def measure_server(binary: str, cell: Optional[Path], table: List[Row],
+                   modules: List[Tuple[Path, str]], far_future_ms: int,
+                   options: argparse.Namespace) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """Every row on `binary` (without, then with a replica): [version][row][label]."""
+    results: Dict[str, Dict[str, Dict[str, float]]] = {}
+    fills = sorted({row.prefill for row in table if row.prefill},
+                   key=lambda f: (f.limit, f.entries))
+    built: Dict[Tuple[str, Path], Dict[Prefill, Tuple[bytes, int]]] = {}
+    for replica in [False] if options.no_replica else [False, True]:
+        version = server_version(binary) + (", with a replica" if replica else "")
+        results[version] = {}
+        for row in table:
+            if row.module and options.only not in row.name:
+                continue
+            if any(text in row.name for text in options.skip):
+                continue
+            if row.redis_cell and (cell is None or options.only not in row.name):
+                continue
+            per_module = results[version].setdefault(row.name, {})
+            targets = modules if row.module else [(None, "server")]
+            if row.redis_cell:
+                targets = [(Path(cell).resolve(), "server")]
+            for path, label in targets:
+                prefill = None
+                if row.prefill is not None and path is not None:
+                    prefill = prefilled_logs(binary, path, built, fills)[row.prefill]
+                if row.lease_fill is not None:
+                    prefill = (row.lease_fill.value(far_future_ms), far_future_ms)
+                requests = min(options.requests, row.requests or options.requests)
+                try:
+                    value = measure(binary, path, row, requests, replica, prefill,
+                                    options.keep_profiles)
+                except RowRefused as refused:
+                    # A baseline build older than the row (a calendar window or a lease
+                    # before they existed) has no figure for it; a wrong row on this
+                    # checkout's own build still stops the run.
+                    if len(modules) < 2 or path == modules[-1][0]:
+                        raise
+                    print(f"{version:30} {label:14} {row.name:50} refused: {refused}",
+                          flush=True)
+                    continue
+                per_module[label] = value
+                print(f"{version:30} {label:14} {row.name:50} {value:10,.0f}", flush=True)
+    return results
 
 
 def ratio_text(ratio: float) -> str:
@@ -455,6 +561,14 @@ def main() -> int:
                         help="copy each row's callgrind profile into this folder")
     parser.add_argument("--no-replica", action="store_true",
                         help="skip the rows with a replica attached")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="measure this many servers at once (each row still alone on "
+                             "its server; counts do not depend on the machine's load)")
+    parser.add_argument("--no-newer", action="store_true",
+                        help="leave out Redis 8.6 and Valkey 9.1 (scripts/newer-servers.sh)")
+    parser.add_argument("--server", default="",
+                        help="measure only on the servers whose version contains this text "
+                             "(e.g. 'Redis 8.6')")
     parser.add_argument("--only", default="",
                         help="measure only the rows whose name contains this text (SET always)")
     parser.add_argument("--skip", action="append", default=[],
@@ -477,51 +591,29 @@ def main() -> int:
     valkey = None if options.redis_only else valkey_server()
     if valkey:
         servers.append(valkey)
+    # The newer servers, where scripts/newer-servers.sh built them: their redis-cell rows
+    # need a build of it for them, which nobody gives here.
+    newer = [] if options.no_newer else [
+        newer_server(name) for name in (("redis",) if options.redis_only else ("redis", "valkey"))]
+    newer_servers = [binary for binary in newer if binary]
+    servers += newer_servers
+    if options.server:
+        servers = [binary for binary in servers if options.server in server_version(binary)]
     far_future_ms = int(time.time() * 1000) + 24 * HOUR_MS
 
     # results[server][row][label] = instructions per request
     results: Dict[str, Dict[str, Dict[str, float]]] = {}
     table = rows(far_future_ms, options.requests)
-    fills = sorted({row.prefill for row in table if row.prefill}, key=lambda f: (f.limit, f.entries))
-    built: Dict[Tuple[str, Path], Dict[Prefill, Tuple[bytes, int]]] = {}
-    variants = [False] if options.no_replica else [False, True]
-    for binary in servers:
-        for replica in variants:
-            version = server_version(binary) + (", with a replica" if replica else "")
-            results[version] = {}
-            cell = options.redis_cell_valkey if binary == valkey else options.redis_cell
-            for row in table:
-                if row.module and options.only not in row.name:
-                    continue
-                if any(text in row.name for text in options.skip):
-                    continue
-                if row.redis_cell and (cell is None or options.only not in row.name):
-                    continue
-                per_module = results[version].setdefault(row.name, {})
-                targets = modules if row.module else [(None, "server")]
-                if row.redis_cell:
-                    targets = [(Path(cell).resolve(), "server")]
-                for path, label in targets:
-                    prefill = None
-                    if row.prefill is not None and path is not None:
-                        prefill = prefilled_logs(binary, path, built, fills)[row.prefill]
-                    if row.lease_fill is not None:
-                        prefill = (row.lease_fill.value(far_future_ms), far_future_ms)
-                    requests = min(options.requests, row.requests or options.requests)
-                    try:
-                        value = measure(binary, path, row, requests, replica, prefill,
-                                        options.keep_profiles)
-                    except RowRefused as refused:
-                        # A baseline build older than the row (a calendar window or a lease
-                        # before they existed) has no figure for it; a wrong row on this
-                        # checkout's own build still stops the run.
-                        if len(modules) < 2 or path == modules[-1][0]:
-                            raise
-                        print(f"{version:30} {label:14} {row.name:50} refused: {refused}",
-                              flush=True)
-                        continue
-                    per_module[label] = value
-                    print(f"{version:30} {label:14} {row.name:50} {value:10,.0f}", flush=True)
+    cells_of = {binary: None if binary in newer_servers else
+                options.redis_cell_valkey if binary == valkey else options.redis_cell
+                for binary in servers}
+    # Each server's rows run in order; the servers side by side with --jobs (a count does
+    # not move with the machine's load).
+    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+        runs = [pool.submit(measure_server, binary, cells_of[binary], table, modules,
+                            far_future_ms, options) for binary in servers]
+        for run in runs:
+            results.update(run.result())
 
     labels = [label for _, label in modules]
     lines = [
@@ -534,6 +626,9 @@ def main() -> int:
         + (f" --requests {options.requests}" if options.requests != DEFAULT_REQUESTS else "")
         + (" --redis-only" if options.redis_only else "")
         + (" --no-replica" if options.no_replica else "")
+        + (" --no-newer" if options.no_newer else "")
+        + (f" --jobs {options.jobs}" if options.jobs > 1 else "")
+        + (f" --server '{options.server}'" if options.server else "")
         + (f" --only '{options.only}'" if options.only else "")
         + "".join(f" --skip '{text}'" for text in options.skip)
         + (" --redis-cell <build>" if options.redis_cell else "")
@@ -565,32 +660,11 @@ def main() -> int:
         "up with RL.HIT, so that its keys are live.",
         "",
     ]
-    for version, table in results.items():
-        set_cost = next(iter(table.values()))["server"]
-        header = "| " + version + " | " + " | ".join(labels) + " |"
-        if len(labels) > 1:
-            header += f" {labels[-1]} / {labels[0]} |"
-        lines += [header, "|---" + "|---:" * (len(labels) + (len(labels) > 1)) + "|"]
-        for name, per_module in table.items():
-            ours = table.get("CL.THROTTLE k 100 100 3600 (redis-cell API)", {})
-            if "redis-cell's own" in name and all(l in ours for l in labels):
-                cell = per_module["server"]
-                # Ours against redis-cell: the issue's target is at most 0.75 x.
-                cells = [f"{cell:,.0f} (ours: {ours[l] / cell:.2f} x)" for l in labels]
-                ratio = ""
-            elif "server" in per_module:
-                cells = [f"{per_module['server']:,.0f}"] * len(labels)
-                ratio = ""
-            else:
-                cells = [f"{per_module[l]:,.0f} ({ratio_text(set_cost / per_module[l])} x)"
-                         if l in per_module else "refused" for l in labels]
-                ratio = (f"{per_module[labels[-1]] / per_module[labels[0]]:.3f}"
-                         if all(l in per_module for l in labels) else "")
-            line = f"| {name} | " + " | ".join(cells) + " |"
-            if len(labels) > 1:
-                line += f" {ratio} |"
-            lines.append(line)
-        lines.append("")
+    if len(labels) == 1:
+        lines += server_columns(results, labels[0])
+    else:
+        for version, table in results.items():
+            lines += module_columns(version, table, labels)
     options.output.write_text("\n".join(lines))
     print(f"wrote {options.output}")
     return 0

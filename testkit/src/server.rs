@@ -74,6 +74,14 @@ impl ServerConfig {
     }
 }
 
+/// The value of `field` in the text of an `INFO` reply.
+fn info_line(info: &str, field: &str) -> Option<String> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(&format!("{field}:"))
+            .map(|v| v.trim().to_string())
+    })
+}
+
 /// A running server, killed when dropped.
 pub struct Server {
     pub config: ServerConfig,
@@ -183,10 +191,16 @@ impl Server {
             .arg(section)
             .query(&mut self.conn())
             .expect("INFO");
-        info.lines().find_map(|line| {
-            line.strip_prefix(&format!("{field}:"))
-                .map(|v| v.trim().to_string())
-        })
+        info_line(&info, field)
+    }
+
+    /// Like [`Server::info_field`], but `None` also when the server closed the connection
+    /// or would not answer: for polling a server that a sentinel is reconfiguring (it
+    /// kills the old primary's clients as it turns it into a replica).
+    pub fn try_info_field(&self, section: &str, field: &str) -> Option<String> {
+        let mut con = self.try_connect().ok()?;
+        let info: String = redis::cmd("INFO").arg(section).query(&mut con).ok()?;
+        info_line(&info, field)
     }
 
     /// The `calls` of `command` in `INFO commandstats`, `None` if it never ran. Matched

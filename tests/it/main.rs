@@ -1,4 +1,5 @@
-//! The module's integration tests, one binary: real Redis 7.0 and Valkey 8.1 servers with
+//! The module's integration tests, one binary: real Redis and Valkey servers (7.0 and 8.1,
+//! or 8.6 and 9.1 with `REDIS_SERVER` and `VALKEY_SERVER`: `make integration-newer`) with
 //! the module loaded (the harness is the `testkit` crate). One file per behaviour.
 
 mod algorithms;
@@ -31,6 +32,7 @@ mod python_example;
 mod random_traffic;
 mod replication;
 mod save_panic;
+mod server_log;
 mod several_keys;
 mod several_keys_acl_and_getkeys;
 mod smoke;

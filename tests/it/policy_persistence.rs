@@ -204,29 +204,26 @@ fn policies_survive_debug_reload() {
 
 /// On Redis 7.0 without `policies-in-rdb yes`, RL.POLICY SET is refused (policies would
 /// not survive a restart) and the module's RDB files load without the module as before;
-/// Valkey needs no opt-in.
+/// Redis 7.2 and newer and Valkey need no opt-in.
 #[test]
 fn redis_7_0_refuses_policies_unless_they_go_into_the_rdb() {
     each_flavor(|flavor| {
         let server = ServerConfig::new(flavor).start();
         let mut con = server.conn();
         let set = policy_cmd(&["SET", "api", "5", "1m"]);
-        match flavor {
-            Flavor::Redis => {
-                assert_eq!(error_text(&mut con, &set), NOT_PERSISTED);
-                let pong: String = redis::cmd("PING").query(&mut con).expect("PING");
-                assert_eq!(pong, "PONG");
-                assert_eq!(policy_list(&mut con), Vec::<Vec<u8>>::new());
-                assert_eq!(policy_get(&mut con, b"api"), None);
-                assert_eq!(policy_del(&mut con, b"api"), 0);
-                assert_eq!(server.info_stat("policies"), 0);
-                let call = redis::cmd("RL.HIT").arg(&["rl:k", "POLICY", "api"]).clone();
-                assert_eq!(error_text(&mut con, &call), "ERR no such policy 'api'");
-            }
-            Flavor::Valkey => {
-                policy_set(&mut con, b"api", "5 1m");
-                assert_eq!(policy_del(&mut con, b"api"), 1);
-            }
+        if flavor.needs_policies_opt_in() {
+            assert_eq!(error_text(&mut con, &set), NOT_PERSISTED);
+            let pong: String = redis::cmd("PING").query(&mut con).expect("PING");
+            assert_eq!(pong, "PONG");
+            assert_eq!(policy_list(&mut con), Vec::<Vec<u8>>::new());
+            assert_eq!(policy_get(&mut con, b"api"), None);
+            assert_eq!(policy_del(&mut con, b"api"), 0);
+            assert_eq!(server.info_stat("policies"), 0);
+            let call = redis::cmd("RL.HIT").arg(&["rl:k", "POLICY", "api"]).clone();
+            assert_eq!(error_text(&mut con, &call), "ERR no such policy 'api'");
+        } else {
+            policy_set(&mut con, b"api", "5 1m");
+            assert_eq!(policy_del(&mut con, b"api"), 1);
         }
         // The RDB holds nothing of the module but its keys: it loads without the module.
         assert!(hit(&mut con, "rl:k", &["5", "366d"]).allowed);
@@ -240,8 +237,8 @@ fn redis_7_0_refuses_policies_unless_they_go_into_the_rdb() {
 }
 
 /// An explicit `policies-in-rdb no` on Redis 7.0 refuses policies just as the default does
-/// (`make run` passes `yes`, the default stays `no`: see the README); Valkey, which saves
-/// them only when there are some, takes them whatever the config says.
+/// (`make run` passes `yes`, the default stays `no`: see the README); Valkey and Redis 7.2
+/// and newer, which save them only when there are some, take them whatever the config says.
 #[test]
 fn an_explicit_no_on_redis_7_0_refuses_policies_too() {
     each_flavor(|flavor| {
@@ -251,15 +248,12 @@ fn an_explicit_no_on_redis_7_0_refuses_policies_too() {
             .start();
         let mut con = server.conn();
         let set = policy_cmd(&["SET", "api", "5", "1m"]);
-        match flavor {
-            Flavor::Redis => {
-                assert_eq!(error_text(&mut con, &set), NOT_PERSISTED);
-                assert_eq!(policy_list(&mut con), Vec::<Vec<u8>>::new());
-            }
-            Flavor::Valkey => {
-                policy_set(&mut con, b"api", "5 1m");
-                assert_eq!(policy_list(&mut con), vec![b"api".to_vec()]);
-            }
+        if flavor.needs_policies_opt_in() {
+            assert_eq!(error_text(&mut con, &set), NOT_PERSISTED);
+            assert_eq!(policy_list(&mut con), Vec::<Vec<u8>>::new());
+        } else {
+            policy_set(&mut con, b"api", "5 1m");
+            assert_eq!(policy_list(&mut con), vec![b"api".to_vec()]);
         }
     });
 }
@@ -279,16 +273,13 @@ fn an_rdb_needs_the_module_only_when_it_can_hold_policies() {
         let state = get_bytes(&mut con, "rl:k");
         redis::cmd("SAVE").exec(&mut con).expect("SAVE");
         let config = server.shutdown("NOSAVE").without_module();
-        match flavor {
-            Flavor::Valkey => {
-                let plain = config.clone().start();
-                assert_eq!(get_bytes(&mut plain.conn(), "rl:k"), state);
-                plain.shutdown("NOSAVE");
-            }
-            Flavor::Redis => {
-                let log = assert_fails_to_start(&config, "Redis 7.0 opted in, no policy");
-                assert!(log.contains(NO_MODULE_FOR_RDB), "{flavor:?}: {log}");
-            }
+        if flavor.needs_policies_opt_in() {
+            let log = assert_fails_to_start(&config, "Redis 7.0 opted in, no policy");
+            assert!(log.contains(NO_MODULE_FOR_RDB), "{flavor:?}: {log}");
+        } else {
+            let plain = config.clone().start();
+            assert_eq!(get_bytes(&mut plain.conn(), "rl:k"), state);
+            plain.shutdown("NOSAVE");
         }
 
         // With a policy.

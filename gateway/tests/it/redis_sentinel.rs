@@ -72,9 +72,11 @@ fn follows(flavor: Flavor, loss: Loss) {
         Loss::Failover => {
             sentinels.failover(old_port);
             // Once the old primary is a replica and the gateway has found the new one,
-            // whatever decides can only be the new primary.
+            // whatever decides can only be the new primary. The sentinels kill the old
+            // primary's clients as they reconfigure it (`CLIENT KILL TYPE normal`): a
+            // query caught by that is asked again.
             wait_until(POLL, "the old primary is a replica", || {
-                primary.info_field("replication", "role").as_deref() == Some("slave")
+                primary.try_info_field("replication", "role").as_deref() == Some("slave")
             });
             // From here on the old primary refuses writes (READONLY): the gap counts from
             // its demotion, not from the sentinels' own steps before it.
