@@ -45,6 +45,10 @@ integration: ## Integration tests against real Redis 7.0 and Valkey 8.1 servers 
 	cargo test --test it -- --test-threads=2
 	cargo test -p rl-gateway --test it -- --test-threads=2
 
+.PHONY: config-reference
+config-reference: ## Rewrite the tables of the gateway's configuration reference (docs/src/gateway/configuration.md, rules.md) from its schema
+	cargo run -p rl-gateway --example config_reference
+
 docs: ## Check every link and #anchor of the README and the book, then build the book (docs/book/)
 	python3 -m unittest discover -s scripts -p 'test_check_links.py'
 	python3 scripts/check_links.py
