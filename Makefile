@@ -58,6 +58,10 @@ integration-newer: ## The integration suites again on Redis 8.6 and Valkey 9.1, 
 	REDIS_SERVER=$$(scripts/newer-servers.sh --path redis) VALKEY_SERVER=$$(scripts/newer-servers.sh --path valkey) \
 		cargo test -p rl-gateway --test it -- --test-threads=2 $(GATEWAY_NOT_ON_NEWER)
 
+.PHONY: config-reference
+config-reference: ## Rewrite the tables of the gateway's configuration reference (docs/src/gateway/configuration.md, rules.md) from its schema
+	cargo run -p rl-gateway --example config_reference
+
 docs: ## Check every link and #anchor of the README and the book, then build the book (docs/book/)
 	python3 -m unittest discover -s scripts -p 'test_check_links.py'
 	python3 scripts/check_links.py

@@ -3,15 +3,11 @@
 //! ends, so only proxy mode sees both ends; and one `RL.ACQUIRE` decides it, so it cannot
 //! share a call with other rules (stacking), a policy or a refund by status.
 
-use super::schema::{CountSection, RuleSection};
+use super::schema::{CountSection, RuleSection, DEFAULT_LEASE_TTL};
 use crate::rules::{Concurrency, Limit};
 use ratelimit_core::args::Settings;
 use ratelimit_core::lease::args::parse_ttl;
 use ratelimit_core::lease::MAX_LEASES;
-
-/// A lease's length when the rule does not say: long enough for a slow response, short
-/// enough that a gateway that died gives its slots back within a minute.
-const DEFAULT_LEASE_TTL: &str = "60s";
 
 /// The rule's concurrency limit, if it has one, checked; `limit` is its (checked) limit.
 pub(super) fn concurrency(

@@ -3,13 +3,16 @@
 //!
 //! - `schema`: the file as written, with its defaults;
 //! - `settings`: `[server]` and `[redis]`, checked;
-//! - `rule_set` and `limit`: the rules, compiled.
+//! - `rule_set` and `limit`: the rules, compiled;
+//! - `reference`: the configuration reference's tables, generated from `schema`.
 
 mod concurrency;
 mod envoy;
 mod error;
 mod limit;
 mod redis_connection;
+#[doc(hidden)]
+pub mod reference;
 mod rule_set;
 mod schema;
 mod settings;

@@ -45,15 +45,30 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// The `[connections]` section of the file.
-#[derive(Deserialize)]
+/// The `[connections]` section of the file: per listener.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
+#[schemars(extend("x-reload" = "restart"))]
 pub(crate) struct ConnectionSection {
+    /// At least 1: connections served at once, per listener. One more is accepted,
+    /// answered 503 and closed at once, so that it neither waits in the kernel's queue nor
+    /// holds a slot.
     max_connections: usize,
+    /// Connections one client (its `[client_ip]` network) may hold at once; `0`: no cap;
+    /// trusted proxies are not capped.
     max_connections_per_client: usize,
+    /// 1 to 86400000: from the first byte of a request head to its end, else 408.
     head_timeout_ms: u64,
+    /// 1 to 86400000: with no request in progress, from the connection's start or the end
+    /// of the last response to the first byte of the next request.
     idle_timeout_ms: u64,
+    /// 1 to 86400000: how long a write to the client may wait without a byte going out
+    /// (nginx's `send_timeout`); a client that stops reading its response would otherwise
+    /// hold its connection, and an upstream connection, for good.
     send_timeout_ms: u64,
+    /// 1 to 86400000: how long, summed over the whole body, a request's body may keep the
+    /// gateway (and its upstream connection) waiting for the client's next bytes; past it
+    /// 408.
     body_timeout_ms: u64,
 }
 

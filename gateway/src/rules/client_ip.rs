@@ -37,10 +37,13 @@ impl Prefixes {
 }
 
 /// The `[client_ip]` section of the file.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
+#[schemars(extend("x-reload" = "restart"))]
 pub(crate) struct PrefixSection {
+    /// 1 to 32: the leading bits of an IPv4 address that name its client.
     ipv4_prefix: u8,
+    /// 1 to 128: the same for IPv6, where one host commonly holds a /64.
     ipv6_prefix: u8,
 }
 

@@ -40,18 +40,34 @@ const HEADER_BYTES_RANGE: std::ops::RangeInclusive<usize> = 1024..=1024 * 1024;
 /// Bounds on `max_path_segments`.
 const SEGMENTS_RANGE: std::ops::RangeInclusive<usize> = 1..=4096;
 
-#[derive(Deserialize)]
+/// The `[requests]` section of the file.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
+#[schemars(extend("x-reload" = "restart"))]
 pub(crate) struct RequestsSection {
+    /// RFC 3986: `%61` is `a`, `.` and `..` resolved.
     normalize_path: bool,
+    /// `//` is `/`.
     merge_slashes: bool,
+    /// `%2F`, `%5C`, a raw `\`: 400 (`"reject_request"`), `"keep_unchanged"`, or
+    /// `"unescape_and_forward"`.
     path_with_escaped_slashes_action: String,
+    /// `;jsessionid=...` removed to the end of its segment (`"strip"`), 400 (`"reject"`),
+    /// or `"keep"`.
     path_parameters: String,
+    /// `true`: letters lower-cased (ASP.NET, IIS).
     case_insensitive_paths: bool,
+    /// 1 to 4096; a longer path gets 414.
     max_path_segments: usize,
-    max_header_bytes: usize,
+    /// `X-HTTP-Method-Override` and its kin, or a `_method` query parameter, naming
+    /// another method: 400 (`"reject"`) or `"keep"`.
     method_override_headers: String,
+    /// A header name with `_`: 400 (`"reject_request"`), `"drop_header"` (proxy mode
+    /// only) or `"allow"`.
     headers_with_underscores_action: String,
+    /// 1024 to 1048576: the largest request head (request line and headers); a larger one
+    /// gets 431.
+    max_header_bytes: usize,
 }
 
 impl Default for RequestsSection {
