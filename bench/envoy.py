@@ -29,17 +29,16 @@ Python 3 standard library only; every process it starts is stopped by its pid.
 
 import argparse
 import datetime
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 from lib.cpu import process_cpu_seconds
-from lib.net import free_ports
+from lib.grpc_load import run_load
+from lib.net import free_ports, wait_port
 from lib.processes import Processes, stop_on_signals
 from lib.report import README_LINK, git_commit, log, machine_description
 from lib.rounds import rotated
@@ -55,17 +54,6 @@ SCENARIOS = ["null", "grpc", "grpc3", "http"]
 THREE = [("user", "bench"), ("path", "/bench"), ("plan", "free")]
 
 
-def wait_port(port: int, what: str, limit: float = 20.0) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"{what} did not listen on {port}")
-
-
 def redis_commands(port: int) -> int:
     """Commands the server has run, but the INFO that asks."""
     out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"],
@@ -75,11 +63,6 @@ def redis_commands(port: int) -> int:
         if line.startswith("cmdstat_") and not line.startswith("cmdstat_info:"):
             total += int(line.split("calls=")[1].split(",")[0])
     return total
-
-
-def run_load(args: List[str]) -> Dict[str, float]:
-    out = subprocess.run([str(LOAD)] + args, capture_output=True, text=True, check=True).stdout
-    return {k: float(v) for k, v in (item.split("=") for item in out.split())}
 
 
 def main() -> int:
@@ -153,7 +136,7 @@ response_headers = true
 
         # Warm up every path once.
         for scenario in SCENARIOS:
-            run_load(args(scenario, 1)[:3] + ["0.3"] + args(scenario, 1)[4:])
+            run_load(LOAD, args(scenario, 1)[:3] + ["0.3"] + args(scenario, 1)[4:])
         results: Dict[Tuple[str, int], List[Dict[str, float]]] = {}
         for r in range(options.rounds):
             # One step further each round: every scenario runs first, second and last in turn.
@@ -162,7 +145,7 @@ response_headers = true
                 for scenario in order:
                     before = process_cpu_seconds(servers[scenario])
                     commands_before = redis_commands(redis_port)
-                    got = run_load(args(scenario, n))
+                    got = run_load(LOAD, args(scenario, n))
                     got["cpu_us"] = (process_cpu_seconds(servers[scenario]) - before) * 1e6 / max(got["calls"], 1)
                     got["commands"] = (redis_commands(redis_port) - commands_before) / max(got["calls"], 1)
                     got["rps"] = got["calls"] / got["seconds"]

@@ -24,17 +24,16 @@ Python 3 standard library only; every process it starts is stopped by its pid.
 
 import argparse
 import datetime
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 from lib.cpu import process_cpu_seconds
-from lib.net import free_ports
+from lib.grpc_load import run_load
+from lib.net import free_ports, wait_port
 from lib.processes import Processes, stop_on_signals
 from lib.report import README_LINK, git_commit, log, machine_description
 from lib.rounds import rotated
@@ -46,17 +45,6 @@ GATEWAY = RELEASE_DIR / "rl-gateway"
 LOAD = RELEASE_DIR / "grpc-load"
 OUTPUT = BENCH_DIR / "REDIS-TLS-RESULTS.md"
 SCENARIOS = ["plain", "tls"]
-
-
-def wait_port(port: int, what: str, limit: float = 20.0) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"{what} did not listen on {port}")
 
 
 def openssl(work: Path, *args: str) -> None:
@@ -92,11 +80,6 @@ path = "/bench"
 key = "header:X-User"
 limits = ["1000000000/1m"]
 """
-
-
-def run_load(args: List[str]) -> Dict[str, float]:
-    out = subprocess.run([str(LOAD)] + args, capture_output=True, text=True, check=True).stdout
-    return {k: float(v) for k, v in (item.split("=") for item in out.split())}
 
 
 def main() -> int:
@@ -147,7 +130,7 @@ def main() -> int:
                     "/bench", "X-User", "bench"]
 
         for scenario in SCENARIOS:  # warm up, and fail early if a path does not answer
-            warm = run_load(args(scenario, 1, 0.3))
+            warm = run_load(LOAD, args(scenario, 1, 0.3))
             if warm["errors"] or not warm["calls"]:
                 raise SystemExit(f"{scenario}: {warm}; see {work / (scenario + '.log')}")
         results: Dict[Tuple[str, int], List[Dict[str, float]]] = {}
@@ -157,7 +140,7 @@ def main() -> int:
                 for scenario in order:
                     pid = gateways[scenario][0].pid
                     before = (process_cpu_seconds(pid), process_cpu_seconds(redis.pid))
-                    got = run_load(args(scenario, n, options.seconds))
+                    got = run_load(LOAD, args(scenario, n, options.seconds))
                     calls = max(got["calls"], 1)
                     got["gateway_us"] = (process_cpu_seconds(pid) - before[0]) * 1e6 / calls
                     got["redis_us"] = (process_cpu_seconds(redis.pid) - before[1]) * 1e6 / calls

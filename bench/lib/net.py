@@ -1,6 +1,7 @@
-"""Free loopback ports for the servers a benchmark starts."""
+"""Free loopback ports for the servers a benchmark starts, and waiting for them to listen."""
 
 import socket
+import time
 from typing import List
 
 # A cluster node also listens on its port + 10000 (the cluster bus), so a node's port must
@@ -42,3 +43,16 @@ def free_cluster_port() -> int:
             except OSError:
                 continue
         return port
+
+
+def wait_port(port: int, what: str, limit: float = 20.0) -> None:
+    """Returns once 127.0.0.1:port accepts a connection; exits naming `what` after `limit`
+    seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{what} did not listen on {port}")

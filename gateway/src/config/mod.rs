@@ -10,6 +10,7 @@ mod concurrency;
 mod envoy;
 mod error;
 mod limit;
+mod pem;
 mod redis_connection;
 #[doc(hidden)]
 pub mod reference;

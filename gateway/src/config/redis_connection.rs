@@ -6,10 +6,10 @@
 //! loaded from disk (`--check-config` included). Passwords are read only at start, from the
 //! environment or a file the gateway is given, and never appear in a message.
 
+use super::pem::{read_certificates, read_client};
 use super::schema::RedisSection;
 use redis::IntoConnectionInfo;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -462,54 +462,20 @@ impl TlsSettings {
         };
         if let Some(path) = &mut self.ca_file {
             resolve(path);
-            self.material.ca = Some(read_certificates("tls_ca_file", path)?);
+            self.material.ca = Some(read_certificates("redis", "tls_ca_file", path)?);
         }
         if let Some((cert, key)) = &mut self.client_files {
             resolve(cert);
             resolve(key);
-            let chain = read_certificates("tls_cert_file", cert)?;
-            let key_pem = read_pem("tls_key_file", key)?;
-            if PrivateKeyDer::from_pem_slice(&key_pem).is_err() {
-                return Err(format!(
-                    "[redis] tls_key_file '{}': no PEM private key in it",
-                    key.display()
-                ));
-            }
-            self.material.client = Some((chain, key_pem));
+            self.material.client = Some(read_client(
+                "redis",
+                ["tls_cert_file", "tls_key_file"],
+                cert,
+                key,
+            )?);
         }
         Ok(())
     }
-}
-
-fn read_pem(setting: &str, path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| {
-        format!(
-            "[redis] {setting} '{}': cannot read it: {e}",
-            path.display()
-        )
-    })
-}
-
-/// The file's bytes when it holds at least one PEM certificate and nothing malformed.
-fn read_certificates(setting: &str, path: &Path) -> Result<Vec<u8>, String> {
-    let bytes = read_pem(setting, path)?;
-    let mut count = 0;
-    for certificate in CertificateDer::pem_slice_iter(&bytes) {
-        certificate.map_err(|e| {
-            format!(
-                "[redis] {setting} '{}': not PEM certificates ({e})",
-                path.display()
-            )
-        })?;
-        count += 1;
-    }
-    if count == 0 {
-        return Err(format!(
-            "[redis] {setting} '{}': no PEM certificate in it",
-            path.display()
-        ));
-    }
-    Ok(bytes)
 }
 
 impl RedisConnection {

@@ -11,6 +11,7 @@
 //! that forwards its clients' requests and credentials over a connection anyone on the
 //! path can take over is not one to offer; a private CA is what `upstream_ca_file` is for.
 
+use super::pem::{read_certificates, read_client};
 use super::schema::ServerSection;
 use super::TlsMaterial;
 use rustls::client::ClientConfig;
@@ -183,20 +184,17 @@ impl UpstreamTls {
         };
         if let Some(path) = &mut self.ca_file {
             resolve(path);
-            self.material.ca = Some(read_certificates("upstream_ca_file", path)?);
+            self.material.ca = Some(read_certificates("server", "upstream_ca_file", path)?);
         }
         if let Some((cert, key)) = &mut self.client_files {
             resolve(cert);
             resolve(key);
-            let chain = read_certificates("upstream_cert_file", cert)?;
-            let key_pem = read_pem("upstream_key_file", key)?;
-            if PrivateKeyDer::from_pem_slice(&key_pem).is_err() {
-                return Err(format!(
-                    "[server] upstream_key_file '{}': no PEM private key in it",
-                    key.display()
-                ));
-            }
-            self.material.client = Some((chain, key_pem));
+            self.material.client = Some(read_client(
+                "server",
+                ["upstream_cert_file", "upstream_key_file"],
+                cert,
+                key,
+            )?);
         }
         // Without a CA file the roots are the system's, read at start: an empty store
         // here is enough to judge the client certificate and its key.
@@ -284,37 +282,6 @@ fn system_roots() -> (RootCertStore, Roots) {
     }
     roots.add_parsable_certificates(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().cloned());
     (roots, Roots::Mozilla)
-}
-
-fn read_pem(setting: &str, path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| {
-        format!(
-            "[server] {setting} '{}': cannot read it: {e}",
-            path.display()
-        )
-    })
-}
-
-/// The file's bytes when it holds at least one PEM certificate and nothing malformed.
-fn read_certificates(setting: &str, path: &Path) -> Result<Vec<u8>, String> {
-    let bytes = read_pem(setting, path)?;
-    let mut count = 0;
-    for certificate in CertificateDer::pem_slice_iter(&bytes) {
-        certificate.map_err(|e| {
-            format!(
-                "[server] {setting} '{}': not PEM certificates ({e})",
-                path.display()
-            )
-        })?;
-        count += 1;
-    }
-    if count == 0 {
-        return Err(format!(
-            "[server] {setting} '{}': no PEM certificate in it",
-            path.display()
-        ));
-    }
-    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ pub(crate) const MAX_METRIC_NAME_BYTES: usize = 255;
 
 /// A metric label value as envoyproxy/ratelimit writes its stats key (`*`, `/` and every
 /// printable character kept), but for `"`, `\` and control characters, which become `_`
-/// (the metrics are written without escaping); at most [`MAX_METRIC_NAME_BYTES`].
+/// (so that a label stays one line of plain text, whatever a request brings); at most [`MAX_METRIC_NAME_BYTES`].
 pub(crate) fn metric_label(text: &str) -> String {
     let clean: String = text
         .chars()
