@@ -25,17 +25,23 @@ KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/redis-ratelimit/servers
 JOBS=$(nproc 2>/dev/null || echo 2)
 
+# Builds from before TLS was built in lack this line in their SOURCE: they are built again.
+with_tls() {
+    grep -qx "tls yes" "$1/SOURCE" 2>/dev/null
+}
+
 # The first installed build of a server (the pinned version if present), or nothing.
 installed() {
     local name=$1 want=$2 dir
-    if [ -x "$CACHE/$name-$want/bin/$name-server" ]; then
+    if [ -x "$CACHE/$name-$want/bin/$name-server" ] && with_tls "$CACHE/$name-$want"; then
         echo "$CACHE/$name-$want/bin/$name-server"
         return
     fi
     # Another version counts only where it was built in place of this one (the archive
     # had moved on): a new pin builds its own.
     for dir in "$CACHE/$name"-*/; do
-        if [ -x "$dir/bin/$name-server" ] && grep -qx "wanted $want" "$dir/SOURCE" 2>/dev/null; then
+        if [ -x "$dir/bin/$name-server" ] && grep -qx "wanted $want" "$dir/SOURCE" 2>/dev/null &&
+            with_tls "$dir"; then
             echo "${dir%/}/bin/$name-server"
             return
         fi
@@ -64,7 +70,8 @@ as_root() {
 }
 
 # Building these sources needs a C and C++ toolchain (Redis 8 vendors fast_float, in C++)
-# and dpkg-source (to unpack); TLS is left out (the TLS tests use Debian 12's redis-server).
+# and dpkg-source (to unpack), and OpenSSL's headers (TLS is built in: the gateway's TLS
+# tests run on these servers too).
 need=()
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v c++ >/dev/null || need+=(g++)
@@ -72,6 +79,7 @@ command -v make >/dev/null || need+=(make)
 command -v dpkg-source >/dev/null || need+=(dpkg-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -r "$KEYRING" ] || need+=(debian-archive-keyring)
+dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
 if [ ${#need[@]} -gt 0 ]; then
     echo "newer-servers: installing ${need[*]}"
     as_root apt-get update -qq
@@ -146,10 +154,10 @@ build() {
         exit 1
     }
     src=$work/src
-    echo "newer-servers: building $name-server $upstream (make -j$JOBS, no TLS; a few minutes)"
+    echo "newer-servers: building $name-server $upstream (make -j$JOBS, with TLS; a few minutes)"
     # Upstream's own makefile with its vendored dependencies (jemalloc, Lua, hiredis), as
     # upstream ships it; Debian's packaging would link Debian 13's libraries instead.
-    make -C "$src/src" -j"$JOBS" BUILD_TLS=no >"$work/build.log" 2>&1 || {
+    make -C "$src/src" -j"$JOBS" BUILD_TLS=yes >"$work/build.log" 2>&1 || {
         tail -n 40 "$work/build.log" >&2
         echo "newer-servers: building $name $upstream failed (log above)" >&2
         exit 1
@@ -159,7 +167,7 @@ build() {
         [ -e "$src/src/$name-$bin" ] && cp -L "$src/src/$name-$bin" "$prefix.tmp/bin/"
     done
     printf '%s\n' "$pkg $debver from Debian's $MIRROR (deb-src unstable/experimental)" \
-        "wanted $want" >"$prefix.tmp/SOURCE"
+        "wanted $want" "tls yes" >"$prefix.tmp/SOURCE"
     rm -rf "$prefix"
     mv "$prefix.tmp" "$prefix"
     rm -rf "$work"
