@@ -641,7 +641,11 @@ function RL.period_named(_name)
     return nil
 end
 
-function RL.zone_named(_name)
+-- The zone `TZ` names: only UTC, which needs no tz database; any other name is refused.
+function RL.zone_named(name)
+    if name ~= nil and (RL.is_word(name, 'UTC') or RL.is_word(name, 'ETC/UTC')) then
+        return 'UTC'
+    end
     return nil
 end
 
@@ -1171,7 +1175,7 @@ end
 
 local function reset(keys, args)
     if #keys ~= 1 or #args ~= 0 then
-        RL.arity('rl.reset')
+        RL.arity('RL.RESET')
     end
     local value, expiry = RL.open_key(keys[1])
     if value == nil then
@@ -1196,7 +1200,7 @@ end
 register('rl_version', function()
     return RL.VERSION
 end, true)
-register('rl_hit', single('rl.hit', 'hit'))
-register('rl_peek', single('rl.peek', 'peek'), true)
-register('rl_refund', single('rl.refund', 'refund'))
+register('rl_hit', single('RL.HIT', 'hit'))
+register('rl_peek', single('RL.PEEK', 'peek'), true)
+register('rl_refund', single('RL.REFUND', 'refund'))
 register('rl_reset', guarded(reset))
