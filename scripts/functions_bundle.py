@@ -24,6 +24,8 @@ SOURCES = [
     "encoding.lua",
     "args.lua",
     "fixed.lua",
+    "sliding.lua",
+    "bucket.lua",
     "limiter.lua",
     "commands.lua",
 ]
