@@ -27,6 +27,7 @@ SOURCES = [
     "sliding.lua",
     "bucket.lua",
     "limiter.lua",
+    "multi.lua",
     "commands.lua",
 ]
 

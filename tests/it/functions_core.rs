@@ -464,3 +464,172 @@ fn a_replica_holds_the_bytes_the_library_wrote() {
         assert_eq!(look[..3], [1, 5, 3]);
     });
 }
+
+/// A key's value and absolute expiry (-1 none, -2 no key).
+type Held = (Option<Vec<u8>>, i64);
+
+/// Runs `RL.M<command>` on `m1 m2` and `FCALL rl_m<command>` on `l1 l2` with `args` after
+/// the keys, in one transaction during which the clock stays in one ms (as [`same_ms`],
+/// the keys first put back as `before`); returns both replies and what the four keys hold.
+fn same_ms_several(
+    con: &mut Connection,
+    command: &str,
+    args: &str,
+    before: &[Held; 2],
+) -> ((Value, Value), [Held; 4]) {
+    let (module, library) = names(&format!("m{command}"));
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let keys = ["several:m1", "several:m2", "several:l1", "several:l2"];
+    for _ in 0..1_000 {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (n, key) in keys.iter().enumerate() {
+            match &before[n % 2] {
+                (None, _) => pipe.cmd("DEL").arg(key).ignore(),
+                (Some(value), -1) => pipe.cmd("SET").arg(key).arg(value).ignore(),
+                (Some(value), at) => pipe
+                    .cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("PXAT")
+                    .arg(*at)
+                    .ignore(),
+            };
+        }
+        pipe.cmd("TIME");
+        pipe.cmd("RL.HIT")
+            .arg(PROBE)
+            .arg("9007199254740991")
+            .arg("366d");
+        pipe.cmd(&module).arg(2).arg(&keys[..2]).arg(&args);
+        pipe.cmd("FCALL")
+            .arg(&library)
+            .arg(2)
+            .arg(&keys[2..])
+            .arg(&args);
+        for key in keys {
+            pipe.cmd("GET").arg(key).cmd("PEXPIRETIME").arg(key);
+        }
+        pipe.cmd("RL.HIT")
+            .arg(PROBE)
+            .arg("9007199254740991")
+            .arg("366d");
+        pipe.cmd("TIME");
+        let r: Vec<Value> = pipe.query(con).expect("EXEC");
+        let time = |v: &Value| -> i64 {
+            let (secs, micros): (i64, i64) = redis::from_redis_value(v.clone()).expect("TIME");
+            secs * 1_000 + micros / 1_000
+        };
+        let start = time(&r[0]);
+        let end = start - start.rem_euclid(PROBE_WINDOW_MS) + PROBE_WINDOW_MS;
+        let module_clock = |v: &Value| -> i64 {
+            let reply: Vec<i64> = redis::from_redis_value(v.clone()).expect("probe");
+            end - reply[3]
+        };
+        let clocks = [
+            start,
+            module_clock(&r[1]),
+            module_clock(&r[12]),
+            time(&r[13]),
+        ];
+        if clocks.iter().all(|&c| c == start) {
+            let held = |n: usize| -> Held {
+                (
+                    redis::from_redis_value(r[4 + 2 * n].clone()).expect("GET"),
+                    redis::from_redis_value(r[5 + 2 * n].clone()).expect("PEXPIRETIME"),
+                )
+            };
+            return (
+                (r[2].clone(), r[3].clone()),
+                [held(0), held(1), held(2), held(3)],
+            );
+        }
+    }
+    panic!("no transaction ran within one ms in 1000 tries");
+}
+
+#[test]
+fn several_keys_answer_and_store_as_the_module_does() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        let minutes = window_clear_of_edges(&mut con) / 60_000;
+        let a = format!("SPEC 3 {minutes}m");
+        let b = "SPEC 2 1s ALGO gcra BURST 3";
+        let c = format!("SPEC 4 {minutes}m 6 {}m ALGO sliding", minutes * 2);
+        let steps: Vec<(&str, String)> = vec![
+            ("peek", format!("{a} {b}")),
+            ("refund", format!("{a} {b}")),
+            ("hit", format!("{a} {b}")),
+            ("hit", format!("{a} COST 2 {b}")),
+            // The first key is full: nothing is counted in the second.
+            ("hit", format!("{a} {b}")),
+            ("peek", format!("{a} {b} COST 9")),
+            ("refund", format!("{a} COST 2 {b}")),
+            ("hit", format!("{a} {b} COST 3")),
+            ("hit", format!("{b} {c}")),
+            ("hit", format!("{c} {c} COST 4")),
+            ("refund", format!("{c} COST 2 {c}")),
+        ];
+        let mut before: [Held; 2] = [(None, -2), (None, -2)];
+        for (n, (command, args)) in steps.iter().enumerate() {
+            let ((module, library), held) = same_ms_several(&mut con, command, args, &before);
+            let context = format!("step {n} {command} {args}");
+            assert_eq!(module, library, "{context}");
+            assert_eq!(held[..2], held[2..], "{context}");
+            before = [held[0].clone(), held[1].clone()];
+        }
+    });
+}
+
+#[test]
+fn several_keys_bad_input_gets_the_module_errors() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        redis::cmd("SET")
+            .arg("text")
+            .arg("hello")
+            .exec(&mut con)
+            .expect("SET");
+        redis::cmd("HSET")
+            .arg("hash")
+            .arg("f")
+            .arg("v")
+            .exec(&mut con)
+            .expect("HSET");
+        let cases: &[(&[&str], &str)] = &[
+            (&["a", "b"], "SPEC 1 1s"),
+            (&["a", "b"], "1 1s"),
+            (&["a", "b"], "SPEC 1 1s SPEC 1 1s SPEC 1 1s"),
+            (&["a", "a"], "SPEC 1 1s SPEC 1 1s"),
+            (&["a", "SPEC"], "1 1s SPEC 1 1s"),
+            (&["a"], "SPEC"),
+            (&["a"], "SPEC 0 1s"),
+            (&["a", "b"], "SPEC 1 1s SPEC 5 1m COSTS 2"),
+            (&["a", "b"], "SPEC 1 1s SPEC"),
+            (&["a", "text"], "SPEC 1 1s SPEC 1 1s"),
+            (&["a", "hash"], "SPEC 1 1s SPEC 1 1s"),
+            (&["a"], "SPEC 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s"),
+            (
+                &[
+                    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p",
+                    "q",
+                ],
+                "SPEC 1 1s",
+            ),
+        ];
+        for (keys, args) in cases {
+            let args: Vec<&str> = args.split_whitespace().collect();
+            for command in ["hit", "peek", "refund"] {
+                let (module, library) = names(&format!("m{command}"));
+                let expected = error_text(
+                    &mut con,
+                    redis::cmd(&module).arg(keys.len()).arg(*keys).arg(&args),
+                );
+                let got = error_text(&mut con, &fcall_cmd(&library, keys, &args));
+                assert_eq!(got, expected, "{command} {keys:?} {args:?}");
+            }
+        }
+    });
+}
