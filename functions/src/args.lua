@@ -227,14 +227,9 @@ function RL.parse_limits(command, args, first)
     return { algo = algo, tiers = tiers, cost = o.COST or 1 }
 end
 
--- Calendar periods and zones, filled in by calendar.lua.
-function RL.period_named(_name)
-    return nil
-end
-
 -- The zone `TZ` names: only UTC, which needs no tz database; any other name is refused.
 function RL.zone_named(name)
-    if name ~= nil and (RL.is_word(name, 'UTC') or RL.is_word(name, 'ETC/UTC')) then
+    if RL.is_word(name, 'UTC') then
         return 'UTC'
     end
     return nil
