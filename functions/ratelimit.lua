@@ -449,6 +449,8 @@ RL.ERR = {
     anchor_without = 'ERR ANCHOR applies to a month window',
     policy = 'ERR POLICY needs the module: named policies live in its RDB data, which the '
         .. 'functions library cannot read; pass the rule (limit window ...) instead',
+    log = 'ERR ALGO log needs the module: the functions library has no sliding log (use ALGO '
+        .. 'sliding, or the module)',
     tz = 'ERR TZ other than UTC needs the module: the functions library has no time zone '
         .. 'database (use TZ UTC, or the module)',
 }
@@ -543,6 +545,9 @@ local function parse_options(args, i)
         local option = string.upper(args[i])
         local value = args[i + 1]
         if option == 'ALGO' then
+            if value ~= nil and string.lower(value) == 'log' then
+                RL.fail(RL.ERR.log)
+            end
             set_once(o, 'ALGO', value and RL.ALGO_BY_NAME[string.lower(value)], RL.ERR.algo)
         elseif option == 'BURST' then
             set_once(o, 'BURST', RL.parse_positive(value), RL.ERR.burst)
@@ -1301,6 +1306,16 @@ local function quota_equal(a, b)
     return a.limit == b.limit and a.window == b.window and a.burst == b.burst and ca == cb
 end
 
+-- The stored algorithm `id`; an exact sliding log (id 3), which only the module reads,
+-- is refused as such rather than called foreign.
+local function owner_of(id)
+    if id == 3 then
+        RL.fail('ERR key holds an ALGO log state, which only the module reads: use the module, '
+            .. 'or RL.RESET it with the module')
+    end
+    return RL.ALGO_BY_ID[id]
+end
+
 local function capacity(algo, quota)
     return algo.capacity(quota)
 end
@@ -1314,7 +1329,7 @@ local function lost_expiry_usage(form, expiry)
     if form.form == 'count' then
         return form.count
     end
-    local owner = RL.ALGO_BY_ID[form.algorithm]
+    local owner = owner_of(form.algorithm)
     if owner == nil or owner.from_short(form.short, 0) == nil then
         RL.fail(NOT_OURS)
     end
@@ -1347,7 +1362,7 @@ local function read_prior(algo, stored, expiry, now)
     end
     if form.form == 'short' then
         local expires = expiry()
-        local owner = RL.ALGO_BY_ID[form.algorithm]
+        local owner = owner_of(form.algorithm)
         local state = expires and owner and owner.from_short(form.short, expires)
         if state == nil then
             RL.fail(NOT_OURS)
@@ -1357,7 +1372,7 @@ local function read_prior(algo, stored, expiry, now)
         end
         return { kind = 'usage', used = owner.used(state, now, form.quota) }, false
     end
-    local owner = RL.ALGO_BY_ID[form.algorithm]
+    local owner = owner_of(form.algorithm)
     local tiers = owner and RL.decode_tiers(owner, form)
     if tiers == nil then
         RL.fail(NOT_OURS)
@@ -1594,7 +1609,7 @@ function RL.is_state(stored, expiry)
     if form.form == 'count' then
         return true
     end
-    local owner = RL.ALGO_BY_ID[form.algorithm]
+    local owner = owner_of(form.algorithm)
     if owner == nil then
         return false
     end

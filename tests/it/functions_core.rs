@@ -413,6 +413,8 @@ fn what_the_library_cannot_do_is_refused_and_writes_nothing() {
                 "ERR TZ other than UTC needs the module",
             ),
             ("5 day TZ Etc/UTC", "ERR TZ other than UTC needs the module"),
+            ("5 1m ALGO log", "ERR ALGO log needs the module"),
+            ("5 1m ALGO LOG COST 2", "ERR ALGO log needs the module"),
             ("9007199254740992 1m", too_large),
             ("5 1m COST 9007199254740992", too_large),
         ];
@@ -439,6 +441,36 @@ fn what_the_library_cannot_do_is_refused_and_writes_nothing() {
             get_bytes(&mut con, "big"),
             Some(b"9007199254740993".to_vec())
         );
+    });
+}
+
+/// A key the module wrote with ALGO log is refused as such by every function, and left as
+/// it is.
+#[test]
+fn a_sliding_log_written_by_the_module_is_refused_and_kept() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        hit(&mut con, "log", &["5", "1h", "ALGO", "log"]);
+        hit(&mut con, "logs", &["5", "1h", "7", "2h", "ALGO", "log"]);
+        for key in ["log", "logs"] {
+            let before = stored(&mut con, key.as_bytes());
+            for (function, args) in [
+                ("rl_hit", &["5", "1h"][..]),
+                ("rl_peek", &["5", "1h", "ALGO", "gcra"]),
+                ("rl_refund", &["5", "1h", "ALGO", "sliding"]),
+                ("rl_reset", &[]),
+            ] {
+                let text = error_text(&mut con, &fcall_cmd(function, &[key], args));
+                assert!(
+                    text.starts_with(
+                        "ERR key holds an ALGO log state, which only the module reads"
+                    ),
+                    "{function} {key}: {text}"
+                );
+            }
+            assert_eq!(stored(&mut con, key.as_bytes()), before, "{key}");
+        }
     });
 }
 
