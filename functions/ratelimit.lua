@@ -71,6 +71,10 @@ function RL.parse_digits(text)
     if text == nil or not string.find(text, '^%d+$') then
         return nil
     end
+    if #text <= 15 then
+        -- Below 10^15 < 2^53: exact, and the common case, without the checks below.
+        return tonumber(text)
+    end
     local digits = string.gsub(text, '^0+', '')
     if #digits > #RL.I64_MAX_TEXT or (#digits == #RL.I64_MAX_TEXT and digits > RL.I64_MAX_TEXT) then
         return nil
@@ -616,9 +620,12 @@ function RL.arity(command)
     RL.fail("ERR wrong number of arguments for '" .. command .. "' command")
 end
 
--- Parses the rule in args[first..] of `command` (its name, for the arity error): returns
--- { algo, tiers, cost }. `POLICY name` is refused.
-function RL.parse_limits(command, args, first)
+-- Rules already parsed, by their arguments: a call repeats the same few rules, and parsing
+-- is pure (no config is read), so a rule is parsed once. Never changed once made; the
+-- cache is emptied when it holds 1000 rules, so it stays small.
+local parsed, cached = {}, 0
+
+local function parse_uncached(command, args, first)
     if args[first] ~= nil and RL.is_word(args[first], 'POLICY') then
         RL.fail(RL.ERR.policy)
     end
@@ -654,6 +661,23 @@ function RL.zone_named(name)
         return 'UTC'
     end
     return nil
+end
+
+-- Parses the rule in args[first..] of `command` (its name, for the arity error): returns
+-- { algo, tiers, cost }, which the caller must not change. `POLICY name` is refused.
+function RL.parse_limits(command, args, first)
+    -- The count tells ["5", "1m"] from ["5\01m"]: a rule that parses has no NUL in it.
+    local key = (#args - first) .. '\0' .. table.concat(args, '\0', first)
+    local rule = parsed[key]
+    if rule == nil then
+        rule = parse_uncached(command, args, first)
+        if cached >= 1000 then
+            parsed, cached = {}, 0
+        end
+        parsed[key] = rule
+        cached = cached + 1
+    end
+    return rule
 end
 
 -- ==== calendar.lua ====
@@ -884,6 +908,52 @@ function Fixed.decode(r)
         return nil
     end
     return { count = count, ends = ends }
+end
+
+-- The common case at the cost of a few tables: a hit or a look with one tier of fixed
+-- length, on no key or on the plain count its own window wrote (its expiry ends a window
+-- of this length, at most one window from now). It answers what the general path does
+-- (the tests compare both with the module); anything else gets nil and takes that path.
+function Fixed.fast(rule, step, stored, expiry, now)
+    local quota = rule.tiers[2] == nil and rule.tiers[1]
+    if not quota or quota.calendar or (step ~= 'hit' and step ~= 'peek') then
+        return nil
+    end
+    local window, limit, cost = quota.window, quota.limit, rule.cost
+    local count, ends = 0, nil
+    if stored ~= nil then
+        if #stored > 15 or not string.find(stored, '^[1-9]%d*$') then
+            return nil
+        end
+        local at = expiry()
+        if at == nil or at % window ~= 0 or at - now > window then
+            return nil
+        end
+        if at > now then
+            count, ends = tonumber(stored), at
+        end
+    end
+    ends = ends or now - now % window + window
+    local total = count + cost
+    local d
+    local write
+    if total <= limit then
+        d = { allowed = true, limit = limit, remaining = limit - total, reset = ends - now, retry = 0 }
+        if step == 'hit' then
+            write = { value = string.format('%.0f', total), expires = ends }
+        end
+    else
+        local reset, retry = 0, ends - now
+        if count ~= 0 then
+            reset = ends - now
+        end
+        if cost > limit then
+            retry = RL.NEVER
+        end
+        d = { allowed = false, limit = limit, remaining = math.max(limit - count, 0), reset = reset,
+            retry = retry }
+    end
+    return { decision = d, tiers = { d }, write = write }
 end
 
 RL.add_algorithm(Fixed)
@@ -1574,6 +1644,12 @@ end
 -- `stored` (nil: no key) at `now`; `expiry()` gives the key's absolute expiry or nil.
 function RL.run(rule, step, stored, expiry, now)
     local algo, tiers = rule.algo, rule.tiers
+    if algo.fast then
+        local outcome = algo.fast(rule, step, stored, expiry, now)
+        if outcome then
+            return outcome
+        end
+    end
     local prior, lost_expiry = read_prior(algo, stored, expiry, now)
     local states, renewed = starting_states(algo, prior, tiers, now)
     local start = { states = states, renewed = renewed, lost_expiry = lost_expiry }
