@@ -33,8 +33,6 @@ RL.ERR = {
     anchor_without = 'ERR ANCHOR applies to a month window',
     policy = 'ERR POLICY needs the module: named policies live in its RDB data, which the '
         .. 'functions library cannot read; pass the rule (limit window ...) instead',
-    log = 'ERR ALGO log needs the module: the functions library has no sliding log (use ALGO '
-        .. 'sliding, or the module)',
     tz = 'ERR TZ other than UTC needs the module: the functions library has no time zone '
         .. 'database (use TZ UTC, or the module)',
 }
@@ -129,9 +127,6 @@ local function parse_options(args, i)
         local option = string.upper(args[i])
         local value = args[i + 1]
         if option == 'ALGO' then
-            if value ~= nil and string.lower(value) == 'log' then
-                RL.fail(RL.ERR.log)
-            end
             set_once(o, 'ALGO', value and RL.ALGO_BY_NAME[string.lower(value)], RL.ERR.algo)
         elseif option == 'BURST' then
             set_once(o, 'BURST', RL.parse_positive(value), RL.ERR.burst)

@@ -11,13 +11,8 @@ local function quota_equal(a, b)
     return a.limit == b.limit and a.window == b.window and a.burst == b.burst and ca == cb
 end
 
--- The stored algorithm `id`; an exact sliding log (id 3), which only the module reads,
--- is refused as such rather than called foreign.
+-- The algorithm stored under `id`, or nil.
 local function owner_of(id)
-    if id == 3 then
-        RL.fail('ERR key holds an ALGO log state, which only the module reads: use the module, '
-            .. 'or RL.RESET it with the module')
-    end
     return RL.ALGO_BY_ID[id]
 end
 
