@@ -448,6 +448,8 @@ RL.ERR = {
     burst_na = 'ERR BURST applies to ALGO token or gcra with a single tier',
     algo = 'ERR ALGO must be one of fixed, sliding, log, token, gcra',
     log_limit = 'ERR ALGO log allows a limit of at most 10000',
+    log_library = 'ERR ALGO log allows a limit of at most 1000 in the functions library (a call '
+        .. 'reads the whole log): use the module, or ALGO sliding',
     anchor = 'ERR ANCHOR must be a day of the month from 1 to 31',
     tz_without = 'ERR TZ applies to calendar windows: day, week, month or year',
     anchor_without = 'ERR ANCHOR applies to a month window',
@@ -644,6 +646,8 @@ local function parse_uncached(command, args, first)
         for _, q in ipairs(tiers) do
             if q.limit > MAX_LOG_LIMIT then
                 RL.fail(RL.ERR.log_limit)
+            elseif q.limit > RL.LIBRARY_LOG_LIMIT then
+                RL.fail(RL.ERR.log_library)
             end
         end
     end
@@ -1372,49 +1376,58 @@ new_bucket(5, 'gcra')
 local Log = { id = 3, name = 'log', has_burst = false }
 local MAX_ENTRIES = 10001
 
-local function total_of(entries)
+-- A call decodes and writes the whole log, one step per entry, where the module touches
+-- only the entries it changes: the library takes limits up to 1000, so a call stays well
+-- under a millisecond, and refuses a longer log the module wrote.
+RL.LIBRARY_LOG_LIMIT = 1000
+local LIBRARY_ENTRIES = RL.LIBRARY_LOG_LIMIT + 1
+local TOO_LONG = 'ERR key holds an ALGO log of more than 1001 entries, more than the functions '
+    .. 'library reads in one call: use the module'
+
+-- A state is { ats, units, legacy }: two arrays of numbers, oldest first, rather than a
+-- table per entry, so that a call on a long log allocates little.
+
+local function total_of(units, first)
     local total = 0
-    for _, e in ipairs(entries) do
-        total = total + math.max(e.units, 0)
+    for i = first or 1, #units do
+        total = total + math.max(units[i], 0)
     end
     return total
 end
 
--- The entries still in the window at max(now, newest): nil when none is left.
+-- The state as it stands at max(now, newest): `first`, the index of its oldest entry
+-- still in the window (nil when none is), and the units from there on.
 local function seen_at(state, now, window)
     if state == nil then
-        return { at = now, live = nil, used = 0 }
+        return { at = now, used = 0 }
     end
-    local entries = state.entries
-    local at = math.max(entries[#entries].at, now)
+    local ats = state.ats
+    local n = #ats
+    local at = math.max(ats[n], now)
     local horizon = at - window
-    if entries[#entries].at <= horizon then
-        return { at = at, live = nil, used = 0 }
+    if ats[n] <= horizon then
+        return { at = at, used = 0 }
     end
     local first = 1
-    while entries[first].at <= horizon do
+    while ats[first] <= horizon do
         first = first + 1
     end
-    local live = {}
-    for i = first, #entries do
-        live[#live + 1] = entries[i]
-    end
-    return { at = at, live = live, used = total_of(live) }
+    return { at = at, state = state, first = first, used = total_of(state.units, first) }
 end
 
--- The time of the newest entry holding units (the one before a marker), or nil.
-local function newest_counted(entries)
-    local n = #entries
-    if entries[n].units > 0 then
-        return entries[n].at
-    elseif n > 1 then
-        return entries[n - 1].at
+-- The time of the newest live entry holding units (the one before a marker), or nil.
+local function newest_counted(state, first)
+    local n = #state.ats
+    if state.units[n] > 0 then
+        return state.ats[n]
+    elseif n > first then
+        return state.ats[n - 1]
     end
     return nil
 end
 
-local function reset_after(live, window, now)
-    local at = live and newest_counted(live)
+local function reset_after(state, first, window, now)
+    local at = first and newest_counted(state, first)
     if at == nil then
         return 0
     end
@@ -1425,26 +1438,30 @@ local function remaining(seen, limit)
     return math.max(math.min(limit - seen.used, limit), 0)
 end
 
--- `live` with `cost` units logged at `at`: merged into the newest entry at that ms, in
--- place of a marker, or after it; at most MAX_ENTRIES kept, the oldest merged forward.
-local function logged(live, at, cost)
-    local entries = {}
-    for i, e in ipairs(live or {}) do
-        entries[i] = { at = e.at, units = e.units }
+-- The live entries with `cost` units logged at `at`: merged into the newest entry at that
+-- ms, in place of a marker, or after it; at most MAX_ENTRIES kept, the oldest merged on.
+local function logged(seen, at, cost)
+    local ats, units = {}, {}
+    if seen.first then
+        for i = seen.first, #seen.state.ats do
+            ats[#ats + 1] = seen.state.ats[i]
+            units[#units + 1] = seen.state.units[i]
+        end
     end
-    local n = #entries
-    if n > 0 and entries[n].at == at then
-        entries[n].units = RL.exact(entries[n].units + cost)
-    elseif n > 0 and entries[n].units == 0 then
-        entries[n] = { at = at, units = cost }
+    local n = #ats
+    if n > 0 and ats[n] == at then
+        units[n] = RL.exact(units[n] + cost)
+    elseif n > 0 and units[n] == 0 then
+        ats[n], units[n] = at, cost
     else
-        entries[n + 1] = { at = at, units = cost }
+        ats[n + 1], units[n + 1] = at, cost
     end
-    while #entries > MAX_ENTRIES do
-        local oldest = table.remove(entries, 1)
-        entries[1].units = RL.exact(entries[1].units + oldest.units)
+    while #ats > MAX_ENTRIES do
+        table.remove(ats, 1)
+        local oldest = table.remove(units, 1)
+        units[1] = RL.exact(units[1] + oldest)
     end
-    return { entries = entries }
+    return { ats = ats, units = units }
 end
 
 function Log.capacity(quota)
@@ -1457,7 +1474,7 @@ end
 
 function Log.view(state, now, quota)
     local seen = seen_at(state, now, quota.window)
-    return remaining(seen, quota.limit), reset_after(seen.live, quota.window, now)
+    return remaining(seen, quota.limit), reset_after(seen.state, seen.first, quota.window, now)
 end
 
 function Log.check(state, now, quota, cost)
@@ -1468,22 +1485,24 @@ function Log.check(state, now, quota, cost)
         if cost <= quota.limit then
             local excess = total - quota.limit
             local leaves = seen.at
-            local freed = 0
-            for _, e in ipairs(seen.live or {}) do
-                freed = freed + e.units
-                if freed >= excess then
-                    leaves = e.at
-                    break
+            if seen.first then
+                local freed = 0
+                for i = seen.first, #state.ats do
+                    freed = freed + state.units[i]
+                    if freed >= excess then
+                        leaves = state.ats[i]
+                        break
+                    end
                 end
             end
             retry = leaves + quota.window - now
         end
         return { allowed = false, limit = quota.limit, remaining = remaining(seen, quota.limit),
-            reset = reset_after(seen.live, quota.window, now), retry = retry }, nil
+            reset = reset_after(seen.state, seen.first, quota.window, now), retry = retry }, nil
     end
-    local charged = logged(seen.live, seen.at, cost)
+    local charged = logged(seen, seen.at, cost)
     return { allowed = true, limit = quota.limit, remaining = quota.limit - total,
-        reset = reset_after(charged.entries, quota.window, now), retry = 0 }, charged
+        reset = reset_after(charged, 1, quota.window, now), retry = 0 }, charged
 end
 
 -- Takes units off the newest entries in the window first; an entry left with none is
@@ -1493,33 +1512,34 @@ function Log.refund(state, now, quota, amount)
         return nil
     end
     local seen = seen_at(state, now, quota.window)
-    if seen.used == 0 or seen.live == nil then
+    if seen.used == 0 or seen.first == nil then
         return nil
     end
-    local kept = {}
-    for i, e in ipairs(state.entries) do
-        kept[i] = e
+    local live = #state.ats - seen.first + 1
+    -- Entries n + 1 .. are taken, newest first, until they hold `amount` units.
+    local n, held = #state.ats, 0
+    while held < amount and #state.ats - n < live and n > 0 do
+        held = held + math.max(state.units[n], 0)
+        n = n - 1
     end
-    local taken, held = {}, 0
-    while held < amount and #taken < #seen.live and #kept > 0 do
-        local e = table.remove(kept)
-        held = held + math.max(e.units, 0)
-        taken[#taken + 1] = { at = e.at, units = e.units }
+    local ats, units = {}, {}
+    for i = 1, n do
+        ats[i], units[i] = state.ats[i], state.units[i]
     end
-    local newest_at = taken[1].at
+    local newest = #state.ats
     local left = amount
-    for _, e in ipairs(taken) do
-        local take = math.min(math.max(e.units, 0), left)
-        e.units = e.units - take
+    local after = {}
+    for i = newest, n + 1, -1 do
+        local take = math.min(math.max(state.units[i], 0), left)
+        after[i] = state.units[i] - take
         left = left - take
     end
-    for i = #taken, 1, -1 do
-        local e = taken[i]
-        if e.units > 0 or e.at == newest_at then
-            kept[#kept + 1] = e
+    for i = n + 1, newest do
+        if after[i] > 0 or i == newest then
+            ats[#ats + 1], units[#units + 1] = state.ats[i], after[i]
         end
     end
-    return { entries = kept }
+    return { ats = ats, units = units }
 end
 
 function Log.used(state, now, quota)
@@ -1527,54 +1547,50 @@ function Log.used(state, now, quota)
 end
 
 function Log.seeded(used, now, _quota)
-    return { entries = { { at = now, units = math.max(used, 0) } } }
+    return { ats = { now }, units = { math.max(used, 0) } }
 end
 
 function Log.expires_at(state, quota)
-    return state.entries[#state.entries].at + quota.window
-end
-
-local function pairs_bytes(entries)
-    local out = {}
-    for i = 2, #entries do
-        RL.put_varint(out, entries[i].at - entries[i - 1].at)
-        RL.put_varint(out, entries[i].units)
-    end
-    return table.concat(out)
+    return state.ats[#state.ats] + quota.window
 end
 
 function Log.encode(state, out)
-    local entries = state.entries
-    local oldest = entries[1]
-    local pairs = pairs_bytes(entries)
+    local ats, units = state.ats, state.units
+    local pairs = {}
+    for i = 2, #ats do
+        RL.put_varint(pairs, ats[i] - ats[i - 1])
+        RL.put_varint(pairs, units[i])
+    end
+    pairs = table.concat(pairs)
     if state.legacy then
-        RL.put_varint(out, #entries)
+        RL.put_varint(out, #ats)
     else
         RL.put_byte(out, 0)
-        RL.put_varint(out, #entries)
-        RL.put_varint(out, total_of(entries))
+        RL.put_varint(out, #ats)
+        RL.put_varint(out, total_of(units))
     end
-    RL.put_i64(out, oldest.at)
-    RL.put_varint(out, oldest.units)
+    RL.put_i64(out, ats[1])
+    RL.put_varint(out, units[1])
     if not state.legacy then
-        RL.put_varint(out, entries[#entries].at - oldest.at)
+        RL.put_varint(out, ats[#ats] - ats[1])
         RL.put_varint(out, #pairs)
     end
     out[#out + 1] = pairs
 end
 
--- Reads `count - 1` pairs after the oldest entry into `entries`; nil if one is not there
+-- Reads `count - 1` pairs after the oldest entry into the state; nil if one is not there
 -- or breaks the rules (a gap of 0, no units before the newest).
-local function read_pairs(r, entries, count)
+local function read_pairs(r, state, count)
+    local ats, units = state.ats, state.units
     for n = 2, count do
         local gap = RL.read_positive(r)
-        local units = gap and RL.read_varint(r)
-        if units == nil or (units < 1 and n < count) then
+        local u = gap and RL.read_varint(r)
+        if u == nil or (u < 1 and n < count) then
             return nil
         end
-        entries[n] = { at = RL.exact(entries[n - 1].at + gap), units = units }
+        ats[n], units[n] = RL.exact(ats[n - 1] + gap), u
     end
-    return entries
+    return state
 end
 
 local function decode_header(r)
@@ -1587,27 +1603,36 @@ local function decode_header(r)
     if len == nil or count > MAX_ENTRIES or r.pos + len - 1 > #r.s then
         return nil
     end
+    if count > LIBRARY_ENTRIES then
+        RL.fail(TOO_LONG)
+    end
     if count > 1 and units < 1 then
         return nil
     end
     local ends = r.pos + len
-    local entries = read_pairs(r, { { at = at, units = units } }, count)
-    if entries == nil or r.pos ~= ends or entries[count].at - at ~= span
-        or total_of(entries) ~= total then
+    local state = read_pairs(r, { ats = { at }, units = { units } }, count)
+    if state == nil or r.pos ~= ends or state.ats[count] - at ~= span
+        or total_of(state.units) ~= total then
         return nil
     end
-    return { entries = entries }
+    return state
 end
 
 local function decode_plain(r)
     local count = RL.read_positive(r)
+    if count ~= nil and count > LIBRARY_ENTRIES and count <= MAX_ENTRIES then
+        RL.fail(TOO_LONG)
+    end
     local at = count and count <= MAX_ENTRIES and RL.read_i64(r)
     local units = at and RL.read_varint(r)
     if units == nil or (count > 1 and units < 1) then
         return nil
     end
-    local entries = read_pairs(r, { { at = at, units = units } }, count)
-    return entries and { entries = entries, legacy = true }
+    local state = read_pairs(r, { ats = { at }, units = { units } }, count)
+    if state then
+        state.legacy = true
+    end
+    return state
 end
 
 function Log.decode(r)

@@ -28,6 +28,8 @@ RL.ERR = {
     burst_na = 'ERR BURST applies to ALGO token or gcra with a single tier',
     algo = 'ERR ALGO must be one of fixed, sliding, log, token, gcra',
     log_limit = 'ERR ALGO log allows a limit of at most 10000',
+    log_library = 'ERR ALGO log allows a limit of at most 1000 in the functions library (a call '
+        .. 'reads the whole log): use the module, or ALGO sliding',
     anchor = 'ERR ANCHOR must be a day of the month from 1 to 31',
     tz_without = 'ERR TZ applies to calendar windows: day, week, month or year',
     anchor_without = 'ERR ANCHOR applies to a month window',
@@ -224,6 +226,8 @@ local function parse_uncached(command, args, first)
         for _, q in ipairs(tiers) do
             if q.limit > MAX_LOG_LIMIT then
                 RL.fail(RL.ERR.log_limit)
+            elseif q.limit > RL.LIBRARY_LOG_LIMIT then
+                RL.fail(RL.ERR.log_library)
             end
         end
     end
