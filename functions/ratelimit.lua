@@ -1556,12 +1556,28 @@ end
 
 function Log.encode(state, out)
     local ats, units = state.ats, state.units
-    local pairs = {}
-    for i = 2, #ats do
-        RL.put_varint(pairs, ats[i] - ats[i - 1])
-        RL.put_varint(pairs, units[i])
+    -- The pairs' bytes as numbers first, turned into a string a few thousand at a time
+    -- (string.char takes its bytes as arguments): one call per chunk, not per varint.
+    local bytes = {}
+    local function varint(value)
+        repeat
+            local low = value % 128
+            value = (value - low) / 128
+            if value > 0 then
+                low = low + 128
+            end
+            bytes[#bytes + 1] = low
+        until value == 0
     end
-    pairs = table.concat(pairs)
+    for i = 2, #ats do
+        varint(ats[i] - ats[i - 1])
+        varint(units[i])
+    end
+    local chunks = {}
+    for from = 1, #bytes, 4000 do
+        chunks[#chunks + 1] = string.char(unpack(bytes, from, math.min(from + 3999, #bytes)))
+    end
+    local pairs = table.concat(chunks)
     if state.legacy then
         RL.put_varint(out, #ats)
     else
@@ -1579,17 +1595,44 @@ function Log.encode(state, out)
 end
 
 -- Reads `count - 1` pairs after the oldest entry into the state; nil if one is not there
--- or breaks the rules (a gap of 0, no units before the newest).
+-- or breaks the rules (a gap of 0, no units before the newest). The bytes are taken out
+-- a few thousand at a time and decoded here, not one function call per byte.
 local function read_pairs(r, state, count)
     local ats, units = state.ats, state.units
+    local s, pos, last = r.s, r.pos, #r.s
+    local bytes, base = {}, pos
+    -- The varint at `pos`, within 0..2^53-1 (else the library's error), or nil.
+    local function varint()
+        local value, scale = 0, 1
+        for _ = 1, 10 do
+            if pos > last then
+                return nil
+            end
+            local at = pos - base + 1
+            if at > #bytes then
+                base = pos
+                bytes = { string.byte(s, pos, math.min(pos + 3999, last)) }
+                at = 1
+            end
+            local b = bytes[at]
+            pos = pos + 1
+            value = value + (b % 128) * scale
+            if b < 128 then
+                return RL.exact(value)
+            end
+            scale = scale * 128
+        end
+        return nil
+    end
     for n = 2, count do
-        local gap = RL.read_positive(r)
-        local u = gap and RL.read_varint(r)
-        if u == nil or (u < 1 and n < count) then
+        local gap = varint()
+        local u = gap and varint()
+        if u == nil or gap < 1 or (u < 1 and n < count) then
             return nil
         end
         ats[n], units[n] = RL.exact(ats[n - 1] + gap), u
     end
+    r.pos = pos
     return state
 end
 
