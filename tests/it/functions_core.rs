@@ -581,6 +581,10 @@ fn what_the_library_cannot_do_is_refused_and_writes_nothing() {
                 "ERR TZ other than UTC needs the module",
             ),
             ("5 day TZ Etc/UTC", "ERR TZ other than UTC needs the module"),
+            (
+                "1001 1m ALGO log",
+                "ERR ALGO log allows a limit of at most 1000 in the functions library",
+            ),
             ("9007199254740992 1m", too_large),
             ("5 1m COST 9007199254740992", too_large),
         ];
@@ -607,6 +611,58 @@ fn what_the_library_cannot_do_is_refused_and_writes_nothing() {
             get_bytes(&mut con, "big"),
             Some(b"9007199254740993".to_vec())
         );
+    });
+}
+
+/// A log longer than the library reads in a call (one the module wrote under a limit above
+/// the library's) is refused as such, and left for the module, which reads it.
+#[test]
+fn a_log_longer_than_the_library_reads_is_refused_and_kept() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        let varint = |mut v: u64, out: &mut Vec<u8>| loop {
+            let low = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(low);
+                break;
+            }
+            out.push(low | 0x80);
+        };
+        // One log tier of 5000 per hour holding 1002 entries, a ms apart, a unit each.
+        let now = server_ms(&mut con);
+        let mut value = vec![0x01, 3, 1];
+        for param in [5_000, 3_600_000, 5_000] {
+            varint(param, &mut value);
+        }
+        let pairs: Vec<u8> = [1u8, 1].repeat(1_001);
+        value.push(0);
+        varint(1_002, &mut value);
+        varint(1_002, &mut value);
+        value.extend_from_slice(&(now - 2_000).to_le_bytes());
+        varint(1, &mut value);
+        varint(1_001, &mut value);
+        varint(pairs.len() as u64, &mut value);
+        value.extend_from_slice(&pairs);
+        redis::cmd("SET")
+            .arg("long")
+            .arg(&value)
+            .arg("PXAT")
+            .arg(now + 3_600_000)
+            .exec(&mut con)
+            .expect("SET");
+        let text = error_text(
+            &mut con,
+            &fcall_cmd("rl_peek", &["long"], &["500", "1h", "ALGO", "log"]),
+        );
+        assert!(
+            text.starts_with("ERR key holds an ALGO log of more than 1001 entries"),
+            "{text}"
+        );
+        assert_eq!(get_bytes(&mut con, "long"), Some(value));
+        let module = rl(&mut con, "RL.PEEK", b"long", "5000 1h ALGO log");
+        assert_eq!(module.remaining, 5_000 - 1_002 - 1, "the module reads it");
     });
 }
 
