@@ -906,3 +906,60 @@ fn several_keys_bad_input_gets_the_module_errors() {
         }
     });
 }
+
+/// In a Redis Cluster with the library on every primary, a call reaches the node that owns
+/// its key (FCALL's declared keys), every key's state is on its owner, several keys under
+/// one hash tag go together, and keys of different slots are refused by the server.
+#[test]
+fn functions_route_by_their_keys_in_a_cluster() {
+    each_flavor(|flavor| {
+        let cluster = testkit::cluster::Cluster::start(flavor, 3, 0);
+        for primary in cluster.primaries() {
+            assert_eq!(primary.load_functions(), "ratelimit");
+        }
+        let mut client = cluster.client();
+        let keys: Vec<String> = (0..24).map(|n| format!("rl:cluster:{n}")).collect();
+        for key in &keys {
+            let reply: Vec<i64> = fcall_cmd("rl_hit", &[key], &["3", "1h"])
+                .query(&mut client)
+                .unwrap_or_else(|e| panic!("rl_hit {key}: {e}"));
+            assert_eq!(reply[..3], [1, 3, 2], "{key}");
+        }
+        let owners: std::collections::HashSet<u16> = keys
+            .iter()
+            .map(|key| {
+                let owner = cluster.owner_of(key.as_str());
+                let mut con = owner.conn();
+                assert_eq!(
+                    get_bytes(&mut con, key.as_str()),
+                    Some(b"1".to_vec()),
+                    "{key}"
+                );
+                owner.port()
+            })
+            .collect();
+        assert_eq!(owners.len(), 3, "the keys spread over every primary");
+        let together = ["rl:{alice}:login", "rl:{alice}:api"];
+        let reply: Value = fcall_cmd(
+            "rl_mhit",
+            &together,
+            &["SPEC", "3", "1h", "SPEC", "5", "1h"],
+        )
+        .query(&mut client)
+        .expect("rl_mhit under one tag");
+        let (allowed, binding, _): (i64, i64, Vec<Vec<i64>>) =
+            redis::from_redis_value(reply).expect("several keys' reply");
+        assert_eq!((allowed, binding), (1, 0));
+        let owner = cluster.owner_of(together[0]);
+        let mut con = owner.conn();
+        let apart = error_text(
+            &mut con,
+            &fcall_cmd(
+                "rl_mhit",
+                &[keys[0].as_str(), keys[1].as_str()],
+                &["SPEC", "3", "1h", "SPEC", "3", "1h"],
+            ),
+        );
+        assert!(apart.starts_with("CROSSSLOT"), "{apart}");
+    });
+}
