@@ -1354,6 +1354,45 @@ local function new_bucket(id, name)
         return { ms = hi * 4294 + (below - ns) / NS_PER_MS, ns = ns }
     end
 
+    -- The common case with fewer steps: a hit or a look with one tier of fixed length, on
+    -- no key or on the short form this algorithm wrote with the same parameters, lasting
+    -- no longer than its span. It answers what the general path does (the tests compare
+    -- both with the module); anything else gets nil and takes that path.
+    function B.fast(rule, step, stored, expiry, now)
+        local quota = rule.tiers[2] == nil and rule.tiers[1]
+        if not quota or quota.calendar or (step ~= 'hit' and step ~= 'peek') then
+            return nil
+        end
+        local state
+        if stored ~= nil then
+            local form = RL.classify(stored)
+            if form == nil or form.form ~= 'short' or form.algorithm ~= id then
+                return nil
+            end
+            local q, at = form.quota, expiry()
+            if at == nil or q.limit ~= quota.limit or q.window ~= quota.window
+                or q.burst ~= quota.burst or at - now > B.span(quota) then
+                return nil
+            end
+            state = B.from_short(form.short, at)
+            if state == nil then
+                return nil
+            end
+        end
+        local d, charged = B.check(state, now, quota, rule.cost)
+        local write
+        if charged and step == 'hit' then
+            local expires = B.expires_at(charged, quota)
+            if expires <= now then
+                write = 'delete'
+            else
+                write = { value = RL.encode_short(B, quota, B.to_short(charged, expires)),
+                    expires = expires }
+            end
+        end
+        return { decision = d, tiers = { d }, write = write }
+    end
+
     RL.add_algorithm(B)
     return B
 end
