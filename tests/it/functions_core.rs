@@ -155,6 +155,18 @@ fn what_the_library_cannot_do_is_refused_and_writes_nothing() {
             assert!(text.starts_with(prefix), "{args:?}: {text}");
             assert_eq!(stored(&mut con, b"k"), (None, -2), "{args:?} wrote");
         }
+        let text = error_text(
+            &mut con,
+            &fcall_cmd(
+                "rl_mhit",
+                &["a", "b"],
+                &["SPEC", "1", "1s", "SPEC", "POLICY", "x"],
+            ),
+        );
+        assert!(
+            text.starts_with("ERR SPEC 1 (key 'b'): POLICY needs the module"),
+            "{text}"
+        );
         // The largest exact integer works.
         let max = fhit(&mut con, "k", &["9007199254740991", "1m"]);
         assert_eq!(max.remaining, 9_007_199_254_740_990);
