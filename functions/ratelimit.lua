@@ -28,6 +28,15 @@ function RL.fail(message)
     error({ err = message }, 0)
 end
 
+-- The text of an error caught by pcall: the server hands it over as a string, or (on a
+-- server that keeps error tables) as { err = text }.
+function RL.error_text(caught)
+    if type(caught) == 'table' and caught.err ~= nil then
+        return caught.err
+    end
+    return tostring(caught)
+end
+
 -- Raises the error for a number the library cannot hold exactly.
 function RL.too_large()
     RL.fail(RL.TOO_LARGE)
@@ -2084,7 +2093,7 @@ local function parse_rule(words, index, key)
         end
         return rule
     end
-    local message = tostring(rule)
+    local message = RL.error_text(rule)
     if string.find(message, "^ERR wrong number of arguments") then
         message = 'a SPEC needs limit window [limit window ...] or POLICY name'
     end
@@ -2188,7 +2197,7 @@ end
 local function run_key(keys, i, rule, step, value, expiry, now)
     local ok, outcome = pcall(RL.run, rule, step, value, expiry, now)
     if not ok then
-        spec_error(i - 1, keys[i], tostring(outcome))
+        spec_error(i - 1, keys[i], RL.error_text(outcome))
     end
     return outcome
 end
@@ -2259,10 +2268,7 @@ local function guarded(body)
         if ok then
             return result
         end
-        local text = tostring(result)
-        if type(result) == 'table' and result.err ~= nil then
-            text = result.err
-        end
+        local text = RL.error_text(result)
         if not string.find(text, '^[A-Z]+ ') then
             -- A Lua runtime error is a bug of this library: say so, with its text.
             text = 'ERR internal error in the ratelimit library: ' .. text

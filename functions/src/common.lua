@@ -22,6 +22,15 @@ function RL.fail(message)
     error({ err = message }, 0)
 end
 
+-- The text of an error caught by pcall: the server hands it over as a string, or (on a
+-- server that keeps error tables) as { err = text }.
+function RL.error_text(caught)
+    if type(caught) == 'table' and caught.err ~= nil then
+        return caught.err
+    end
+    return tostring(caught)
+end
+
 -- Raises the error for a number the library cannot hold exactly.
 function RL.too_large()
     RL.fail(RL.TOO_LARGE)
