@@ -48,6 +48,8 @@ fn transcripts_answer_as_written() {
             .module_arg("policies-in-rdb")
             .module_arg("yes")
             .start();
+        // The Functions library's page calls it: FLUSHALL between pages keeps it.
+        server.load_functions();
         for page in pages() {
             let transcripts: Vec<Block> = blocks(&page)
                 .into_iter()
@@ -98,6 +100,7 @@ fn python_blocks_run() {
     assert!(!snippets.is_empty(), "no python block found");
     each_flavor(|flavor| {
         let server = ServerConfig::new(flavor).start();
+        server.load_functions();
         for block in &snippets {
             let code = block.text();
             assert!(
