@@ -124,3 +124,6 @@ register('rl_hit', single('rl.hit', 'hit'))
 register('rl_peek', single('rl.peek', 'peek'), true)
 register('rl_refund', single('rl.refund', 'refund'))
 register('rl_reset', guarded(reset))
+
+-- For the files registered after this one (leases.lua).
+RL.guarded, RL.register = guarded, register
