@@ -641,7 +641,11 @@ function RL.period_named(_name)
     return nil
 end
 
-function RL.zone_named(_name)
+-- The zone `TZ` names: only UTC, which needs no tz database; any other name is refused.
+function RL.zone_named(name)
+    if name ~= nil and (RL.is_word(name, 'UTC') or RL.is_word(name, 'ETC/UTC')) then
+        return 'UTC'
+    end
     return nil
 end
 
@@ -1171,7 +1175,7 @@ end
 
 local function reset(keys, args)
     if #keys ~= 1 or #args ~= 0 then
-        RL.arity('rl.reset')
+        RL.arity('RL.RESET')
     end
     local value, expiry = RL.open_key(keys[1])
     if value == nil then
@@ -1196,9 +1200,9 @@ end
 register('rl_version', function()
     return RL.VERSION
 end, true)
-register('rl_hit', single('rl.hit', 'hit'))
-register('rl_peek', single('rl.peek', 'peek'), true)
-register('rl_refund', single('rl.refund', 'refund'))
+register('rl_hit', single('RL.HIT', 'hit'))
+register('rl_peek', single('RL.PEEK', 'peek'), true)
+register('rl_refund', single('RL.REFUND', 'refund'))
 register('rl_reset', guarded(reset))
 
 -- For the files registered after this one (leases.lua).
@@ -1333,7 +1337,7 @@ local function parse_tiers(others)
         -- One word where a tier belongs: the module's "each limit needs a window".
         RL.fail(RL.ERR.missing_window)
     end
-    local ok, rule = pcall(RL.parse_limits, 'rl.acquire', others, 1)
+    local ok, rule = pcall(RL.parse_limits, 'RL.ACQUIRE', others, 1)
     if ok then
         return rule
     end
@@ -1349,7 +1353,7 @@ end
 -- Tiers and options come in pairs, so ID is only ever the first word of a pair.
 local function parse_acquire(args)
     if #args < 2 then
-        RL.arity('rl.acquire')
+        RL.arity('RL.ACQUIRE')
     end
     local request = { max = parse_max(args[1]), ttl = parse_ttl(args[2]) }
     local others = {}
@@ -1610,7 +1614,7 @@ end
 
 local function acquire(keys, args)
     if #keys ~= 1 then
-        RL.arity('rl.acquire')
+        RL.arity('RL.ACQUIRE')
     end
     local request = parse_acquire(args)
     local key = keys[1]
@@ -1672,7 +1676,7 @@ end
 
 local function release(keys, args)
     if #keys ~= 1 or #args ~= 1 then
-        RL.arity('rl.release')
+        RL.arity('RL.RELEASE')
     end
     local id = parse_id(args[1])
     local now = clock()
@@ -1684,7 +1688,7 @@ end
 
 local function renew(keys, args)
     if #keys ~= 1 or #args ~= 2 then
-        RL.arity('rl.renew')
+        RL.arity('RL.RENEW')
     end
     local id = parse_id(args[1])
     local ttl = parse_ttl(args[2])
@@ -1703,7 +1707,7 @@ end
 -- RL.LEASES: held, max, free, retry_after_ms, reset_after_ms; reads only.
 local function leases(keys, args)
     if #keys ~= 1 or #args ~= 1 then
-        RL.arity('rl.leases')
+        RL.arity('RL.LEASES')
     end
     local max = parse_max(args[1])
     local now = clock()

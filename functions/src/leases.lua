@@ -126,7 +126,7 @@ local function parse_tiers(others)
         -- One word where a tier belongs: the module's "each limit needs a window".
         RL.fail(RL.ERR.missing_window)
     end
-    local ok, rule = pcall(RL.parse_limits, 'rl.acquire', others, 1)
+    local ok, rule = pcall(RL.parse_limits, 'RL.ACQUIRE', others, 1)
     if ok then
         return rule
     end
@@ -142,7 +142,7 @@ end
 -- Tiers and options come in pairs, so ID is only ever the first word of a pair.
 local function parse_acquire(args)
     if #args < 2 then
-        RL.arity('rl.acquire')
+        RL.arity('RL.ACQUIRE')
     end
     local request = { max = parse_max(args[1]), ttl = parse_ttl(args[2]) }
     local others = {}
@@ -403,7 +403,7 @@ end
 
 local function acquire(keys, args)
     if #keys ~= 1 then
-        RL.arity('rl.acquire')
+        RL.arity('RL.ACQUIRE')
     end
     local request = parse_acquire(args)
     local key = keys[1]
@@ -465,7 +465,7 @@ end
 
 local function release(keys, args)
     if #keys ~= 1 or #args ~= 1 then
-        RL.arity('rl.release')
+        RL.arity('RL.RELEASE')
     end
     local id = parse_id(args[1])
     local now = clock()
@@ -477,7 +477,7 @@ end
 
 local function renew(keys, args)
     if #keys ~= 1 or #args ~= 2 then
-        RL.arity('rl.renew')
+        RL.arity('RL.RENEW')
     end
     local id = parse_id(args[1])
     local ttl = parse_ttl(args[2])
@@ -496,7 +496,7 @@ end
 -- RL.LEASES: held, max, free, retry_after_ms, reset_after_ms; reads only.
 local function leases(keys, args)
     if #keys ~= 1 or #args ~= 1 then
-        RL.arity('rl.leases')
+        RL.arity('RL.LEASES')
     end
     local max = parse_max(args[1])
     local now = clock()

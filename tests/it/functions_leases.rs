@@ -7,27 +7,12 @@
 use redis::{Connection, Value};
 use std::collections::HashSet;
 use std::time::Duration;
+use testkit::functions::*;
 use testkit::*;
-
-/// Loads the committed library (`FUNCTION LOAD REPLACE`) through `con`.
-fn load_library(con: &mut Connection) {
-    let path = workspace_root().join("functions/ratelimit.lua");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let name: String = redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(text)
-        .query(con)
-        .expect("FUNCTION LOAD");
-    assert_eq!(name, "ratelimit");
-}
 
 /// A server as a managed service runs it: no module, `MODULE` refused; the library loaded.
 fn managed(flavor: Flavor) -> Server {
-    let server = ServerConfig::new(flavor)
-        .without_module()
-        .arg("enable-module-command", "no")
-        .start();
+    let server = ServerConfig::managed(flavor).start();
     let mut con = server.conn();
     let refused = error_text(
         &mut con,
@@ -39,22 +24,20 @@ fn managed(flavor: Flavor) -> Server {
         refused.starts_with("ERR"),
         "{flavor:?}: MODULE LOAD gave {refused}"
     );
-    load_library(&mut con);
+    assert_eq!(server.load_functions(), "ratelimit");
     server
 }
 
 /// A server with the module and the library.
 fn both(flavor: Flavor) -> Server {
     let server = ServerConfig::new(flavor).start();
-    load_library(&mut server.conn());
+    assert_eq!(server.load_functions(), "ratelimit");
     server
 }
 
 /// `FCALL <function> 1 key args...`.
 fn fcall(function: &str, key: &str, args: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd("FCALL");
-    cmd.arg(function).arg(1).arg(key).arg(args);
-    cmd
+    fcall_cmd(function, &[key], args)
 }
 
 /// The module's `<command> key args...`.
@@ -593,15 +576,49 @@ fn tiers_beside_leases_count_across_backends() {
     });
 }
 
-/// Runs `cmd` on key `a` with the module and on key `b` with the library.
+/// Puts `key` back as `stored` read it: its bytes and absolute expiry, or no key.
+fn restore(con: &mut Connection, key: &str, (bytes, at): &(Option<Vec<u8>>, i64)) {
+    let mut cmd = match bytes {
+        None => redis::cmd("DEL"),
+        Some(_) => redis::cmd("SET"),
+    };
+    cmd.arg(key);
+    if let Some(bytes) = bytes {
+        cmd.arg(bytes);
+        if *at > 0 {
+            cmd.arg("PXAT").arg(*at);
+        }
+    }
+    let _: Value = cmd.query(con).expect("restore");
+}
+
+fn ms((secs, micros): (i64, i64)) -> i64 {
+    secs * 1_000 + micros / 1_000
+}
+
+/// Runs the lease `command` on key `rl:a` with the module and on `rl:b` with the library
+/// in one transaction whose server clock reads the same ms before and after, so both saw
+/// the same `now` (retried from the keys as they were until it does).
 fn on_both(con: &mut Connection, command: &str, args: &[&str]) -> (Value, Value) {
-    let by_module = module(&format!("RL.{command}"), "rl:a", args)
-        .query(con)
-        .expect("module");
-    let by_library = fcall(&format!("rl_{command}"), "rl:b", args)
-        .query(con)
-        .expect("library");
-    (by_module, by_library)
+    let before = [stored(con, b"rl:a"), stored(con, b"rl:b")];
+    for _ in 0..1_000 {
+        restore(con, "rl:a", &before[0]);
+        restore(con, "rl:b", &before[1]);
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("TIME");
+        pipe.add_command(module(
+            &format!("RL.{}", command.to_uppercase()),
+            "rl:a",
+            args,
+        ));
+        pipe.add_command(fcall(&format!("rl_{command}"), "rl:b", args));
+        pipe.cmd("TIME");
+        let (t0, a, b, t1): ((i64, i64), Value, Value, (i64, i64)) = pipe.query(con).expect("EXEC");
+        if ms(t0) == ms(t1) {
+            return (a, b);
+        }
+    }
+    panic!("{command} {args:?}: no transaction ran within one ms in 1000 tries");
 }
 
 fn same_bytes(con: &mut Connection, flavor: Flavor, step: &str) {
@@ -618,77 +635,52 @@ fn same_bytes(con: &mut Connection, flavor: Flavor, step: &str) {
 }
 
 #[test]
-fn the_same_calls_store_the_same_bytes() {
+fn the_same_calls_at_the_same_ms_store_the_same_bytes() {
     each_flavor(|flavor| {
         let server = both(flavor);
         let mut con = server.conn();
         let now = server_ms(&mut con);
         let raw = "00112233445566778899aabbccddeeff";
-        let start = encode(
-            Some((b"2", now + 7_200_000)),
-            &[
-                ("gone", now - 5),
-                ("x", now + 3_600_000),
-                ("y", now + 1_800_000),
-            ],
-        );
+        // A tier state (a plain count, its window's end), an ended lease and two held.
+        let leases = [
+            ("gone", now - 5),
+            ("x", now + 3_600_000),
+            ("y", now + 1_800_000),
+        ];
+        let start = encode(Some((b"2", now + 7_200_000)), &leases);
         for key in ["rl:a", "rl:b"] {
-            let _: () = redis::cmd("SET")
-                .arg(key)
-                .arg(&start)
-                .query(&mut con)
-                .expect("SET");
+            restore(&mut con, key, &(Some(start.clone()), 0));
         }
-        // Every reply equal, every write the same bytes and the same absolute expiry.
         let steps: &[(&str, &[&str])] = &[
             ("renew", &["x", "1s"]),
-            ("release", &["y"]),
+            ("renew", &["y", "2h"]),
             ("release", &["gone"]),
-            ("acquire", &["2", "1h", "ID", raw]),
-            ("acquire", &["2", "1h", "ID", "z"]),
+            ("acquire", &["3", "1h", "ID", raw]),
+            ("acquire", &["3", "1h"]),
+            ("acquire", &["4", "1h", "10", "1m", "ID", "t"]),
+            ("acquire", &["5", "30s", "3", "1m", "ID", "u"]),
             ("release", &[raw]),
             ("release", &["x"]),
+            ("release", &["y"]),
+            ("release", &["t"]),
+            ("leases", &["3"]),
         ];
         for (command, args) in steps {
             let (a, b) = on_both(&mut con, command, args);
-            if *command == "acquire" {
-                // Same but for the end, which is now + ttl on each backend's clock reading.
-                let (a, b) = (decode_value(&a), decode_value(&b));
-                assert_eq!(a, b, "{flavor:?}: {command} {args:?}");
-                let (mut a, mut b) = (value(&mut con, "rl:a"), value(&mut con, "rl:b"));
-                assert_eq!(a.tier, b.tier, "{flavor:?}");
-                let (last_a, last_b) = (a.leases.pop(), b.leases.pop());
-                assert_eq!(a, b, "{flavor:?}: {command} {args:?}");
-                assert_eq!(last_a.map(|l| l.0), last_b.map(|l| l.0), "{flavor:?}");
-                // Align the new lease's end so that the next steps compare bytes again.
-                let bytes = get_bytes(&mut con, "rl:a").expect("rl:a");
-                let at = pexpiretime(&mut con, "rl:a");
-                let _: () = redis::cmd("SET")
-                    .arg("rl:b")
-                    .arg(bytes)
-                    .arg("PXAT")
-                    .arg(at)
-                    .query(&mut con)
-                    .expect("SET");
-            } else {
-                assert_eq!(a, b, "{flavor:?}: {command} {args:?}");
-            }
-            same_bytes(&mut con, flavor, &format!("{command} {args:?}"));
+            let step = format!("{command} {args:?}");
+            assert_eq!(a, b, "{flavor:?}: the replies to {step}");
+            assert!(
+                !matches!(a, Value::ServerError(_)),
+                "{flavor:?}: {step}: {a:?}"
+            );
+            same_bytes(&mut con, flavor, &step);
         }
-        let tier_only = value(&mut con, "rl:a");
-        assert!(
-            tier_only.leases.is_empty() && tier_only.tier.is_some(),
-            "{flavor:?}: {tier_only:?}"
-        );
+        // `u` was refused by its tier (3 a minute, and the state already counts 3), so
+        // only the tier state is left, the releases having freed every lease.
+        let left = value(&mut con, "rl:a");
+        assert_eq!(left.tier.map(|t| t.0), Some(b"3".to_vec()), "{flavor:?}");
+        assert!(left.leases.is_empty(), "{flavor:?}: {:?}", left.leases);
     });
-}
-
-/// An acquire's reply with its clock-dependent ttl left out (`acquired, max, free, id`).
-fn decode_value(reply: &Value) -> Vec<Value> {
-    let Value::Array(fields) = reply else {
-        panic!("{reply:?}");
-    };
-    fields[..4].to_vec()
 }
 
 #[test]
@@ -731,14 +723,10 @@ fn generated_ids_are_distinct_and_the_module_releases_them() {
 #[test]
 fn a_replica_holds_the_librarys_bytes_and_answers_rl_leases() {
     each_flavor(|flavor| {
-        let config = || {
-            ServerConfig::new(flavor)
-                .without_module()
-                .arg("enable-module-command", "no")
-        };
+        let config = || ServerConfig::managed(flavor);
         let (primary, replica) = primary_with_replica_configs(config(), config());
         let mut con = primary.conn();
-        load_library(&mut con);
+        load_functions(&mut con);
         acquired(&mut con, &fcall("rl_acquire", "rl:r", &["2", "1h"]));
         acquired(
             &mut con,

@@ -12,6 +12,7 @@ mod commands;
 mod configs;
 mod dist;
 mod doc_examples;
+mod functions_core;
 mod functions_leases;
 mod leases;
 mod leases_integrity;
