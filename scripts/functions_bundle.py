@@ -26,6 +26,7 @@ SOURCES = [
     "fixed.lua",
     "limiter.lua",
     "commands.lua",
+    "lease_layout.lua",
     "leases.lua",
 ]
 
