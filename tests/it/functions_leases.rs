@@ -531,6 +531,46 @@ fn a_key_written_by_one_backend_is_read_and_continued_by_the_other() {
             assert_eq!(int(&mut con, &cmd), 1, "{flavor:?}: {id}");
         }
         assert_eq!(get_bytes(&mut con, key), None, "{flavor:?}");
+        // RL.RESET deletes a lease key in both backends.
+        acquired(&mut con, &module("RL.ACQUIRE", key, &["3", "1h"]));
+        assert_eq!(int(&mut con, &fcall_cmd("rl_reset", &[key], &[])), 1);
+        assert_eq!(get_bytes(&mut con, key), None, "{flavor:?}");
+    });
+}
+
+#[test]
+fn a_time_beyond_exact_doubles_is_refused_never_misread() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        // No backend writes such an end; a value restored from elsewhere could hold one.
+        let far = (1i64 << 53) + 1;
+        let bytes = encode(None, &[("a", far)]);
+        let _: () = redis::cmd("SET")
+            .arg("rl:far")
+            .arg(&bytes)
+            .query(&mut con)
+            .expect("SET");
+        for (function, args) in [
+            ("rl_leases", &["3"][..]),
+            ("rl_acquire", &["3", "1h"]),
+            ("rl_release", &["a"]),
+            ("rl_renew", &["a", "1h"]),
+        ] {
+            let error = error_text(&mut con, &fcall(function, "rl:far", args));
+            assert!(
+                error
+                    .starts_with("ERR the functions library handles values up to 9007199254740991"),
+                "{flavor:?}: {function}: {error}"
+            );
+        }
+        assert_eq!(
+            get_bytes(&mut con, "rl:far"),
+            Some(bytes),
+            "{flavor:?}: unchanged"
+        );
+        // The module reads it: a lease held until then.
+        assert_eq!(held(&mut con, &module("RL.LEASES", "rl:far", &["3"]))[0], 1);
     });
 }
 
