@@ -4,7 +4,7 @@
 //! module on one server, where a key written by one backend is read and continued by the
 //! other, the same calls store the same bytes, and bad input gets the same errors.
 
-use redis::{Connection, Value};
+use redis::{Connection, ConnectionLike, Value};
 use std::collections::HashSet;
 use std::time::Duration;
 use testkit::functions::*;
@@ -58,7 +58,7 @@ struct Acquired {
     retry_after_ms: i64,
 }
 
-fn acquired(con: &mut Connection, cmd: &redis::Cmd) -> Acquired {
+fn acquired(con: &mut impl ConnectionLike, cmd: &redis::Cmd) -> Acquired {
     let reply: Value = cmd.query(con).unwrap_or_else(|e| panic!("acquire: {e}"));
     let Value::Array(fields) = &reply else {
         panic!("acquire replied {reply:?}");
@@ -83,12 +83,12 @@ fn acquired(con: &mut Connection, cmd: &redis::Cmd) -> Acquired {
     }
 }
 
-fn int(con: &mut Connection, cmd: &redis::Cmd) -> i64 {
+fn int(con: &mut impl ConnectionLike, cmd: &redis::Cmd) -> i64 {
     cmd.query(con).expect("an integer reply")
 }
 
 /// RL.LEASES's reply: `[held, max, free, retry_after_ms, reset_after_ms]`.
-fn held(con: &mut Connection, cmd: &redis::Cmd) -> [i64; 5] {
+fn held(con: &mut impl ConnectionLike, cmd: &redis::Cmd) -> [i64; 5] {
     let values: Vec<i64> = cmd.query(con).expect("five integers");
     values.try_into().expect("five integers")
 }
@@ -865,5 +865,57 @@ fn random_calls_on_many_leases_reply_and_store_as_the_module() {
         assert!(errors > 0, "{flavor:?}: some acquire met a held id");
         let held = held(&mut con, &fcall("rl_leases", "rl:b", &["60"]))[0];
         println!("{flavor:?}: {errors} errors; {held} leases held at the end");
+    });
+}
+
+#[test]
+fn the_functions_route_by_their_key_in_a_cluster_and_read_on_replicas() {
+    each_flavor(|flavor| {
+        let cluster = testkit::cluster::Cluster::start(flavor, 3, 1);
+        // A cluster keeps its libraries per node: loaded on every primary, replicated.
+        for primary in cluster.primaries() {
+            let mut con = primary.conn();
+            load_functions(&mut con);
+            wait_for_replicas(&mut con, 1);
+        }
+        let mut client = cluster.client();
+        for primary in cluster.primaries() {
+            let key = format!("rl:{{{}}}:lease", cluster.tag_on(primary, "lease"));
+            let taken = acquired(
+                &mut client,
+                &fcall("rl_acquire", &key, &["2", "1h", "5", "1m", "ID", "w1"]),
+            );
+            assert!(taken.acquired, "{flavor:?} {key}");
+            assert_eq!(held(&mut client, &fcall("rl_leases", &key, &["2"]))[0], 1);
+            let owner = cluster.owner_of(key.as_str());
+            assert_eq!(
+                owner.port(),
+                primary.port(),
+                "{flavor:?}: routed by its key"
+            );
+            let mut on_owner = owner.conn();
+            assert!(
+                get_bytes(&mut on_owner, key.as_str()).is_some(),
+                "{flavor:?}"
+            );
+            // A write on this connection, so that WAIT covers everything before it.
+            assert_eq!(
+                int(&mut on_owner, &fcall("rl_renew", &key, &["w1", "2h"])),
+                1
+            );
+            wait_for_replicas(&mut on_owner, 1);
+            let mut on_replica = cluster.replica_of(owner).conn();
+            redis::cmd("READONLY")
+                .exec(&mut on_replica)
+                .expect("READONLY");
+            let mut read = redis::cmd("FCALL_RO");
+            read.arg("rl_leases").arg(1).arg(&key).arg(2);
+            assert_eq!(held(&mut on_replica, &read)[..3], [1, 2, 1], "{flavor:?}");
+            let refused = error_text(&mut on_replica, &fcall("rl_acquire", &key, &["2", "1h"]));
+            assert!(refused.starts_with("MOVED"), "{flavor:?}: {refused}");
+            // The module on the owner reads and releases the library's lease.
+            assert_eq!(int(&mut client, &module("RL.RELEASE", &key, &["w1"])), 1);
+            assert_eq!(held(&mut client, &fcall("rl_leases", &key, &["2"]))[0], 0);
+        }
     });
 }
