@@ -850,7 +850,7 @@ fn random_calls_on_many_leases_reply_and_store_as_the_module() {
     each_flavor(|flavor| {
         let server = both(flavor);
         let mut con = server.conn();
-        let mut rng = Seeded(0x5eed_1ea5_e5);
+        let mut rng = Seeded(0x005e_ed1e_a5e5);
         let mut errors = 0;
         for n in 0..400 {
             let (command, args) = random_call(&mut rng);
