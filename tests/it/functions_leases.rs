@@ -919,3 +919,59 @@ fn the_functions_route_by_their_key_in_a_cluster_and_read_on_replicas() {
         }
     });
 }
+
+#[test]
+fn over_maxmemory_acquire_is_refused_and_release_and_renew_still_run_as_in_the_module() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        for key in ["rl:m", "rl:l"] {
+            acquired(
+                &mut con,
+                &module("RL.ACQUIRE", key, &["5", "1h", "ID", "a"]),
+            );
+            acquired(
+                &mut con,
+                &module("RL.ACQUIRE", key, &["5", "1h", "ID", "b"]),
+            );
+        }
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(1)
+            .query(&mut con)
+            .expect("CONFIG SET");
+        let by_module = error_text(&mut con, &module("RL.ACQUIRE", "rl:m", &["5", "1h"]));
+        let by_library = error_text(&mut con, &fcall("rl_acquire", "rl:l", &["5", "1h"]));
+        assert!(by_module.starts_with("OOM"), "{flavor:?}: {by_module}");
+        assert_eq!(by_library, by_module, "{flavor:?}");
+        for (command, function, args) in [
+            ("RL.RENEW", "rl_renew", &["a", "2h"][..]),
+            ("RL.RELEASE", "rl_release", &["b"]),
+        ] {
+            assert_eq!(
+                int(&mut con, &module(command, "rl:m", args)),
+                1,
+                "{flavor:?}"
+            );
+            assert_eq!(
+                int(&mut con, &fcall(function, "rl:l", args)),
+                1,
+                "{flavor:?}"
+            );
+        }
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(0)
+            .query(&mut con)
+            .expect("CONFIG SET");
+        for key in ["rl:m", "rl:l"] {
+            assert_eq!(
+                held(&mut con, &fcall("rl_leases", key, &["5"]))[0],
+                1,
+                "{flavor:?}"
+            );
+        }
+    });
+}
