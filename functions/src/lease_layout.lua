@@ -187,15 +187,27 @@ end
 
 -- Whether a lease held at `now` has the stored id `id`.
 function L.holds(v, now, id)
-    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
-    if v == nil then
+    if v == nil or v.count == 0 then
         return false
     end
-    for i = 1, v.count do
-        local start = v.starts[i]
-        if v.ends[i] > now and v.starts[i + 1] - start - 8 == #id and sub(v.s, start, start + #id - 1) == id then
+    local starts, ends = v.starts, v.ends
+    -- Each place the id's bytes occur (a plain search in C) is that lease if a record
+    -- starts there (found by bisection), its tag being the id's length.
+    local at = string.find(v.s, id, starts[1], true)
+    while at ~= nil do
+        local low, high = 1, v.count
+        while low < high do
+            local middle = math.floor((low + high + 1) / 2)
+            if starts[middle] <= at then
+                low = middle
+            else
+                high = middle - 1
+            end
+        end
+        if starts[low] == at and ends[low] > now then
             return true
         end
+        at = string.find(v.s, id, at + 1, true)
     end
     return false
 end
