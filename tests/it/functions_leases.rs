@@ -407,6 +407,9 @@ fn bad_input_gets_the_modules_errors() {
             &mut con,
             &module("RL.ACQUIRE", "rl:held", &["5", "1h", "ID", "job"]),
         );
+        // States whose first byte is not a digit: tiers, calendar tiers (0x02, as leases).
+        hit(&mut con, "rl:tiers", &["10", "1m", "100", "1h"]);
+        hit(&mut con, "rl:calendar", &["10", "day", "100", "month"]);
         let long_id = "x".repeat(65);
         let cases: &[(&str, &str, &[&str])] = &[
             ("acquire", "rl:k", &["1"]),
@@ -440,6 +443,10 @@ fn bad_input_gets_the_modules_errors() {
             ("acquire", "rl:text", &["2", "30s"]),
             ("acquire", "rl:state", &["2", "30s"]),
             ("acquire", "rl:hash", &["2", "30s"]),
+            ("acquire", "rl:tiers", &["2", "30s"]),
+            ("acquire", "rl:calendar", &["2", "30s"]),
+            ("release", "rl:calendar", &["a"]),
+            ("leases", "rl:calendar", &["3"]),
             ("acquire", "rl:held", &["5", "1h", "ID", "job"]),
             ("release", "rl:k", &[]),
             ("release", "rl:k", &["a", "b"]),
@@ -571,6 +578,9 @@ fn a_time_beyond_exact_doubles_is_refused_never_misread() {
         );
         // The module reads it: a lease held until then.
         assert_eq!(held(&mut con, &module("RL.LEASES", "rl:far", &["3"]))[0], 1);
+        // It is leases all the same: RL.RESET deletes it, as the module's does.
+        assert_eq!(int(&mut con, &fcall_cmd("rl_reset", &["rl:far"], &[])), 1);
+        assert_eq!(get_bytes(&mut con, "rl:far"), None, "{flavor:?}");
     });
 }
 
