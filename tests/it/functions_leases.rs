@@ -985,3 +985,74 @@ fn over_maxmemory_acquire_is_refused_and_release_and_renew_still_run_as_in_the_m
         }
     });
 }
+
+/// `base` damaged by `rng`: a byte changed, the value cut short or extended, a byte put in.
+fn damaged(base: &[u8], rng: &mut Seeded) -> Vec<u8> {
+    let mut bytes = base.to_vec();
+    let at = rng.below(bytes.len());
+    match rng.below(5) {
+        0 => bytes[at] = rng.below(256) as u8,
+        1 => bytes[at] ^= 1 << rng.below(8),
+        2 => bytes.truncate(at),
+        3 => bytes.extend((0..1 + rng.below(9)).map(|_| rng.below(256) as u8)),
+        _ => bytes.insert(at, rng.below(256) as u8),
+    }
+    bytes
+}
+
+#[test]
+fn damaged_lease_values_are_read_or_refused_as_the_module_does() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        let now = server_ms(&mut con);
+        let mut bases = vec![
+            encode(
+                None,
+                &[("a", now + 60_000), ("bb", now - 1), ("c", now + 9_000)],
+            ),
+            encode(Some((b"3", now + 60_000)), &[("job", now + 1_000)]),
+        ];
+        acquired(&mut con, &module("RL.ACQUIRE", "rl:g", &["5", "1h"]));
+        acquired(
+            &mut con,
+            &module("RL.ACQUIRE", "rl:g", &["5", "1h", "10", "1m"]),
+        );
+        bases.push(get_bytes(&mut con, "rl:g").expect("rl:g"));
+        let mut rng = Seeded(0x00da_3a6e_d5ee);
+        let (mut read, mut refused) = (0, 0);
+        for n in 0..240 {
+            let bytes = damaged(&bases[n % bases.len()], &mut rng);
+            for key in ["rl:a", "rl:b"] {
+                restore(&mut con, key, &(Some(bytes.clone()), 0));
+            }
+            for (command, args) in [("leases", &["5"][..]), ("acquire", &["5", "1h", "ID", "z"])] {
+                let (a, b) = on_both(&mut con, command, args);
+                let step = format!("case {n}: {command} on {bytes:?}");
+                if let Value::ServerError(err) = &b {
+                    if err
+                        .details()
+                        .is_some_and(|d| d.contains("handles values up to"))
+                    {
+                        // A time beyond 2^53 the module reads and the library refuses.
+                        assert!(!matches!(a, Value::ServerError(_)), "{flavor:?}: {step}");
+                        continue;
+                    }
+                }
+                assert_eq!(a, b, "{flavor:?}: the replies to {step}");
+                same_bytes(&mut con, flavor, &step);
+                if command == "leases" {
+                    match a {
+                        Value::ServerError(_) => refused += 1,
+                        _ => read += 1,
+                    }
+                }
+            }
+        }
+        println!("{flavor:?}: {read} damaged values read as leases, {refused} refused");
+        assert!(
+            read > 10 && refused > 10,
+            "{flavor:?}: {read} read, {refused} refused"
+        );
+    });
+}
