@@ -200,9 +200,12 @@ function RL.arity(command)
     RL.fail("ERR wrong number of arguments for '" .. command .. "' command")
 end
 
--- Parses the rule in args[first..] of `command` (its name, for the arity error): returns
--- { algo, tiers, cost }. `POLICY name` is refused.
-function RL.parse_limits(command, args, first)
+-- Rules already parsed, by their arguments: a call repeats the same few rules, and parsing
+-- is pure (no config is read), so a rule is parsed once. Never changed once made; the
+-- cache is emptied when it holds 1000 rules, so it stays small.
+local parsed, cached = {}, 0
+
+local function parse_uncached(command, args, first)
     if args[first] ~= nil and RL.is_word(args[first], 'POLICY') then
         RL.fail(RL.ERR.policy)
     end
@@ -238,4 +241,21 @@ function RL.zone_named(name)
         return 'UTC'
     end
     return nil
+end
+
+-- Parses the rule in args[first..] of `command` (its name, for the arity error): returns
+-- { algo, tiers, cost }, which the caller must not change. `POLICY name` is refused.
+function RL.parse_limits(command, args, first)
+    -- The count tells ["5", "1m"] from ["5\01m"]: a rule that parses has no NUL in it.
+    local key = (#args - first) .. '\0' .. table.concat(args, '\0', first)
+    local rule = parsed[key]
+    if rule == nil then
+        rule = parse_uncached(command, args, first)
+        if cached >= 1000 then
+            parsed, cached = {}, 0
+        end
+        parsed[key] = rule
+        cached = cached + 1
+    end
+    return rule
 end

@@ -279,6 +279,12 @@ end
 -- `stored` (nil: no key) at `now`; `expiry()` gives the key's absolute expiry or nil.
 function RL.run(rule, step, stored, expiry, now)
     local algo, tiers = rule.algo, rule.tiers
+    if algo.fast then
+        local outcome = algo.fast(rule, step, stored, expiry, now)
+        if outcome then
+            return outcome
+        end
+    end
     local prior, lost_expiry = read_prior(algo, stored, expiry, now)
     local states, renewed = starting_states(algo, prior, tiers, now)
     local start = { states = states, renewed = renewed, lost_expiry = lost_expiry }
