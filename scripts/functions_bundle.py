@@ -32,6 +32,8 @@ SOURCES = [
     "limiter.lua",
     "multi.lua",
     "commands.lua",
+    "lease_layout.lua",
+    "leases.lua",
 ]
 
 HEADER = """#!lua name=ratelimit

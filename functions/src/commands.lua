@@ -105,15 +105,19 @@ local function reset(keys, args)
     return 1
 end
 
--- Registers `callback` as function `name`. Read-only functions carry `no-writes`, so
--- FCALL_RO and replicas take them. The files after this one (leases.lua) register theirs
--- through RL.register and RL.guarded too.
-local function register(name, callback, read_only)
-    local flags = {}
-    if read_only then
-        flags = { 'no-writes' }
-    end
-    redis.register_function({ function_name = name, callback = callback, flags = flags })
+-- Registers `callback` as function `name` with the flags that match the module command's:
+-- READ_ONLY ones (`no-writes`) for commands that only read, so FCALL_RO and replicas take
+-- them; ALLOW_OOM for writes the module does not refuse over maxmemory (a refund, a reset,
+-- a release: they free or keep memory, and a holder must be able to give units back); none
+-- for the deny-oom ones. The files after this one (leases.lua) register theirs through
+-- RL.register and RL.guarded too.
+local READ_ONLY = { 'no-writes' }
+local ALLOW_OOM = { 'allow-oom' }
+RL.READ_ONLY = READ_ONLY
+RL.ALLOW_OOM = ALLOW_OOM
+
+local function register(name, callback, flags)
+    redis.register_function({ function_name = name, callback = callback, flags = flags or {} })
 end
 
 RL.register = register
@@ -121,11 +125,11 @@ RL.guarded = guarded
 
 register('rl_version', function()
     return RL.VERSION
-end, true)
+end, READ_ONLY)
 register('rl_hit', single('RL.HIT', 'hit'))
-register('rl_peek', single('RL.PEEK', 'peek'), true)
-register('rl_refund', single('RL.REFUND', 'refund'))
-register('rl_reset', guarded(reset))
+register('rl_peek', single('RL.PEEK', 'peek'), READ_ONLY)
+register('rl_refund', single('RL.REFUND', 'refund'), ALLOW_OOM)
+register('rl_reset', guarded(reset), ALLOW_OOM)
 register('rl_mhit', guarded(RL.several('hit')))
-register('rl_mpeek', guarded(RL.several('peek')), true)
-register('rl_mrefund', guarded(RL.several('refund')))
+register('rl_mpeek', guarded(RL.several('peek')), READ_ONLY)
+register('rl_mrefund', guarded(RL.several('refund')), ALLOW_OOM)

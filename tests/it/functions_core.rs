@@ -262,6 +262,68 @@ fn reset_deletes_states_like_the_module() {
     });
 }
 
+/// `CONFIG SET maxmemory bytes`.
+fn set_maxmemory(con: &mut redis::Connection, bytes: u64) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(bytes)
+        .query(con)
+        .expect("CONFIG SET maxmemory");
+}
+
+#[test]
+fn over_maxmemory_hits_are_refused_and_refunds_and_resets_still_run_as_in_the_module() {
+    each_flavor(|flavor| {
+        let server = with_module_and_library(flavor);
+        let mut con = server.conn();
+        for (key, other) in [("m", "m2"), ("l", "l2")] {
+            hit(&mut con, key, &["5", "1h", "COST", "3"]);
+            hit(&mut con, other, &["5", "1h"]);
+        }
+        set_maxmemory(&mut con, 1);
+        let by_module = error_text(&mut con, redis::cmd("RL.HIT").arg("m").arg(5).arg("1h"));
+        let by_library = error_text(&mut con, &fcall_cmd("rl_hit", &["l"], &["5", "1h"]));
+        assert!(by_module.starts_with("OOM"), "{flavor:?}: {by_module}");
+        assert_eq!(by_library, by_module, "{flavor:?}");
+        // A refund, a refund on several keys and a reset give memory back: neither backend
+        // refuses them.
+        let module_refund: Value = redis::cmd("RL.REFUND")
+            .arg("m")
+            .arg(5)
+            .arg("1h")
+            .query(&mut con)
+            .expect("RL.REFUND over maxmemory");
+        let library_refund: Value = fcall_cmd("rl_refund", &["l"], &["5", "1h"])
+            .query(&mut con)
+            .expect("rl_refund over maxmemory");
+        assert_eq!(library_refund, module_refund, "{flavor:?}");
+        let module_several: Value = redis::cmd("RL.MREFUND")
+            .arg(1)
+            .arg("m")
+            .arg("SPEC")
+            .arg(5)
+            .arg("1h")
+            .query(&mut con)
+            .expect("RL.MREFUND over maxmemory");
+        let library_several: Value = fcall_cmd("rl_mrefund", &["l"], &["SPEC", "5", "1h"])
+            .query(&mut con)
+            .expect("rl_mrefund over maxmemory");
+        assert_eq!(library_several, module_several, "{flavor:?}");
+        let reset: i64 = fcall_cmd("rl_reset", &["l2"], &[])
+            .query(&mut con)
+            .expect("rl_reset over maxmemory");
+        assert_eq!(reset, 1, "{flavor:?}");
+        set_maxmemory(&mut con, 0);
+        assert_eq!(
+            get_bytes(&mut con, "l"),
+            get_bytes(&mut con, "m"),
+            "{flavor:?}"
+        );
+        assert_eq!(get_bytes(&mut con, "l2"), None, "{flavor:?}");
+    });
+}
+
 #[test]
 fn resp3_callers_get_the_resp2_array() {
     each_flavor(|flavor| {
