@@ -96,10 +96,11 @@ test: ## Set up, lint, then unit and integration tests on Redis 7.0 and 8.6, Val
 	$(MAKE) docs
 
 .PHONY: bench bench-gateway bench-cluster bench-instr bench-core
-bench: ## Build, then run every benchmark: module, instructions, rl-gateway and cluster (bench/*RESULTS.md)
+bench: ## Build, then run every benchmark: module (and the Functions library), instructions, rl-gateway and cluster (bench/*RESULTS.md)
 	$(MAKE) build
 	python3 bench/run.py
 	python3 bench/instructions.py
+	python3 bench/functions_leases.py
 	$(MAKE) bench-core
 	python3 bench/gateway.py
 	python3 bench/envoy.py
