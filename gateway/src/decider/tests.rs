@@ -155,6 +155,8 @@ fn settings_open_for(breaker_failures: u32, open_for: Duration) -> RedisSettings
         heartbeat: Duration::from_secs(1),
         rules_key: None,
         rules_refresh: Duration::from_secs(5),
+        backend: crate::config::BackendChoice::Auto,
+        functions_load: crate::config::FunctionsLoad::Never,
     }
 }
 

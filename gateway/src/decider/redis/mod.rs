@@ -5,19 +5,26 @@
 //! so that multi-tier replies name every tier, and any of them may be TLS.
 //!
 //! - `connect`: the clients made from `[redis]` (TLS, credentials);
-//! - `located`: the connection that follows a Sentinel-managed primary.
+//! - `located`: the connection that follows a Sentinel-managed primary;
+//! - `functions`: the Functions library, and a module command as its `FCALL`;
+//! - `probe`: which of the two the server offers (`[redis] backend`), the library loaded
+//!   where allowed.
 
 mod connect;
+pub(crate) mod functions;
 pub mod located;
+pub mod probe;
 
-use crate::config::{RedisSettings, RedisTarget, SecretError};
+use crate::config::{BackendChoice, FunctionsLoad, RedisSettings, RedisTarget, SecretError};
 use crate::failure::Failure;
 use crate::logging::log;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, RedisError, RedisResult, Value};
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -70,9 +77,25 @@ impl std::error::Error for ConnectError {
     }
 }
 
-/// The connection to Redis the service decides through; clones share it.
+/// The connection to Redis the service decides through, and which backend answers its
+/// calls; clones share both.
 #[derive(Clone)]
-pub enum Backend {
+pub struct Backend {
+    link: Link,
+    answering: Arc<Answering>,
+}
+
+/// Which backend answers: what `[redis]` allows, and what the last probe found.
+struct Answering {
+    choice: BackendChoice,
+    load: FunctionsLoad,
+    /// Whether the module's commands go out as the library's `FCALL`.
+    library: AtomicBool,
+}
+
+/// The kind of connection.
+#[derive(Clone)]
+enum Link {
     /// One server, reconnected by the manager when it drops.
     Single(ConnectionManager),
     /// Filled by a background task once the cluster first answers.
@@ -86,6 +109,18 @@ impl Backend {
     /// Starts connecting; never waits for Redis, which may be down when the gateway starts.
     /// Reads the passwords `settings` point to, which fails if one cannot be read.
     pub fn connect(settings: &RedisSettings) -> Result<Backend, ConnectError> {
+        let link = Backend::link(settings)?;
+        let answering = Arc::new(Answering {
+            choice: settings.backend,
+            load: settings.functions_load,
+            // Until the first probe: the module, unless only the library will do.
+            library: AtomicBool::new(settings.backend == BackendChoice::Functions),
+        });
+        Ok(Backend { link, answering })
+    }
+
+    /// The connection `settings` name.
+    fn link(settings: &RedisSettings) -> Result<Link, ConnectError> {
         match &settings.target {
             RedisTarget::Single(url) => connect::single(url, settings),
             RedisTarget::Sentinel {
@@ -124,7 +159,7 @@ impl Backend {
                         }
                     }
                 });
-                Ok(Backend::Cluster(slot))
+                Ok(Link::Cluster(slot))
             }
         }
     }
@@ -147,11 +182,30 @@ impl Backend {
         }
     }
 
+    /// Whether the module's commands go out as the library's `FCALL` (what the last probe
+    /// found, or `backend = "functions"`).
+    pub(crate) fn uses_library(&self) -> bool {
+        self.answering.library.load(Ordering::Relaxed)
+    }
+
+    /// `cmd` as it is sent: a module command as the library's `FCALL` when the library
+    /// answers. The one place the two backends differ on the way out.
+    pub(crate) fn outgoing<'a>(&self, cmd: &'a Cmd) -> Cow<'a, Cmd> {
+        match self
+            .uses_library()
+            .then(|| functions::as_fcall(cmd))
+            .flatten()
+        {
+            Some(fcall) => Cow::Owned(fcall),
+            None => Cow::Borrowed(cmd),
+        }
+    }
+
     pub(crate) async fn call(&self, cmd: &Cmd) -> RedisResult<Value> {
-        match self {
-            Backend::Single(manager) => cmd.query_async(&mut manager.clone()).await,
-            Backend::Located(located) => located.call(cmd).await,
-            Backend::Cluster(slot) => {
+        match &self.link {
+            Link::Single(manager) => cmd.query_async(&mut manager.clone()).await,
+            Link::Located(located) => located.call(cmd).await,
+            Link::Cluster(slot) => {
                 let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
                 match connection {
                     Some(mut connection) => cmd.query_async(&mut connection).await,
@@ -168,16 +222,16 @@ impl Backend {
 impl Backend {
     /// Whether this is Redis Cluster, where keys in different slots cannot be in one call.
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, Backend::Cluster(_))
+        matches!(self.link, Link::Cluster(_))
     }
 
     /// `cmd`, sent in a cluster to the primary of `key`'s slot: for the commands whose
     /// first argument is not a key (`RL.MHIT numkeys key ...`), which the cluster client
     /// would otherwise route by that argument and reach the owner only after a `MOVED`.
     pub(crate) async fn call_for_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
-        match self {
-            Backend::Single(_) | Backend::Located(_) => self.call(cmd).await,
-            Backend::Cluster(slot) => {
+        match &self.link {
+            Link::Single(_) | Link::Located(_) => self.call(cmd).await,
+            Link::Cluster(slot) => {
                 let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
                 match connection {
                     Some(mut connection) => {
