@@ -12,6 +12,7 @@ mod commands;
 mod configs;
 mod dist;
 mod doc_examples;
+mod functions_core;
 mod leases;
 mod leases_integrity;
 mod leases_scripts_and_replicas;
