@@ -334,6 +334,8 @@ async fn start(
     let backend = Backend::connect(&config.redis).map_err(|e| StartError::Redis(e.to_string()))?;
     if !backend.wait_ready(STARTUP_WAIT).await {
         log_warn!("Redis does not answer yet; decisions fail open until it does");
+    } else {
+        first_probe(&backend).await;
     }
     let decider = decider::Decider::new(backend.clone(), &config.redis, config.deny_cache_capacity);
     let gateway = Arc::new(Gateway::new(
@@ -393,6 +395,13 @@ async fn start(
         admin,
         envoy,
     })
+}
+
+/// Which backend answers, asked before the first request: with the library, a module
+/// command sent before the heartbeat's first probe would fail. What it finds is reported
+/// (and logged) by that probe, which asks again.
+async fn first_probe(backend: &Backend) {
+    let _ = tokio::time::timeout(STARTUP_WAIT, backend.probe()).await;
 }
 
 /// Binds the Envoy gRPC listener and serves `ShouldRateLimit` on it, its descriptor files

@@ -1,0 +1,336 @@
+//! rl-gateway on a server that cannot load modules, the stand-in for a managed Redis or
+//! Valkey (no module, `enable-module-command no`), on Redis 7.0 and Valkey 8.1: with
+//! `[redis] backend = "auto"` (the default) it finds the Functions library and decides
+//! through it (`FCALL`), the same rules, headers, refunds and Envoy answers as on the
+//! module; with neither the module nor the library, or a library of another version, it is
+//! not ready and says what to run; `functions_load = "if-missing"` loads its own copy, on
+//! every primary of a cluster too.
+
+use std::time::Duration;
+use testkit::cluster::{connect, Cluster};
+use testkit::functions::fcall_reply;
+use testkit::gateway::envoy::*;
+use testkit::gateway::*;
+
+/// How long the first probe may take to be seen on `/readyz` on a busy machine.
+const PROBE: Duration = Duration::from_secs(20);
+
+/// A server that cannot load modules, with the library loaded.
+fn managed_with_library(flavor: Flavor) -> Server {
+    let redis = ServerConfig::managed(flavor).start();
+    redis.load_functions();
+    redis
+}
+
+/// Waits until `/readyz` answers 200.
+fn wait_ready(gateway: &Gateway, what: &str) {
+    wait_until(PROBE, &format!("{what}: /readyz 200"), || {
+        gateway.admin_get("/readyz").status == 200
+    });
+}
+
+/// Waits until `/readyz` answers 503 with `reason` in its body; returns the body.
+fn wait_not_ready(gateway: &Gateway, reason: &str, what: &str) -> String {
+    let mut body = String::new();
+    wait_until(PROBE, &format!("{what}: /readyz 503 '{reason}'"), || {
+        let resp = gateway.admin_get("/readyz");
+        body = resp.body;
+        resp.status == 503 && body.contains(reason)
+    });
+    body
+}
+
+/// `FCALL_RO rl_version 0` on `con`: the version of the library there.
+fn version_on(con: &mut redis::Connection) -> redis::RedisResult<String> {
+    redis::cmd("FCALL_RO").arg("rl_version").arg(0).query(con)
+}
+
+const RULES: &str = r#"
+[[rule]]
+name = "api"
+path = "/api/**"
+limits = ["3/1h"]
+"#;
+
+#[test]
+fn auto_decides_through_the_library_with_the_modules_answers() {
+    each_flavor(|flavor| {
+        let (redis, upstream, gateway) = stack_on(managed_with_library(flavor), RULES);
+        wait_ready(&gateway, &format!("{flavor:?}"));
+        assert_eq!(
+            gateway.log_lines_with("deciding through the Functions library ratelimit"),
+            1,
+            "{flavor:?}: {}",
+            gateway.log()
+        );
+        for expected in [2, 1, 0] {
+            let resp = gateway.get("/api/items");
+            assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
+            assert_eq!(resp.remaining(), expected, "{flavor:?}: {resp:?}");
+            let policy = resp.policy();
+            assert_eq!(policy.len(), 1, "{flavor:?}: {resp:?}");
+            assert_eq!((policy[0].q, policy[0].w), (3, Some(3600)), "{flavor:?}");
+        }
+        let denied = gateway.get("/api/items");
+        assert_eq!(denied.status, 429, "{flavor:?}: {denied:?}");
+        assert!(denied.retry_after() > 0, "{flavor:?}: {denied:?}");
+        assert_eq!(upstream.requests(), 3, "{flavor:?}");
+        // The budget is the library's key, read back by the library as the module's RL.PEEK.
+        let look = fcall_reply(
+            &mut redis.conn(),
+            "rl_peek",
+            "rl:{ip:127.0.0.1}:api",
+            &["3", "1h"],
+        );
+        assert!(!look.allowed, "{flavor:?}: {look:?}");
+        assert_eq!(look.remaining, 0, "{flavor:?}: {look:?}");
+        assert!(redis.command_calls("FCALL").unwrap_or(0) >= 4, "{flavor:?}");
+    });
+}
+
+/// Only failed logins use the budget: charged first, refunded when the status is another.
+const COUNTED: &str = r#"
+[[rule]]
+name = "login"
+methods = ["POST"]
+path = "/auth/login"
+limits = ["2/1h"]
+count = [401]
+"#;
+
+#[test]
+fn count_by_status_refunds_through_the_library() {
+    each_flavor(|flavor| {
+        let (_redis, upstream, gateway) = stack_on(managed_with_library(flavor), COUNTED);
+        wait_ready(&gateway, &format!("{flavor:?}"));
+        for i in 0..4 {
+            let resp = gateway.post("/auth/login");
+            assert_eq!(resp.status, 200, "{flavor:?} success {i}: {resp:?}");
+        }
+        for i in 0..2 {
+            let resp = gateway.post("/auth/login?status=401");
+            assert_eq!(resp.status, 401, "{flavor:?} failure {i}: {resp:?}");
+        }
+        let denied = gateway.post("/auth/login");
+        assert_eq!(denied.status, 429, "{flavor:?}: {denied:?}");
+        assert_eq!(upstream.requests(), 6, "{flavor:?}");
+    });
+}
+
+const FAILURES: &str = r#"
+[[rule]]
+name = "open"
+path = "/open/**"
+limits = ["100/1h"]
+on_redis_failure = "open"
+
+[[rule]]
+name = "closed"
+path = "/closed/**"
+limits = ["100/1h"]
+on_redis_failure = "closed"
+"#;
+
+#[test]
+fn a_lost_server_fails_each_rule_open_or_closed_on_the_library() {
+    each_flavor(|flavor| {
+        let (redis, _upstream, gateway) = stack_on(managed_with_library(flavor), FAILURES);
+        wait_ready(&gateway, &format!("{flavor:?}"));
+        for path in ["/open/x", "/closed/x"] {
+            let resp = gateway.get(path);
+            assert_eq!(resp.status, 200, "{flavor:?} {path}: {resp:?}");
+            assert_eq!(resp.remaining(), 99, "{flavor:?} {path}: {resp:?}");
+        }
+        let _config = redis.shutdown("NOSAVE");
+        let open = gateway.get("/open/x");
+        assert_eq!(open.status, 200, "{flavor:?}: {open:?}");
+        assert!(open.fail_open_reason().is_some(), "{flavor:?}: {open:?}");
+        assert!(!open.has_ratelimit_headers(), "{flavor:?}: {open:?}");
+        let closed = gateway.get("/closed/x");
+        assert_eq!(closed.status, 503, "{flavor:?}: {closed:?}");
+    });
+}
+
+const DESCRIPTORS: &str = r#"
+domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      unit: hour
+      requests_per_unit: 2
+"#;
+
+#[test]
+fn envoy_descriptors_are_decided_by_the_library() {
+    each_flavor(|flavor| {
+        let redis = managed_with_library(flavor);
+        let mut envoy = EnvoyGateway::on(&redis, &[("api.yaml", DESCRIPTORS)]);
+        wait_ready(&envoy.gateway, &format!("{flavor:?}"));
+        let ask = || request("api", vec![desc(&[("user", "u1")])]);
+        for expected in [1, 0] {
+            let answer = envoy.ask(ask());
+            assert_eq!(overall(&answer), Code::Ok, "{flavor:?}: {answer:?}");
+            assert_eq!(remaining(&answer, 0), expected, "{flavor:?}: {answer:?}");
+        }
+        let answer = envoy.ask(ask());
+        assert_eq!(overall(&answer), Code::OverLimit, "{flavor:?}: {answer:?}");
+        assert!(redis.command_calls("FCALL").unwrap_or(0) >= 3, "{flavor:?}");
+    });
+}
+
+#[test]
+fn neither_module_nor_library_is_not_ready_and_names_both_fixes() {
+    each_flavor(|flavor| {
+        let (_redis, upstream, gateway) = stack_on(ServerConfig::managed(flavor).start(), RULES);
+        let body = wait_not_ready(&gateway, "neither the module", &format!("{flavor:?}"));
+        assert!(body.contains("Functions library ratelimit"), "{body}");
+        let log = gateway.log();
+        let line = log
+            .lines()
+            .find(|line| line.contains("neither the module"))
+            .unwrap_or_else(|| panic!("{flavor:?}: no log line: {log}"));
+        for fix in ["--loadmodule", "functions_load", "FUNCTION LOAD"] {
+            assert!(line.contains(fix), "{flavor:?}: '{fix}' not in {line}");
+        }
+        // Rules decide as their failure settings say (an unknown command is an error
+        // reply, which closes a rule by default): nothing unlimited reaches the API.
+        let resp = gateway.get("/api/items");
+        assert_eq!(resp.status, 503, "{flavor:?}: {resp:?}");
+        assert_eq!(upstream.requests(), 0, "{flavor:?}");
+    });
+}
+
+/// A library of the same name, of another version.
+const OTHER_VERSION: &str = "#!lua name=ratelimit\n\
+    redis.register_function{function_name='rl_version', \
+    callback=function() return '0.0.1-other' end, flags={'no-writes'}}\n\
+    redis.register_function('rl_hit', function() return {1, 9, 9, 0, 0} end)\n";
+
+#[test]
+fn a_library_of_another_version_is_never_used_nor_replaced() {
+    each_flavor(|flavor| {
+        let redis = ServerConfig::managed(flavor).start();
+        let _: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg(OTHER_VERSION)
+            .query(&mut redis.conn())
+            .expect("FUNCTION LOAD the other version");
+        let upstream = Upstream::start();
+        let gateway = Gateway::start(
+            &upstream.server_line(),
+            &format!(
+                "{}{RULES}",
+                redis_section(redis.port(), "functions_load = \"if-missing\"")
+            ),
+        );
+        let body = wait_not_ready(&gateway, "0.0.1-other", &format!("{flavor:?}"));
+        assert!(body.contains(env!("CARGO_PKG_VERSION")), "{body}");
+        assert!(
+            gateway.log_lines_with("never replaces") >= 1,
+            "{flavor:?}: {}",
+            gateway.log()
+        );
+        assert_eq!(
+            version_on(&mut redis.conn()).expect("rl_version"),
+            "0.0.1-other",
+            "{flavor:?}: left as it was"
+        );
+        // Its rl_hit would allow everything: the gateway never calls it.
+        let resp = gateway.get("/api/items");
+        assert_eq!(resp.status, 503, "{flavor:?}: {resp:?}");
+        assert_eq!(upstream.requests(), 0, "{flavor:?}");
+        assert_eq!(redis.command_calls("FCALL"), None, "{flavor:?}");
+    });
+}
+
+#[test]
+fn if_missing_loads_the_gateways_own_library() {
+    each_flavor(|flavor| {
+        let redis = ServerConfig::managed(flavor).start();
+        let upstream = Upstream::start();
+        let gateway = Gateway::start(
+            &upstream.server_line(),
+            &format!(
+                "{}{RULES}",
+                redis_section(redis.port(), "functions_load = \"if-missing\"")
+            ),
+        );
+        wait_ready(&gateway, &format!("{flavor:?}"));
+        assert_eq!(
+            version_on(&mut redis.conn()).expect("rl_version"),
+            env!("CARGO_PKG_VERSION"),
+            "{flavor:?}"
+        );
+        assert_eq!(
+            gateway.log_lines_with("loaded the Functions library ratelimit"),
+            1,
+            "{flavor:?}: {}",
+            gateway.log()
+        );
+        let statuses: Vec<u16> = (0..4).map(|_| gateway.get("/api/items").status).collect();
+        assert_eq!(statuses, [200, 200, 200, 429], "{flavor:?}");
+    });
+}
+
+#[test]
+fn backend_module_wants_the_module_even_where_the_library_is() {
+    each_flavor(|flavor| {
+        let redis = managed_with_library(flavor);
+        let upstream = Upstream::start();
+        let gateway = Gateway::start(
+            &upstream.server_line(),
+            &format!(
+                "{}{RULES}",
+                redis_section(redis.port(), "backend = \"module\"")
+            ),
+        );
+        wait_not_ready(&gateway, "RL.HIT unknown", &format!("{flavor:?}"));
+        assert_eq!(redis.command_calls("FCALL"), None, "{flavor:?}");
+    });
+}
+
+#[test]
+fn backend_functions_loads_and_uses_the_library_on_every_primary() {
+    each_flavor(|flavor| {
+        // The module is on these nodes too: `backend = "functions"` does not use it.
+        let cluster = Cluster::start(flavor, 3, 0);
+        let upstream = Upstream::start();
+        let seeds: Vec<String> = cluster
+            .primaries()
+            .iter()
+            .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port()))
+            .collect();
+        let gateway = Gateway::start(
+            &upstream.server_line(),
+            &format!(
+                "[redis]\ncluster = [{}]\ndeadline_ms = 1000\nbackend = \"functions\"\n\
+                 functions_load = \"if-missing\"\n[default]\nkey = \"header:X-User\"\n\
+                 limits = [\"2/1h\"]\n",
+                seeds.join(", ")
+            ),
+        );
+        wait_ready(&gateway, &format!("{flavor:?}"));
+        for primary in cluster.primaries() {
+            let version = version_on(&mut connect(primary.port()));
+            assert_eq!(
+                version.as_deref().ok(),
+                Some(env!("CARGO_PKG_VERSION")),
+                "{flavor:?} {}",
+                primary.port()
+            );
+            // A user whose key lives on this primary is decided there, by the library.
+            let user = cluster.tag_on(primary, "h:user");
+            let user = user.trim_start_matches("h:");
+            let statuses: Vec<u16> = (0..3)
+                .map(|_| gateway.send("GET", "/x", &[("X-User", user)]).status)
+                .collect();
+            assert_eq!(statuses, [200, 200, 429], "{flavor:?} {}", primary.port());
+            assert!(
+                primary.command_calls("FCALL").unwrap_or(0) >= 3,
+                "{flavor:?} {}",
+                primary.port()
+            );
+            assert_eq!(primary.command_calls("RL.HIT"), None, "{flavor:?}");
+        }
+    });
+}
