@@ -72,16 +72,14 @@ impl fmt::Display for Missing {
                 write!(f, "the module is not loaded on {node}: RL.HIT unknown")
             }
             Missing::Both { node, library_only } => {
-                let module = if *library_only {
-                    ""
-                } else {
-                    "neither the module (RL.HIT unknown) nor "
-                };
-                write!(
-                    f,
-                    "{module}the Functions library {LIBRARY_NAME} {LIBRARY_VERSION} is not \
-                     loaded on {node}"
-                )
+                let library = format!("the Functions library {LIBRARY_NAME} {LIBRARY_VERSION}");
+                match library_only {
+                    true => write!(f, "{library} is not loaded on {node}"),
+                    false => write!(
+                        f,
+                        "neither the module (RL.HIT unknown) nor {library} is loaded on {node}"
+                    ),
+                }
             }
             Missing::OtherVersion { node, version } => write!(
                 f,
