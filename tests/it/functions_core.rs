@@ -59,7 +59,7 @@ fn same_ms(
     };
     for _ in 0..1_000 {
         let mut pipe = redis::pipe();
-        pipe.atomic();
+        pipe.atomic().ignore_errors();
         for key in keys {
             match before {
                 (None, _) => pipe.cmd("DEL").arg(key).ignore(),
@@ -274,6 +274,138 @@ fn every_algorithm_answers_stores_and_expires_as_the_module_does() {
     });
 }
 
+/// Calendar windows in UTC: the tiers form of version 2 (each tier's calendar code), the
+/// same ends, renewals between calendars and durations.
+#[test]
+fn utc_calendar_windows_answer_and_store_as_the_module_does() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        for (n, rule) in [
+            "3 day",
+            "3 WEEK",
+            "3 month",
+            "3 month ANCHOR 31 TZ UTC",
+            "3 year TZ utc",
+            "2 1s 3 month 4 year ANCHOR 5",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let cost = format!("{rule} COST 2");
+            let steps: Vec<Step<'_>> = vec![
+                ("peek", rule),
+                ("hit", rule),
+                ("hit", &cost),
+                ("hit", rule),
+                ("refund", rule),
+                ("hit", "3 1h"),
+                ("hit", rule),
+                ("persist", ""),
+                ("hit", rule),
+                ("refund", &cost),
+            ];
+            assert_same_as_the_module(&mut con, &format!("calendar:{n}"), &steps);
+        }
+    });
+}
+
+/// A seeded xorshift: the junk of [`junk_and_damaged_states_read_as_the_module_reads_them`]
+/// is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Values of every form, whole, cut short, with a byte changed or added, or random bytes
+/// behind a plausible first byte, with and without an expiry: each backend either reads
+/// them the same way (the same reply and the same bytes written) or refuses them the same
+/// way. The library may refuse with its own error a number beyond 2^53 or an exact log,
+/// which the module reads; that is counted, never a different answer.
+#[test]
+fn junk_and_damaged_states_read_as_the_module_reads_them() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        let shapes = [
+            "3 1h",
+            "3 1s ALGO gcra",
+            "3 1ms ALGO token BURST 5",
+            "3 1h 5 2h",
+            "3 1h ALGO sliding",
+            "3 1h 5 2h ALGO gcra",
+            "3 day 4 month ANCHOR 9",
+        ];
+        let mut valid = Vec::new();
+        for (n, shape) in shapes.iter().enumerate() {
+            let key = format!("junk:shape:{n}");
+            let args: Vec<&str> = shape.split_whitespace().collect();
+            hit(&mut con, key.as_str(), &args);
+            valid.push(stored(&mut con, key.as_bytes()));
+        }
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let firsts = [b'1', b'9', 0x01, 0x02, 0xf8, 0xfa, 0xfc, 0xff];
+        let (mut same, mut refused) = (0, 0);
+        for n in 0..240 {
+            let (base, expiry) = valid[rng.below(valid.len())].clone();
+            let mut value = base.unwrap_or_default();
+            match n % 5 {
+                0 => {}
+                1 => value.truncate(rng.below(value.len().max(1))),
+                2 => {
+                    let at = rng.below(value.len().max(1));
+                    if let Some(byte) = value.get_mut(at) {
+                        *byte = rng.next() as u8;
+                    }
+                }
+                3 => value.push(rng.next() as u8),
+                _ => {
+                    value = (0..rng.below(24)).map(|_| rng.next() as u8).collect();
+                    value.insert(0, firsts[rng.below(firsts.len())]);
+                }
+            }
+            let expiry = if n % 3 == 0 { -1 } else { expiry };
+            let rule = shapes[rng.below(shapes.len())];
+            let command = ["hit", "peek", "refund", "reset"][rng.below(4)];
+            let args = if command == "reset" { "" } else { rule };
+            let before = (Some(value.clone()), expiry);
+            let [module, library, _] = same_ms(
+                &mut con,
+                (command, args),
+                ["junk:module", "junk:library", "junk:mixed"],
+                true,
+                &before,
+            );
+            if let Value::ServerError(err) = &library.0 {
+                let text = format!("{} {}", err.code(), err.details().unwrap_or(""));
+                if text.contains("functions library handles values up to")
+                    || text.contains("ALGO log")
+                {
+                    refused += 1;
+                    continue;
+                }
+            }
+            assert_eq!(
+                module, library,
+                "{command} {args} on {value:?} (expiry {expiry})"
+            );
+            same += 1;
+        }
+        println!("{flavor:?}: {same} read alike, {refused} refused by the library alone");
+        assert!(same > refused * 4, "{same} alike, {refused} refused");
+    });
+}
+
 #[test]
 fn bad_input_gets_the_module_errors() {
     each_flavor(|flavor| {
@@ -328,6 +460,14 @@ fn bad_input_gets_the_module_errors() {
             ("hit", "k", "5 1m TZ UTC"),
             ("hit", "k", "5 1m ANCHOR 5"),
             ("hit", "k", "5 1m ANCHOR 0"),
+            ("hit", "k", "5 month ANCHOR 32"),
+            ("hit", "k", "5 day ANCHOR 5"),
+            ("hit", "k", "5 month ALGO gcra"),
+            ("hit", "k", "5 1s 5 week ALGO sliding"),
+            ("hit", "k", "5 month BURST 3"),
+            ("hit", "k", "5 months"),
+            ("hit", "k", "month 5"),
+            ("hit", "k", "5 month TZ UTC TZ UTC"),
             ("hit", "text", "5 1m"),
             ("hit", "zero", "5 1m"),
             ("hit", "hash", "5 1m"),
@@ -364,6 +504,13 @@ fn what_the_library_cannot_do_is_refused_and_writes_nothing() {
         let cases: &[(&str, &str)] = &[
             ("POLICY login", "ERR POLICY needs the module"),
             ("POLICY login COST 2", "ERR POLICY needs the module"),
+            (
+                "5 month TZ Europe/Paris",
+                "ERR TZ other than UTC needs the module",
+            ),
+            ("5 day TZ Etc/UTC", "ERR TZ other than UTC needs the module"),
+            ("5 1m ALGO log", "ERR ALGO log needs the module"),
+            ("5 1m ALGO LOG COST 2", "ERR ALGO log needs the module"),
             ("9007199254740992 1m", too_large),
             ("5 1m COST 9007199254740992", too_large),
         ];
@@ -390,6 +537,36 @@ fn what_the_library_cannot_do_is_refused_and_writes_nothing() {
             get_bytes(&mut con, "big"),
             Some(b"9007199254740993".to_vec())
         );
+    });
+}
+
+/// A key the module wrote with ALGO log is refused as such by every function, and left as
+/// it is.
+#[test]
+fn a_sliding_log_written_by_the_module_is_refused_and_kept() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        hit(&mut con, "log", &["5", "1h", "ALGO", "log"]);
+        hit(&mut con, "logs", &["5", "1h", "7", "2h", "ALGO", "log"]);
+        for key in ["log", "logs"] {
+            let before = stored(&mut con, key.as_bytes());
+            for (function, args) in [
+                ("rl_hit", &["5", "1h"][..]),
+                ("rl_peek", &["5", "1h", "ALGO", "gcra"]),
+                ("rl_refund", &["5", "1h", "ALGO", "sliding"]),
+                ("rl_reset", &[]),
+            ] {
+                let text = error_text(&mut con, &fcall_cmd(function, &[key], args));
+                assert!(
+                    text.starts_with(
+                        "ERR key holds an ALGO log state, which only the module reads"
+                    ),
+                    "{function} {key}: {text}"
+                );
+            }
+            assert_eq!(stored(&mut con, key.as_bytes()), before, "{key}");
+        }
     });
 }
 
@@ -462,5 +639,174 @@ fn a_replica_holds_the_bytes_the_library_wrote() {
             .query(&mut rcon)
             .expect("rl_peek on the replica");
         assert_eq!(look[..3], [1, 5, 3]);
+    });
+}
+
+/// A key's value and absolute expiry (-1 none, -2 no key).
+type Held = (Option<Vec<u8>>, i64);
+
+/// Runs `RL.M<command>` on `m1 m2` and `FCALL rl_m<command>` on `l1 l2` with `args` after
+/// the keys, in one transaction during which the clock stays in one ms (as [`same_ms`],
+/// the keys first put back as `before`); returns both replies and what the four keys hold.
+fn same_ms_several(
+    con: &mut Connection,
+    command: &str,
+    args: &str,
+    before: &[Held; 2],
+) -> ((Value, Value), [Held; 4]) {
+    let (module, library) = names(&format!("m{command}"));
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let keys = ["several:m1", "several:m2", "several:l1", "several:l2"];
+    for _ in 0..1_000 {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (n, key) in keys.iter().enumerate() {
+            match &before[n % 2] {
+                (None, _) => pipe.cmd("DEL").arg(key).ignore(),
+                (Some(value), -1) => pipe.cmd("SET").arg(key).arg(value).ignore(),
+                (Some(value), at) => pipe
+                    .cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("PXAT")
+                    .arg(*at)
+                    .ignore(),
+            };
+        }
+        pipe.cmd("TIME");
+        pipe.cmd("RL.HIT")
+            .arg(PROBE)
+            .arg("9007199254740991")
+            .arg("366d");
+        pipe.cmd(&module).arg(2).arg(&keys[..2]).arg(&args);
+        pipe.cmd("FCALL")
+            .arg(&library)
+            .arg(2)
+            .arg(&keys[2..])
+            .arg(&args);
+        for key in keys {
+            pipe.cmd("GET").arg(key).cmd("PEXPIRETIME").arg(key);
+        }
+        pipe.cmd("RL.HIT")
+            .arg(PROBE)
+            .arg("9007199254740991")
+            .arg("366d");
+        pipe.cmd("TIME");
+        let r: Vec<Value> = pipe.query(con).expect("EXEC");
+        let time = |v: &Value| -> i64 {
+            let (secs, micros): (i64, i64) = redis::from_redis_value(v.clone()).expect("TIME");
+            secs * 1_000 + micros / 1_000
+        };
+        let start = time(&r[0]);
+        let end = start - start.rem_euclid(PROBE_WINDOW_MS) + PROBE_WINDOW_MS;
+        let module_clock = |v: &Value| -> i64 {
+            let reply: Vec<i64> = redis::from_redis_value(v.clone()).expect("probe");
+            end - reply[3]
+        };
+        let clocks = [
+            start,
+            module_clock(&r[1]),
+            module_clock(&r[12]),
+            time(&r[13]),
+        ];
+        if clocks.iter().all(|&c| c == start) {
+            let held = |n: usize| -> Held {
+                (
+                    redis::from_redis_value(r[4 + 2 * n].clone()).expect("GET"),
+                    redis::from_redis_value(r[5 + 2 * n].clone()).expect("PEXPIRETIME"),
+                )
+            };
+            return (
+                (r[2].clone(), r[3].clone()),
+                [held(0), held(1), held(2), held(3)],
+            );
+        }
+    }
+    panic!("no transaction ran within one ms in 1000 tries");
+}
+
+#[test]
+fn several_keys_answer_and_store_as_the_module_does() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        let minutes = window_clear_of_edges(&mut con) / 60_000;
+        let a = format!("SPEC 3 {minutes}m");
+        let b = "SPEC 2 1s ALGO gcra BURST 3";
+        let c = format!("SPEC 4 {minutes}m 6 {}m ALGO sliding", minutes * 2);
+        let steps: Vec<(&str, String)> = vec![
+            ("peek", format!("{a} {b}")),
+            ("refund", format!("{a} {b}")),
+            ("hit", format!("{a} {b}")),
+            ("hit", format!("{a} COST 2 {b}")),
+            // The first key is full: nothing is counted in the second.
+            ("hit", format!("{a} {b}")),
+            ("peek", format!("{a} {b} COST 9")),
+            ("refund", format!("{a} COST 2 {b}")),
+            ("hit", format!("{a} {b} COST 3")),
+            ("hit", format!("{b} {c}")),
+            ("hit", format!("{c} {c} COST 4")),
+            ("refund", format!("{c} COST 2 {c}")),
+        ];
+        let mut before: [Held; 2] = [(None, -2), (None, -2)];
+        for (n, (command, args)) in steps.iter().enumerate() {
+            let ((module, library), held) = same_ms_several(&mut con, command, args, &before);
+            let context = format!("step {n} {command} {args}");
+            assert_eq!(module, library, "{context}");
+            assert_eq!(held[..2], held[2..], "{context}");
+            before = [held[0].clone(), held[1].clone()];
+        }
+    });
+}
+
+#[test]
+fn several_keys_bad_input_gets_the_module_errors() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        redis::cmd("SET")
+            .arg("text")
+            .arg("hello")
+            .exec(&mut con)
+            .expect("SET");
+        redis::cmd("HSET")
+            .arg("hash")
+            .arg("f")
+            .arg("v")
+            .exec(&mut con)
+            .expect("HSET");
+        let cases: &[(&[&str], &str)] = &[
+            (&["a", "b"], "SPEC 1 1s"),
+            (&["a", "b"], "1 1s"),
+            (&["a", "b"], "SPEC 1 1s SPEC 1 1s SPEC 1 1s"),
+            (&["a", "a"], "SPEC 1 1s SPEC 1 1s"),
+            (&["a", "SPEC"], "1 1s SPEC 1 1s"),
+            (&["a"], "SPEC"),
+            (&["a"], "SPEC 0 1s"),
+            (&["a", "b"], "SPEC 1 1s SPEC 5 1m COSTS 2"),
+            (&["a", "b"], "SPEC 1 1s SPEC"),
+            (&["a", "text"], "SPEC 1 1s SPEC 1 1s"),
+            (&["a", "hash"], "SPEC 1 1s SPEC 1 1s"),
+            (&["a"], "SPEC 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s"),
+            (
+                &[
+                    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p",
+                    "q",
+                ],
+                "SPEC 1 1s",
+            ),
+        ];
+        for (keys, args) in cases {
+            let args: Vec<&str> = args.split_whitespace().collect();
+            for command in ["hit", "peek", "refund"] {
+                let (module, library) = names(&format!("m{command}"));
+                let expected = error_text(
+                    &mut con,
+                    redis::cmd(&module).arg(keys.len()).arg(*keys).arg(&args),
+                );
+                let got = error_text(&mut con, &fcall_cmd(&library, keys, &args));
+                assert_eq!(got, expected, "{command} {keys:?} {args:?}");
+            }
+        }
     });
 }
