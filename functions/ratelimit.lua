@@ -1939,3 +1939,707 @@ register('rl_reset', guarded(reset))
 register('rl_mhit', guarded(RL.several('hit')))
 register('rl_mpeek', guarded(RL.several('peek')), true)
 register('rl_mrefund', guarded(RL.several('refund')))
+
+-- ==== lease_layout.lua ====
+-- lease_layout.lua: a key's leases byte for byte as the module stores them
+-- (core/src/lease/layout.rs), so a lease key written by one backend is read and continued
+-- by the other:
+--   0x02                    LEASE_V1: never a digit, 0x01 or 0xF8.., so no RL.HIT state
+--                           is read as leases nor the reverse
+--   varint tier_len         0: no tier state
+--   tier_len bytes          the tiers' state, as RL.HIT stores it in a key of its own
+--   i64 LE tier_expires     that state's absolute expiry (only when tier_len > 0)
+--   varint count            leases, at most 10000
+--   count times: u8 tag (0x80: 16 id bytes follow; 1..64: that many), id, i64 LE end
+-- A lease is held while now < end. A write keeps only the held leases, in the order they
+-- were taken; the key expires with its last lease or its tier state, whichever ends
+-- later, and is deleted when it has neither.
+--
+-- A key holds up to 10000 leases and every call reads them all, so this file reads and
+-- writes the value in place: one pass that notes where each record starts and when it
+-- ends (no table per record), and writes that copy runs of kept records as they are. The
+-- string functions are taken into locals inside each function: the globals are not there
+-- while FUNCTION LOAD runs this file.
+
+local LEASE_V1 = 2
+local RAW_ID = 128
+local MAX_LEASES = 10000
+local MAX_ID_LEN = 64
+-- 2^53: every integer below it in size is exact in a double.
+local EXACT_LIMIT = 9007199254740992
+
+local L = {}
+RL.lease = L
+L.MAX_ID_LEN = MAX_ID_LEN
+
+-- An id as a record stores it: tag, then bytes. 32 lowercase hex digits are the 16 bytes
+-- they spell (as a generated id), anything else is kept as given.
+function L.stored_id(id)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    if #id == 32 and find(id, '^[0-9a-f]+$') then
+        local raw = string.gsub(id, '%x%x', function(pair)
+            return char(tonumber(pair, 16))
+        end)
+        return char(RAW_ID) .. raw
+    end
+    return char(#id) .. id
+end
+
+-- The id as replies show it.
+function L.display_id(stored)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    if byte(stored, 1) == RAW_ID then
+        return (string.gsub(sub(stored, 2), '.', function(c)
+            return string.format('%02x', byte(c))
+        end))
+    end
+    return sub(stored, 2)
+end
+
+-- The varint at `pos` in its shortest form (the one the module writes) and the position
+-- after it; nil for any other. A value too large to be exact is refused by its caller's
+-- bound (a length or a count), as the module refuses it.
+local function varint_at(s, pos)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    local value, scale = 0, 1
+    for i = 0, 9 do
+        local b = byte(s, pos + i)
+        if b == nil or (i > 0 and b == 0) then
+            return nil
+        end
+        value = value + (b % 128) * scale
+        if b < 128 then
+            return value, pos + i + 1
+        end
+        scale = scale * 128
+    end
+    return nil
+end
+
+-- The signed 8-byte little-endian time at `pos`; nil when the bytes run out. One beyond
+-- 2^53 either way (never written by either backend) is the library's error for numbers
+-- it cannot hold.
+local function i64_at(s, pos)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, pos, pos + 7)
+    if b8 == nil then
+        return nil
+    end
+    local hi = b5 + b6 * 256 + b7 * 65536 + b8 * 16777216
+    if hi >= 2147483648 then
+        hi = hi - 4294967296
+    end
+    if hi >= 2097152 or hi < -2097152 then
+        RL.too_large()
+    end
+    return hi * 4294967296 + b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+end
+
+-- The tier state at `pos`: { bytes, ends } or false for none, and the position after it.
+local function tier_at(s, pos)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    local len, at = varint_at(s, pos)
+    if len == nil or at + len - 1 > #s then
+        return nil
+    end
+    if len == 0 then
+        return false, at
+    end
+    local ends = i64_at(s, at + len)
+    if ends == nil then
+        return nil
+    end
+    return { bytes = sub(s, at, at + len - 1), ends = ends }, at + len + 8
+end
+
+-- Reads the value `s` at `now`, looking for the held lease `want` (a stored id, or nil):
+-- { s, tier, count, starts, ends, held, earliest, latest, at }, `starts[i]` where record i
+-- begins (starts[count + 1] is past the end), `at` the index of the lease `want`. nil for
+-- anything the module would not read as leases.
+function L.read(s, now, want)
+    local byte, sub, find, unpack_i64 = string.byte, string.sub, string.find, struct.unpack
+    if byte(s, 1) ~= LEASE_V1 then
+        return nil
+    end
+    local tier, pos = tier_at(s, 2)
+    local count
+    if tier ~= nil then
+        count, pos = varint_at(s, pos)
+    end
+    if count == nil or count > MAX_LEASES then
+        return nil
+    end
+    local v = { s = s, tier = tier or nil, count = count, starts = {}, ends = {}, held = 0 }
+    local starts, ends, size = v.starts, v.ends, #s
+    local held, earliest, latest = 0, nil, nil
+    -- Where `want` occurs next (a plain search in C): a record is that lease when it
+    -- starts there, its tag being the id's length.
+    local seen = want and find(s, want, pos, true)
+    for i = 1, count do
+        local tag = byte(s, pos)
+        local len = tag
+        if tag == RAW_ID then
+            len = 16
+        elseif tag == nil or tag < 1 or tag > MAX_ID_LEN then
+            return nil
+        elseif tag == 32 and find(sub(s, pos + 1, pos + 32), '^[0-9a-f]+$') then
+            -- Not canonical: 32 lowercase hex digits are always stored as their 16 bytes.
+            return nil
+        end
+        -- The end: 8 bytes LE, signed, read in C (struct is Redis's and Valkey's), which
+        -- rounds beyond 2^53: those are the library's error for numbers it cannot hold.
+        local at = pos + len + 1
+        if at + 7 > size then
+            return nil
+        end
+        local e = unpack_i64('<i8', s, at)
+        if e >= EXACT_LIMIT or e <= -EXACT_LIMIT then
+            RL.too_large()
+        end
+        starts[i], ends[i] = pos, e
+        if e > now then
+            held = held + 1
+            if earliest == nil or e < earliest then
+                earliest = e
+            end
+            if latest == nil or e > latest then
+                latest = e
+            end
+            while seen and seen < pos do
+                seen = find(s, want, pos, true)
+            end
+            if seen == pos and v.at == nil then
+                v.at = i
+            end
+        end
+        pos = at + 8
+    end
+    if pos ~= size + 1 then
+        return nil
+    end
+    starts[count + 1] = pos
+    v.held, v.earliest, v.latest = held, earliest, latest
+    return v
+end
+
+-- Whether `s` is a whole lease value (RL.RESET deletes them; RL.HIT names them).
+function RL.is_lease(s)
+    local ok, v = pcall(L.read, s, 0, nil)
+    return ok and v ~= nil
+end
+
+-- Whether a lease held at `now` has the stored id `id`.
+function L.holds(v, now, id)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    if v == nil then
+        return false
+    end
+    for i = 1, v.count do
+        local start = v.starts[i]
+        if v.ends[i] > now and v.starts[i + 1] - start - 8 == #id and sub(v.s, start, start + #id - 1) == id then
+            return true
+        end
+    end
+    return false
+end
+
+-- The ends of the held leases, earliest first.
+function L.held_ends(v, now)
+    local out = {}
+    for i = 1, (v and v.count or 0) do
+        if v.ends[i] > now then
+            out[#out + 1] = v.ends[i]
+        end
+    end
+    table.sort(out)
+    return out
+end
+
+-- Appends `value` as 8 little-endian bytes to the list of strings `out`.
+local function put_i64(out, value)
+    RL.put_i64(out, value)
+end
+
+-- L.rebuild when every record is held: the records are copied in at most two pieces around
+-- the one that changes, whatever their number.
+local function whole(v, out, tier, edit)
+    local sub = string.sub
+    local s, starts, ends, n = v.s, v.starts, v.ends, v.count
+    local first, stop = starts[1], starts[n + 1] - 1
+    local count, last = n, v.latest
+    if edit.remove ~= nil then
+        local i = edit.remove
+        count = n - 1
+        RL.put_varint(out, count)
+        out[#out + 1] = sub(s, first, starts[i] - 1)
+        out[#out + 1] = sub(s, starts[i + 1], stop)
+        if ends[i] == last then
+            last = nil
+            for j = 1, n do
+                if j ~= i and (last == nil or ends[j] > last) then
+                    last = ends[j]
+                end
+            end
+        end
+    else
+        if edit.id ~= nil then
+            count = n + 1
+        end
+        RL.put_varint(out, count)
+        if edit.renew ~= nil then
+            local i = edit.renew
+            out[#out + 1] = sub(s, first, starts[i + 1] - 9)
+            RL.put_i64(out, edit.ends)
+            out[#out + 1] = sub(s, starts[i + 1], stop)
+        else
+            out[#out + 1] = sub(s, first, stop)
+        end
+        if edit.id ~= nil then
+            out[#out + 1] = edit.id
+            RL.put_i64(out, edit.ends)
+        end
+        if edit.ends ~= nil and edit.ends > last then
+            last = edit.ends
+        end
+    end
+    if tier ~= nil and (last == nil or tier.ends > last) then
+        last = tier.ends
+    end
+    return table.concat(out), last
+end
+
+-- The value holding `tier` (nil: none) and the leases of `v` (nil: no key) held at `now`,
+-- changed by `edit` ({ remove = i } | { renew = i, ends = ms } | { id = stored, ends = ms }
+-- appended | {}); and the key's end: the later of the last lease's and the tier's, nil
+-- when there is neither.
+function L.rebuild(v, now, tier, edit)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    local out = { char(LEASE_V1) }
+    if tier ~= nil and #tier.bytes > 0 then
+        RL.put_varint(out, #tier.bytes)
+        out[#out + 1] = tier.bytes
+        put_i64(out, tier.ends)
+    else
+        RL.put_varint(out, 0)
+        tier = nil
+    end
+    if v ~= nil and v.held == v.count and v.count > 0 then
+        return whole(v, out, tier, edit)
+    end
+    local count_at = #out + 1
+    out[count_at] = ''
+    local count, last = 0, tier and tier.ends
+    -- Runs of kept records are copied as they are.
+    local run_start, run_stop
+    local function flush()
+        if run_start ~= nil then
+            out[#out + 1] = sub(v.s, run_start, run_stop)
+            run_start = nil
+        end
+    end
+    for i = 1, (v and v.count or 0) do
+        local e = v.ends[i]
+        if e > now and i ~= edit.remove then
+            local start, stop = v.starts[i], v.starts[i + 1] - 1
+            if i == edit.renew then
+                flush()
+                out[#out + 1] = sub(v.s, start, stop - 8)
+                e = edit.ends
+                put_i64(out, e)
+            elseif run_start ~= nil and run_stop + 1 == start then
+                run_stop = stop
+            else
+                flush()
+                run_start, run_stop = start, stop
+            end
+            count = count + 1
+            if last == nil or e > last then
+                last = e
+            end
+        else
+            flush()
+        end
+    end
+    flush()
+    if edit.id ~= nil then
+        out[#out + 1] = edit.id
+        put_i64(out, edit.ends)
+        count = count + 1
+        if last == nil or edit.ends > last then
+            last = edit.ends
+        end
+    end
+    local head = {}
+    RL.put_varint(head, count)
+    out[count_at] = head[1]
+    return table.concat(out), last
+end
+
+-- Writes what `L.rebuild` made: SET ... PXAT its end, or DEL when it has none.
+function L.store(key, value, last)
+    if last == nil then
+        redis.call('DEL', key)
+    else
+        redis.call('SET', key, value, 'PXAT', last)
+    end
+end
+
+-- ==== leases.lua ====
+-- leases.lua: RL.ACQUIRE, RL.RELEASE, RL.RENEW and RL.LEASES (core/src/lease/): their
+-- grammar, errors and replies, on the module's layout (lease_layout.lua).
+--
+-- Lease ids the library makes: the module draws 128 bits from the operating system, which
+-- Lua cannot reach (math.random is a seeded 48-bit generator). Here an id is the SHA1 of
+-- the server's TIME, the key, math.random and a counter, cut to 16 bytes (32 hex digits,
+-- as the module shows its ids); it is checked against the key's held leases and drawn
+-- again with the next counter until it differs from all of them, so two held leases of a
+-- key never share an id. Such an id is unique but not secret: a client that must keep
+-- others from releasing its lease passes its own random ID.
+
+local L = RL.lease
+-- The module's defaults of ratelimit.max-leases and ratelimit.max-window-ms, which Lua
+-- cannot read.
+local MAX_LEASES_CONFIG = 10000
+local MAX_TTL_MS = 366 * 86400 * 1000
+
+local ERR = {
+    max = 'ERR max must be an integer from 1 to 10000 (ratelimit.max-leases)',
+    ttl = 'ERR ttl must be a positive duration (e.g. 500ms, 30s) of at most 366d '
+        .. '(ratelimit.max-window-ms)',
+    id = 'ERR ID must be followed by a lease id of 1 to 64 bytes',
+    repeated_id = 'ERR ID is given more than once',
+    options = 'ERR ALGO, BURST and COST apply to tiers: give limit window first',
+    not_leases = 'ERR key holds a value that is not leases (a rate-limit state of RL.HIT, '
+        .. 'or another string)',
+    duplicate = 'ERR ID is already held on this key: release or renew it',
+}
+local HIT_UNKNOWN = "(expected ALGO, BURST, COST, TZ or ANCHOR)"
+local LEASE_UNKNOWN = "(expected ALGO, BURST, COST, TZ, ANCHOR or ID)"
+
+-- ---- Arguments -------------------------------------------------------------------------
+
+-- `max`: 1 to 19 digits, 1 to the cap. (Not RL.parse_digits: a large max is this error,
+-- as in the module, not the library's error for numbers beyond 2^53.)
+local function parse_max(arg)
+    if arg == nil or #arg > 19 or not string.find(arg, '^%d+$') then
+        RL.fail(ERR.max)
+    end
+    local max = tonumber(arg)
+    if max < 1 or max > MAX_LEASES_CONFIG then
+        RL.fail(ERR.max)
+    end
+    return max
+end
+
+local TTL_UNITS = { [''] = 1000, s = 1000, ms = 1, m = 60000, h = 3600000, d = 86400000 }
+
+-- `ttl`: digits and an optional unit, 1ms to 366d; every refusal is the one ttl error.
+local function parse_ttl(arg)
+    local digits, unit = string.match(arg or '', '^(%d+)(%a*)$')
+    local unit_ms = unit and TTL_UNITS[string.lower(unit)]
+    if unit_ms == nil then
+        RL.fail(ERR.ttl)
+    end
+    -- Approximate only for amounts far beyond the bound, so the comparison stays right.
+    local ttl = tonumber(digits) * unit_ms
+    if ttl < 1 or ttl > MAX_TTL_MS then
+        RL.fail(ERR.ttl)
+    end
+    return ttl
+end
+
+local stored_id, display_id = L.stored_id, L.display_id
+
+local function parse_id(arg)
+    if arg == nil or #arg == 0 or #arg > L.MAX_ID_LEN then
+        RL.fail(ERR.id)
+    end
+    return stored_id(arg)
+end
+
+-- An error caught by pcall as its reply text (the server hands errors over as text there).
+local function error_text(err)
+    if type(err) == 'table' and err.err ~= nil then
+        return err.err
+    end
+    return tostring(err)
+end
+
+local TIER_OPTIONS = { ALGO = true, BURST = true, COST = true }
+
+-- RL.HIT's rule grammar for the tiers, with the errors RL.ACQUIRE gives for it.
+local function parse_tiers(others)
+    local first = others[1]
+    if TIER_OPTIONS[string.upper(first)] then
+        RL.fail(ERR.options)
+    end
+    local upper = string.upper(first)
+    if string.find(first, '^%a') and upper ~= 'TZ' and upper ~= 'ANCHOR' then
+        RL.fail("ERR unknown option '" .. RL.excerpt(first) .. "' " .. LEASE_UNKNOWN)
+    end
+    if others[2] == nil then
+        -- One word where a tier belongs: the module's "each limit needs a window".
+        RL.fail(RL.ERR.missing_window)
+    end
+    local ok, rule = pcall(RL.parse_limits, 'RL.ACQUIRE', others, 1)
+    if ok then
+        return rule
+    end
+    local text = error_text(rule)
+    local head = "ERR unknown option '"
+    if string.sub(text, 1, #head) == head and string.sub(text, -#HIT_UNKNOWN) == HIT_UNKNOWN then
+        RL.fail(string.sub(text, 1, -#HIT_UNKNOWN - 1) .. LEASE_UNKNOWN)
+    end
+    RL.fail(text)
+end
+
+-- RL.ACQUIRE's arguments after the key: max ttl [limit window ...] [options] [ID id].
+-- Tiers and options come in pairs, so ID is only ever the first word of a pair.
+local function parse_acquire(args)
+    if #args < 2 then
+        RL.arity('RL.ACQUIRE')
+    end
+    local request = { max = parse_max(args[1]), ttl = parse_ttl(args[2]) }
+    local others = {}
+    for i = 3, #args, 2 do
+        if RL.is_word(args[i], 'ID') then
+            if args[i + 1] == nil then
+                RL.fail(ERR.id)
+            end
+            local id = parse_id(args[i + 1])
+            if request.id ~= nil then
+                RL.fail(ERR.repeated_id)
+            end
+            request.id = id
+        else
+            others[#others + 1] = args[i]
+            others[#others + 1] = args[i + 1]
+        end
+    end
+    if #others > 0 then
+        request.rule = parse_tiers(others)
+    end
+    return request
+end
+
+-- The server's clock, read once per call: ms for the leases, and the whole reading for
+-- the ids drawn in this call.
+local function clock()
+    local time = redis.call('TIME')
+    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), time
+end
+
+
+-- A 16-byte id that no lease held on the key has (see the top of this file).
+local function new_id(key, time, v, now)
+    local counter = 0
+    while true do
+        local seed = table.concat({ time[1], time[2], key, tostring(math.random()), counter }, ':')
+        local id = stored_id(string.sub(redis.sha1hex(seed), 1, 32))
+        if not L.holds(v, now, id) then
+            return id
+        end
+        counter = counter + 1
+    end
+end
+
+-- ---- The commands ------------------------------------------------------------------
+
+-- The key's leases at `now` (nil: no key), the held lease `want` looked for.
+local function look(key, now, want)
+    local stored = redis.pcall('GET', key)
+    if type(stored) == 'table' and stored.err then
+        -- WRONGTYPE, exactly as the server words it.
+        RL.fail(stored.err)
+    end
+    if stored == false then
+        return nil
+    end
+    local v = L.read(stored, now, want)
+    if v == nil then
+        RL.fail(ERR.not_leases)
+    end
+    return v
+end
+
+local function held_count(v)
+    return v and v.held or 0
+end
+
+-- The tier state that still counts at `now`.
+local function live_tier(v, now)
+    local tier = v and v.tier
+    if tier ~= nil and tier.ends > now then
+        return tier
+    end
+    return nil
+end
+
+-- Ms until fewer than `max` leases are held: the end of the (held - max + 1)-th earliest
+-- held lease (the earliest when exactly `max` are held); 0 when a slot is free.
+local function slot_wait(v, now, max)
+    local held = held_count(v)
+    if held < max then
+        return 0
+    end
+    if held == max then
+        return v.earliest - now
+    end
+    return L.held_ends(v, now)[held - max + 1] - now
+end
+
+-- RL.ACQUIRE's reply: acquired, max, free, id (nil when none was taken), ttl_ms, retry.
+local function acquired_reply(taken, max, free, id, ttl, retry)
+    if taken then
+        return { 1, max, free, display_id(id), ttl, 0 }
+    end
+    -- false is a null bulk string under RESP2 and a null under RESP3, as the module's.
+    return { 0, max, free, false, 0, retry }
+end
+
+-- The tiers' answer for the tier state `tier` (nil: none) at `now`. The module's state
+-- error names leases here, since a tier state inside a lease value is only ever ours.
+local function run_tiers(rule, step, tier, now)
+    local ok, outcome = pcall(RL.run, rule, step, tier and tier.bytes, function()
+        return tier and tier.ends
+    end, now)
+    if ok then
+        return outcome
+    end
+    local text = error_text(outcome)
+    if text == RL.NOT_OURS then
+        RL.fail(ERR.not_leases)
+    end
+    RL.fail(text)
+end
+
+-- A full key: the wait until a slot frees, or the tiers' wait if longer (never: -1).
+local function acquire_full(request, v, tier, now)
+    local retry = slot_wait(v, now, request.max)
+    if request.rule ~= nil then
+        local wait = run_tiers(request.rule, 'peek', tier, now).decision.retry
+        if wait == RL.NEVER then
+            retry = RL.NEVER
+        else
+            retry = math.max(retry, wait)
+        end
+    end
+    return acquired_reply(false, request.max, 0, nil, 0, retry)
+end
+
+-- Counts the hit in the tiers: the tier state to keep, and the reply when a tier denies
+-- (a denied hit stores only what the tiers must keep, a renewal after a rule change,
+-- with the leases as they are).
+local function hit_tiers(key, request, v, tier, now)
+    local hit = run_tiers(request.rule, 'hit', tier, now)
+    if hit.write == 'delete' then
+        tier = nil
+    elseif hit.write ~= nil then
+        tier = { bytes = hit.write.value, ends = hit.write.expires }
+    end
+    if hit.decision.allowed then
+        return tier, nil
+    end
+    if hit.write ~= nil then
+        L.store(key, L.rebuild(v, now, tier, {}))
+    end
+    local free = math.max(request.max - held_count(v), 0)
+    return tier, acquired_reply(false, request.max, free, nil, 0, hit.decision.retry)
+end
+
+local function acquire(keys, args)
+    if #keys ~= 1 then
+        RL.arity('RL.ACQUIRE')
+    end
+    local request = parse_acquire(args)
+    local key = keys[1]
+    local now, time = clock()
+    local v = look(key, now, request.id)
+    if v ~= nil and v.at ~= nil then
+        RL.fail(ERR.duplicate)
+    end
+    local ends = RL.exact(now + request.ttl)
+    local tier = live_tier(v, now)
+    local held = held_count(v)
+    if held >= request.max then
+        return acquire_full(request, v, tier, now)
+    end
+    if request.rule ~= nil then
+        local denied
+        tier, denied = hit_tiers(key, request, v, tier, now)
+        if denied ~= nil then
+            return denied
+        end
+    end
+    local id = request.id or new_id(key, time, v, now)
+    L.store(key, L.rebuild(v, now, tier, { id = id, ends = ends }))
+    return acquired_reply(true, request.max, math.max(request.max - held - 1, 0), id, request.ttl)
+end
+
+-- RL.RELEASE and RL.RENEW: `edit(v, i)` gives the change to the held lease i, or nil
+-- when there is nothing to write. 1 when that lease was held, 0 (nothing written) when
+-- not.
+local function change(key, id, now, edit)
+    local v = look(key, now, id)
+    if v == nil or v.at == nil then
+        return 0
+    end
+    local change = edit(v, v.at)
+    if change ~= nil then
+        L.store(key, L.rebuild(v, now, live_tier(v, now), change))
+    end
+    return 1
+end
+
+local function release(keys, args)
+    if #keys ~= 1 or #args ~= 1 then
+        RL.arity('RL.RELEASE')
+    end
+    local id = parse_id(args[1])
+    return change(keys[1], id, clock(), function(_, at)
+        return { remove = at }
+    end)
+end
+
+local function renew(keys, args)
+    if #keys ~= 1 or #args ~= 2 then
+        RL.arity('RL.RENEW')
+    end
+    local id = parse_id(args[1])
+    local ttl = parse_ttl(args[2])
+    local now = clock()
+    local until_ms = RL.exact(now + ttl)
+    return change(keys[1], id, now, function(v, at)
+        -- A renewal never shortens a lease; one that already ends later writes nothing.
+        if v.ends[at] >= until_ms then
+            return nil
+        end
+        return { renew = at, ends = until_ms }
+    end)
+end
+
+-- RL.LEASES: held, max, free, retry_after_ms, reset_after_ms; reads only.
+local function leases(keys, args)
+    if #keys ~= 1 or #args ~= 1 then
+        RL.arity('RL.LEASES')
+    end
+    local max = parse_max(args[1])
+    local now = clock()
+    local v = look(keys[1], now, nil)
+    local held = held_count(v)
+    local free = math.max(max - held, 0)
+    local retry = 0
+    if free == 0 then
+        retry = slot_wait(v, now, max)
+    end
+    local reset = 0
+    if held > 0 then
+        reset = v.latest - now
+    end
+    return { held, max, free, retry, reset }
+end
+
+RL.register('rl_acquire', RL.guarded(acquire))
+RL.register('rl_release', RL.guarded(release))
+RL.register('rl_renew', RL.guarded(renew))
+RL.register('rl_leases', RL.guarded(leases), true)

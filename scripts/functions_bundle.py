@@ -31,6 +31,8 @@ SOURCES = [
     "limiter.lua",
     "multi.lua",
     "commands.lua",
+    "lease_layout.lua",
+    "leases.lua",
 ]
 
 HEADER = """#!lua name=ratelimit
