@@ -88,6 +88,80 @@ fn auto_decides_through_the_library_with_the_modules_answers() {
     });
 }
 
+/// A per-client budget for the whole API, stacked on a stricter one for one endpoint.
+const STACKED: &str = r#"
+[[rule]]
+name = "per-ip"
+path = "/api/**"
+limits = ["5/1h", "100/1d"]
+stack = true
+
+[[rule]]
+name = "orders"
+path = "/api/orders"
+limits = ["2/1h"]
+"#;
+
+#[test]
+fn stacked_rules_are_charged_all_or_nothing_by_the_library() {
+    each_flavor(|flavor| {
+        let (redis, _upstream, gateway) = stack_on(managed_with_library(flavor), STACKED);
+        wait_ready(&gateway, &format!("{flavor:?}"));
+        let first = gateway.get("/api/orders");
+        assert_eq!(first.status, 200, "{flavor:?}: {first:?}");
+        // The library answers RESP2 arrays under RESP3 too: a rule of several limits is
+        // shown by its binding one (the module's map names each).
+        let remaining: Vec<i64> = first.limits().iter().map(|t| t.r).collect();
+        assert_eq!(remaining, [4, 1], "{flavor:?}: {first:?}");
+        assert_eq!(gateway.get("/api/orders").status, 200, "{flavor:?}");
+        let denied = gateway.get("/api/orders");
+        assert_eq!(denied.status, 429, "{flavor:?}: {denied:?}");
+        // The denial charged neither rule: the per-client budget still has 3.
+        let look = fcall_reply(
+            &mut redis.conn(),
+            "rl_peek",
+            "rl:{ip:127.0.0.1}:per-ip",
+            &["5", "1h", "100", "1d"],
+        );
+        assert_eq!(look.remaining + i64::from(look.allowed), 3, "{flavor:?}");
+    });
+}
+
+#[test]
+fn a_concurrency_lease_is_taken_and_given_back_by_the_library() {
+    const KEY: &str = "rl:{ip:127.0.0.1}:llm:lease";
+    let held = |redis: &Server| -> i64 {
+        let reply: Vec<redis::Value> = redis::cmd("FCALL")
+            .arg("rl_leases")
+            .arg(1)
+            .arg(KEY)
+            .arg(1)
+            .query(&mut redis.conn())
+            .expect("FCALL rl_leases");
+        match reply.first() {
+            Some(redis::Value::Int(n)) => *n,
+            other => panic!("rl_leases answered {other:?}"),
+        }
+    };
+    each_flavor(|flavor| {
+        let rules = "[[rule]]\nname = \"llm\"\npath = \"/slow\"\nconcurrency = 1\n\
+                     lease_ttl = \"300s\"\n";
+        let (redis, upstream, gateway) = stack_on(managed_with_library(flavor), rules);
+        wait_ready(&gateway, &format!("{flavor:?}"));
+        let first = in_flight(&gateway, "/slow?hold=1");
+        wait_until(PROBE, "the request reaches the upstream", || {
+            upstream.requests() == 1
+        });
+        assert_eq!(held(&redis), 1, "{flavor:?}");
+        let extra = gateway.get("/slow?hold=1");
+        assert_eq!(extra.status, 429, "{flavor:?}: {extra:?}");
+        upstream.release_held();
+        assert_eq!(first.join().expect("the request"), 200, "{flavor:?}");
+        wait_until(PROBE, "the lease is given back", || held(&redis) == 0);
+        assert_eq!(upstream.requests(), 1, "{flavor:?}");
+    });
+}
+
 /// Only failed logins use the budget: charged first, refunded when the status is another.
 const COUNTED: &str = r#"
 [[rule]]
