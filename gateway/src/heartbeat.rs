@@ -13,8 +13,9 @@
 //!   [`crate::decider::redis::probe`]): a Redis that has neither makes every decision
 //!   fail, so the gateway reports not ready on `/readyz` and says how to fix it, once per
 //!   change. It asks at the first beat (at start), at every beat until a backend is
-//!   there, and again after Redis was lost or restarted (another server may have neither);
-//!   not at every beat, since a loaded module or library that holds keys stays loaded.
+//!   there, and again after Redis was lost or restarted (another server may have neither)
+//!   or a call found the library gone (`FUNCTION DELETE`); not at every beat, since a
+//!   loaded module that holds keys stays loaded, and a library deleted says so.
 //! - **Redis's state, logged once per change.** Lost (with the reason), back (after how
 //!   long), and restarted: the server's `run_id` changed, so the counters it held are gone
 //!   unless it loaded them from RDB or AOF (or a replica took over with them).
@@ -107,7 +108,8 @@ pub fn spawn(gateway: Arc<Gateway>, backend: Backend, key_prefix: String, every:
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let probe = !known.settled;
+            // A call that found the library gone has it looked for again.
+            let probe = !known.settled | backend.take_lost_library();
             let beat = beat(&gateway, &backend, (&key, &id), every, probe);
             let beat = tokio::time::timeout(BEAT_TIMEOUT, beat);
             let result = match beat.await {

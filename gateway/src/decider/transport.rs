@@ -27,10 +27,14 @@ pub trait Transport: Clone + Send + Sync + 'static {
 impl Transport for Backend {
     async fn call(&self, cmd: &Cmd, route_key: Option<&str>) -> RedisResult<Value> {
         let cmd = &*self.outgoing(cmd);
-        match route_key {
+        let reply = match route_key {
             Some(key) => self.call_for_key(cmd, key).await,
             None => Backend::call(self, cmd).await,
+        };
+        if let Err(error) = &reply {
+            self.saw(error);
         }
+        reply
     }
 
     fn is_cluster(&self) -> bool {

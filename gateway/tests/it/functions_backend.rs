@@ -408,3 +408,56 @@ fn backend_functions_loads_and_uses_the_library_on_every_primary() {
         }
     });
 }
+
+#[test]
+fn a_library_deleted_under_the_gateway_is_looked_for_again() {
+    each_flavor(|flavor| {
+        let (redis, _upstream, gateway) = stack_on(managed_with_library(flavor), RULES);
+        wait_ready(&gateway, &format!("{flavor:?}"));
+        assert_eq!(gateway.get("/api/items").status, 200, "{flavor:?}");
+        let _: String = redis::cmd("FUNCTION")
+            .arg("DELETE")
+            .arg("ratelimit")
+            .query(&mut redis.conn())
+            .expect("FUNCTION DELETE");
+        // The call that finds it gone is an error reply (closed by default), and has the
+        // next beat probe again: not ready, saying so.
+        let resp = gateway.get("/api/items");
+        assert_eq!(resp.status, 503, "{flavor:?}: {resp:?}");
+        wait_not_ready(&gateway, "neither the module", &format!("{flavor:?}"));
+        redis.load_functions();
+        wait_ready(&gateway, &format!("{flavor:?} once loaded again"));
+        let resp = gateway.get("/api/items");
+        assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
+    });
+}
+
+#[test]
+fn after_a_restart_the_server_is_probed_again_and_if_missing_loads_it_again() {
+    each_flavor(|flavor| {
+        let redis = ServerConfig::managed(flavor).start();
+        let upstream = Upstream::start();
+        let gateway = Gateway::start(
+            &upstream.server_line(),
+            &format!(
+                "{}{RULES}",
+                redis_section(redis.port(), "functions_load = \"if-missing\"")
+            ),
+        );
+        wait_ready(&gateway, &format!("{flavor:?}"));
+        // Restarted empty (no RDB, so no library): the gateway finds it and loads it again.
+        let redis = redis.shutdown("NOSAVE").start();
+        wait_until(PROBE, "the library is loaded again", || {
+            version_on(&mut redis.conn()).is_ok()
+        });
+        wait_ready(&gateway, &format!("{flavor:?} after the restart"));
+        assert_eq!(
+            gateway.log_lines_with("loaded the Functions library ratelimit"),
+            2,
+            "{flavor:?}: {}",
+            gateway.log()
+        );
+        let statuses: Vec<u16> = (0..4).map(|_| gateway.get("/api/items").status).collect();
+        assert_eq!(statuses, [200, 200, 200, 429], "{flavor:?}");
+    });
+}

@@ -91,6 +91,9 @@ struct Answering {
     load: FunctionsLoad,
     /// Whether the module's commands go out as the library's `FCALL`.
     library: AtomicBool,
+    /// Set when a call found the library gone (`FUNCTION DELETE`, `FUNCTION FLUSH`, a
+    /// failover to a node without it): the heartbeat probes again at its next beat.
+    lost_library: AtomicBool,
 }
 
 /// The kind of connection.
@@ -115,6 +118,7 @@ impl Backend {
             load: settings.functions_load,
             // Until the first probe: the module, unless only the library will do.
             library: AtomicBool::new(settings.backend == BackendChoice::Functions),
+            lost_library: AtomicBool::new(false),
         });
         Ok(Backend { link, answering })
     }
@@ -199,6 +203,19 @@ impl Backend {
             Some(fcall) => Cow::Owned(fcall),
             None => Cow::Borrowed(cmd),
         }
+    }
+
+    /// Notes an error reply that says the library is not there (any more), for the
+    /// heartbeat to probe again.
+    pub(crate) fn saw(&self, error: &RedisError) {
+        if self.uses_library() && probe::says_no_library(error) {
+            self.answering.lost_library.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a call found the library gone since the last time this was asked.
+    pub(crate) fn take_lost_library(&self) -> bool {
+        self.answering.lost_library.swap(false, Ordering::Relaxed)
     }
 
     pub(crate) async fn call(&self, cmd: &Cmd) -> RedisResult<Value> {

@@ -266,6 +266,13 @@ fn error_reply(error: &RedisError) -> Option<String> {
     })
 }
 
+/// Whether an error reply says that the function called does not exist.
+pub(crate) fn says_no_library(error: &RedisError) -> bool {
+    error
+        .detail()
+        .is_some_and(|detail| detail.to_ascii_lowercase().contains("function not found"))
+}
+
 /// `COMMAND INFO RL.HIT`: one entry, nil when the server does not know the command.
 fn command_info_hit() -> Cmd {
     let mut cmd = redis::cmd("COMMAND");
