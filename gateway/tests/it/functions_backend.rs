@@ -363,49 +363,87 @@ fn backend_module_wants_the_module_even_where_the_library_is() {
     });
 }
 
-#[test]
-fn backend_functions_loads_and_uses_the_library_on_every_primary() {
-    each_flavor(|flavor| {
-        // The module is on these nodes too: `backend = "functions"` does not use it.
-        let cluster = Cluster::start(flavor, 3, 0);
-        let upstream = Upstream::start();
-        let seeds: Vec<String> = cluster
-            .primaries()
-            .iter()
-            .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port()))
-            .collect();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "[redis]\ncluster = [{}]\ndeadline_ms = 1000\nbackend = \"functions\"\n\
-                 functions_load = \"if-missing\"\n[default]\nkey = \"header:X-User\"\n\
-                 limits = [\"2/1h\"]\n",
-                seeds.join(", ")
-            ),
+/// A gateway on `cluster` (its primaries as seeds), keyed by `X-User`, 2 per hour, with
+/// `[redis]` lines `extra`.
+fn cluster_gateway(cluster: &Cluster, upstream: &Upstream, extra: &str) -> Gateway {
+    let seeds: Vec<String> = cluster
+        .primaries()
+        .iter()
+        .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port()))
+        .collect();
+    Gateway::start(
+        &upstream.server_line(),
+        &format!(
+            "[redis]\ncluster = [{}]\ndeadline_ms = 1000\n{extra}\n[default]\n\
+             key = \"header:X-User\"\nlimits = [\"2/1h\"]\n",
+            seeds.join(", ")
+        ),
+    )
+}
+
+/// Every primary holds the library of this version, and decides its own users by it.
+fn assert_library_decides_on_every_primary(cluster: &Cluster, gateway: &Gateway, what: &str) {
+    for primary in cluster.primaries() {
+        let port = primary.port();
+        let version = version_on(&mut connect(port));
+        assert_eq!(
+            version.as_deref().ok(),
+            Some(env!("CARGO_PKG_VERSION")),
+            "{what} {port}"
         );
+        // A user whose key lives on this primary is decided there, by the library.
+        let user = cluster.tag_on(primary, "h:user");
+        let user = user.trim_start_matches("h:");
+        let statuses: Vec<u16> = (0..3)
+            .map(|_| gateway.send("GET", "/x", &[("X-User", user)]).status)
+            .collect();
+        assert_eq!(statuses, [200, 200, 429], "{what} {port}");
+        assert!(
+            primary.command_calls("FCALL").unwrap_or(0) >= 3,
+            "{what} {port}"
+        );
+        assert_eq!(primary.command_calls("RL.HIT"), None, "{what} {port}");
+    }
+}
+
+#[test]
+fn auto_loads_the_library_on_every_primary_of_a_managed_cluster() {
+    each_flavor(|flavor| {
+        let cluster = Cluster::start_with(flavor, 3, 0, |_| ServerConfig::managed(flavor));
+        let upstream = Upstream::start();
+        let gateway = cluster_gateway(&cluster, &upstream, "functions_load = \"if-missing\"");
         wait_ready(&gateway, &format!("{flavor:?}"));
+        assert_eq!(
+            gateway.log_lines_with("loaded the Functions library ratelimit"),
+            3,
+            "{flavor:?}: one line per primary: {}",
+            gateway.log()
+        );
+        assert_library_decides_on_every_primary(&cluster, &gateway, &format!("{flavor:?}"));
+    });
+}
+
+#[test]
+fn backend_functions_uses_the_library_where_the_module_is_loaded_too() {
+    each_flavor(|flavor| {
+        let cluster = Cluster::start(flavor, 3, 0);
+        // The library on one primary only: the gateway is not ready until every primary
+        // has it.
+        let first = cluster.primaries()[0].port();
+        testkit::functions::load_functions(&mut connect(first));
+        let upstream = Upstream::start();
+        let gateway = cluster_gateway(&cluster, &upstream, "backend = \"functions\"");
+        let body = wait_not_ready(
+            &gateway,
+            "is not loaded on 127.0.0.1:",
+            &format!("{flavor:?}"),
+        );
+        assert!(!body.contains("neither the module"), "{flavor:?}: {body}");
         for primary in cluster.primaries() {
-            let version = version_on(&mut connect(primary.port()));
-            assert_eq!(
-                version.as_deref().ok(),
-                Some(env!("CARGO_PKG_VERSION")),
-                "{flavor:?} {}",
-                primary.port()
-            );
-            // A user whose key lives on this primary is decided there, by the library.
-            let user = cluster.tag_on(primary, "h:user");
-            let user = user.trim_start_matches("h:");
-            let statuses: Vec<u16> = (0..3)
-                .map(|_| gateway.send("GET", "/x", &[("X-User", user)]).status)
-                .collect();
-            assert_eq!(statuses, [200, 200, 429], "{flavor:?} {}", primary.port());
-            assert!(
-                primary.command_calls("FCALL").unwrap_or(0) >= 3,
-                "{flavor:?} {}",
-                primary.port()
-            );
-            assert_eq!(primary.command_calls("RL.HIT"), None, "{flavor:?}");
+            testkit::functions::load_functions(&mut connect(primary.port()));
         }
+        wait_ready(&gateway, &format!("{flavor:?} once every primary has it"));
+        assert_library_decides_on_every_primary(&cluster, &gateway, &format!("{flavor:?}"));
     });
 }
 
