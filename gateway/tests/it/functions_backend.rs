@@ -347,6 +347,24 @@ fn if_missing_loads_the_gateways_own_library() {
 }
 
 #[test]
+fn auto_prefers_the_module_where_both_are_there() {
+    each_flavor(|flavor| {
+        let redis = ServerConfig::new(flavor).start();
+        redis.load_functions();
+        let (redis, _upstream, gateway) = stack_on(redis, RULES);
+        wait_ready(&gateway, &format!("{flavor:?}"));
+        gateway.get("/api/items");
+        assert!(
+            gateway.log_lines_with("RL.HIT known") >= 1,
+            "{}",
+            gateway.log()
+        );
+        assert_eq!(redis.command_calls("RL.HIT"), Some(1), "{flavor:?}");
+        assert_eq!(redis.command_calls("FCALL"), None, "{flavor:?}");
+    });
+}
+
+#[test]
 fn backend_module_wants_the_module_even_where_the_library_is() {
     each_flavor(|flavor| {
         let redis = managed_with_library(flavor);
