@@ -65,6 +65,10 @@ function RL.parse_digits(text)
     if text == nil or not string.find(text, '^%d+$') then
         return nil
     end
+    if #text <= 15 then
+        -- Below 10^15 < 2^53: exact, and the common case, without the checks below.
+        return tonumber(text)
+    end
     local digits = string.gsub(text, '^0+', '')
     if #digits > #RL.I64_MAX_TEXT or (#digits == #RL.I64_MAX_TEXT and digits > RL.I64_MAX_TEXT) then
         return nil

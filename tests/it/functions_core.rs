@@ -128,13 +128,24 @@ fn same_ms(
 /// Runs `steps` on the three keys of [`same_ms`] (the backend on `x` alternating) and
 /// asserts that each step's replies, and the stored bytes and expiries after it, are equal.
 fn assert_same_as_the_module(con: &mut Connection, tag: &str, steps: &[Step<'_>]) {
+    assert_same_from(con, tag, (None, -2), steps);
+}
+
+/// [`assert_same_as_the_module`] on keys that start holding `start` (a value and its
+/// absolute expiry, -1 for none).
+fn assert_same_from(
+    con: &mut Connection,
+    tag: &str,
+    start: (Option<Vec<u8>>, i64),
+    steps: &[Step<'_>],
+) {
     let keys = [
         format!("{tag}:module"),
         format!("{tag}:library"),
         format!("{tag}:mixed"),
     ];
     let keys = [keys[0].as_str(), keys[1].as_str(), keys[2].as_str()];
-    let mut before = (None, -2);
+    let mut before = start;
     for (n, step) in steps.iter().enumerate() {
         if step.0 == "persist" {
             // The key loses its expiry (PERSIST): both backends count its units again.
@@ -229,7 +240,7 @@ fn every_algorithm_answers_stores_and_expires_as_the_module_does() {
         let server = both(flavor);
         let mut con = server.conn();
         let minutes = window_clear_of_edges(&mut con) / 60_000;
-        for algo in ["sliding", "token", "gcra", "fixed"] {
+        for algo in ["sliding", "token", "gcra", "fixed", "log"] {
             let burst = if algo == "token" || algo == "gcra" {
                 " BURST 4"
             } else {
@@ -330,8 +341,8 @@ impl Rng {
 /// Values of every form, whole, cut short, with a byte changed or added, or random bytes
 /// behind a plausible first byte, with and without an expiry: each backend either reads
 /// them the same way (the same reply and the same bytes written) or refuses them the same
-/// way. The library may refuse with its own error a number beyond 2^53 or an exact log,
-/// which the module reads; that is counted, never a different answer.
+/// way. The library may refuse with its own error a number beyond 2^53, which the module
+/// reads; that is counted, never a different answer.
 #[test]
 fn junk_and_damaged_states_read_as_the_module_reads_them() {
     each_flavor(|flavor| {
@@ -345,6 +356,8 @@ fn junk_and_damaged_states_read_as_the_module_reads_them() {
             "3 1h ALGO sliding",
             "3 1h 5 2h ALGO gcra",
             "3 day 4 month ANCHOR 9",
+            "3 1h ALGO log",
+            "3 1s 5 1h ALGO log",
         ];
         let mut valid = Vec::new();
         for (n, shape) in shapes.iter().enumerate() {
@@ -388,9 +401,7 @@ fn junk_and_damaged_states_read_as_the_module_reads_them() {
             );
             if let Value::ServerError(err) = &library.0 {
                 let text = format!("{} {}", err.code(), err.details().unwrap_or(""));
-                if text.contains("functions library handles values up to")
-                    || text.contains("ALGO log")
-                {
+                if text.contains("functions library handles values up to") {
                     refused += 1;
                     continue;
                 }
@@ -403,6 +414,67 @@ fn junk_and_damaged_states_read_as_the_module_reads_them() {
         }
         println!("{flavor:?}: {same} read alike, {refused} refused by the library alone");
         assert!(same > refused * 4, "{same} alike, {refused} refused");
+    });
+}
+
+/// The exact log: entries in distinct ms, refunds across entries (the newest left as a
+/// marker), denials whose wait comes from the oldest entries, tiers, and a value in the
+/// older plain layout (read, and written back with the header once changed).
+#[test]
+fn the_exact_log_answers_and_stores_as_the_module_does() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        let rule = "10 3s ALGO log";
+        let steps: Vec<Step<'_>> = vec![
+            ("hit", rule),
+            ("hit", "10 3s ALGO log COST 2"),
+            ("hit", rule),
+            ("hit", "10 3s ALGO log COST 3"),
+            ("refund", "10 3s ALGO log COST 2"),
+            ("peek", rule),
+            ("refund", "10 3s ALGO log COST 4"),
+            ("hit", "10 3s ALGO log COST 5"),
+            ("hit", "10 3s ALGO log COST 4"),
+            ("peek", "10 3s ALGO log COST 2"),
+            ("refund", "10 3s ALGO log COST 99"),
+            ("hit", rule),
+            ("hit", "4 1s 10 3s ALGO log COST 2"),
+            ("hit", "4 1s 10 3s ALGO log COST 2"),
+            ("hit", "4 1s 10 3s ALGO log COST 2"),
+            ("refund", "4 1s 10 3s ALGO log"),
+            ("hit", rule),
+        ];
+        assert_same_as_the_module(&mut con, "log", &steps);
+        // The tiers form of one log tier of 10 per 3 s (limit, window 3000 and burst as
+        // varints), its state in the plain layout: count 2, the oldest time, its units,
+        // then (gap, units).
+        let at = server_ms(&mut con) - 500;
+        let mut plain = vec![0x01, 3, 1, 10, 0xb8, 0x17, 10, 2];
+        plain.extend_from_slice(&at.to_le_bytes());
+        plain.extend_from_slice(&[3, 100, 2]);
+        let expiry = at + 100 + 3_000;
+        let steps: Vec<Step<'_>> = vec![("peek", rule), ("refund", rule), ("hit", rule)];
+        assert_same_from(&mut con, "log:plain", (Some(plain.clone()), expiry), &steps);
+        let look = fcall_cmd("rl_peek", &["log:plain:read"], &["10", "3s", "ALGO", "log"]);
+        redis::cmd("SET")
+            .arg("log:plain:read")
+            .arg(&plain)
+            .exec(&mut con)
+            .expect("SET");
+        let read: Vec<i64> = look.query(&mut con).expect("the plain layout reads");
+        assert_eq!(read[2], 4, "5 units logged, one more looked at: {read:?}");
+        let steps: Vec<Step<'_>> = vec![("hit", rule), ("peek", rule)];
+        assert_same_from(
+            &mut con,
+            "log:plain:hit",
+            (Some(plain.clone()), expiry),
+            &steps,
+        );
+        // Without its expiry, a denied hit writes the unchanged state back as it was.
+        let denied = "10 3s ALGO log COST 11";
+        let steps: Vec<Step<'_>> = vec![("hit", denied), ("hit", rule)];
+        assert_same_from(&mut con, "log:plain:lost", (Some(plain), -1), &steps);
     });
 }
 
@@ -509,8 +581,10 @@ fn what_the_library_cannot_do_is_refused_and_writes_nothing() {
                 "ERR TZ other than UTC needs the module",
             ),
             ("5 day TZ Etc/UTC", "ERR TZ other than UTC needs the module"),
-            ("5 1m ALGO log", "ERR ALGO log needs the module"),
-            ("5 1m ALGO LOG COST 2", "ERR ALGO log needs the module"),
+            (
+                "1001 1m ALGO log",
+                "ERR ALGO log allows a limit of at most 1000 in the functions library",
+            ),
             ("9007199254740992 1m", too_large),
             ("5 1m COST 9007199254740992", too_large),
         ];
@@ -540,33 +614,55 @@ fn what_the_library_cannot_do_is_refused_and_writes_nothing() {
     });
 }
 
-/// A key the module wrote with ALGO log is refused as such by every function, and left as
-/// it is.
+/// A log longer than the library reads in a call (one the module wrote under a limit above
+/// the library's) is refused as such, and left for the module, which reads it.
 #[test]
-fn a_sliding_log_written_by_the_module_is_refused_and_kept() {
+fn a_log_longer_than_the_library_reads_is_refused_and_kept() {
     each_flavor(|flavor| {
         let server = both(flavor);
         let mut con = server.conn();
-        hit(&mut con, "log", &["5", "1h", "ALGO", "log"]);
-        hit(&mut con, "logs", &["5", "1h", "7", "2h", "ALGO", "log"]);
-        for key in ["log", "logs"] {
-            let before = stored(&mut con, key.as_bytes());
-            for (function, args) in [
-                ("rl_hit", &["5", "1h"][..]),
-                ("rl_peek", &["5", "1h", "ALGO", "gcra"]),
-                ("rl_refund", &["5", "1h", "ALGO", "sliding"]),
-                ("rl_reset", &[]),
-            ] {
-                let text = error_text(&mut con, &fcall_cmd(function, &[key], args));
-                assert!(
-                    text.starts_with(
-                        "ERR key holds an ALGO log state, which only the module reads"
-                    ),
-                    "{function} {key}: {text}"
-                );
+        let varint = |mut v: u64, out: &mut Vec<u8>| loop {
+            let low = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(low);
+                break;
             }
-            assert_eq!(stored(&mut con, key.as_bytes()), before, "{key}");
+            out.push(low | 0x80);
+        };
+        // One log tier of 5000 per hour holding 1002 entries, a ms apart, a unit each.
+        let now = server_ms(&mut con);
+        let mut value = vec![0x01, 3, 1];
+        for param in [5_000, 3_600_000, 5_000] {
+            varint(param, &mut value);
         }
+        let pairs: Vec<u8> = [1u8, 1].repeat(1_001);
+        value.push(0);
+        varint(1_002, &mut value);
+        varint(1_002, &mut value);
+        value.extend_from_slice(&(now - 2_000).to_le_bytes());
+        varint(1, &mut value);
+        varint(1_001, &mut value);
+        varint(pairs.len() as u64, &mut value);
+        value.extend_from_slice(&pairs);
+        redis::cmd("SET")
+            .arg("long")
+            .arg(&value)
+            .arg("PXAT")
+            .arg(now + 3_600_000)
+            .exec(&mut con)
+            .expect("SET");
+        let text = error_text(
+            &mut con,
+            &fcall_cmd("rl_peek", &["long"], &["500", "1h", "ALGO", "log"]),
+        );
+        assert!(
+            text.starts_with("ERR key holds an ALGO log of more than 1001 entries"),
+            "{text}"
+        );
+        assert_eq!(get_bytes(&mut con, "long"), Some(value));
+        let module = rl(&mut con, "RL.PEEK", b"long", "5000 1h ALGO log");
+        assert_eq!(module.remaining, 5_000 - 1_002 - 1, "the module reads it");
     });
 }
 
@@ -808,5 +904,62 @@ fn several_keys_bad_input_gets_the_module_errors() {
                 assert_eq!(got, expected, "{command} {keys:?} {args:?}");
             }
         }
+    });
+}
+
+/// In a Redis Cluster with the library on every primary, a call reaches the node that owns
+/// its key (FCALL's declared keys), every key's state is on its owner, several keys under
+/// one hash tag go together, and keys of different slots are refused by the server.
+#[test]
+fn functions_route_by_their_keys_in_a_cluster() {
+    each_flavor(|flavor| {
+        let cluster = testkit::cluster::Cluster::start(flavor, 3, 0);
+        for primary in cluster.primaries() {
+            assert_eq!(primary.load_functions(), "ratelimit");
+        }
+        let mut client = cluster.client();
+        let keys: Vec<String> = (0..24).map(|n| format!("rl:cluster:{n}")).collect();
+        for key in &keys {
+            let reply: Vec<i64> = fcall_cmd("rl_hit", &[key], &["3", "1h"])
+                .query(&mut client)
+                .unwrap_or_else(|e| panic!("rl_hit {key}: {e}"));
+            assert_eq!(reply[..3], [1, 3, 2], "{key}");
+        }
+        let owners: std::collections::HashSet<u16> = keys
+            .iter()
+            .map(|key| {
+                let owner = cluster.owner_of(key.as_str());
+                let mut con = owner.conn();
+                assert_eq!(
+                    get_bytes(&mut con, key.as_str()),
+                    Some(b"1".to_vec()),
+                    "{key}"
+                );
+                owner.port()
+            })
+            .collect();
+        assert_eq!(owners.len(), 3, "the keys spread over every primary");
+        let together = ["rl:{alice}:login", "rl:{alice}:api"];
+        let reply: Value = fcall_cmd(
+            "rl_mhit",
+            &together,
+            &["SPEC", "3", "1h", "SPEC", "5", "1h"],
+        )
+        .query(&mut client)
+        .expect("rl_mhit under one tag");
+        let (allowed, binding, _): (i64, i64, Vec<Vec<i64>>) =
+            redis::from_redis_value(reply).expect("several keys' reply");
+        assert_eq!((allowed, binding), (1, 0));
+        let owner = cluster.owner_of(together[0]);
+        let mut con = owner.conn();
+        let apart = error_text(
+            &mut con,
+            &fcall_cmd(
+                "rl_mhit",
+                &[keys[0].as_str(), keys[1].as_str()],
+                &["SPEC", "3", "1h", "SPEC", "3", "1h"],
+            ),
+        );
+        assert!(apart.starts_with("CROSSSLOT"), "{apart}");
     });
 }
