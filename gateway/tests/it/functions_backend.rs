@@ -438,6 +438,25 @@ fn auto_loads_the_library_on_every_primary_of_a_managed_cluster() {
             gateway.log()
         );
         assert_library_decides_on_every_primary(&cluster, &gateway, &format!("{flavor:?}"));
+        // One primary loses it: the first call that finds it gone has the gateway probe
+        // again, and load it there again.
+        let primary = cluster.primaries()[1];
+        let _: String = redis::cmd("FUNCTION")
+            .arg("DELETE")
+            .arg("ratelimit")
+            .query(&mut connect(primary.port()))
+            .expect("FUNCTION DELETE");
+        let user = cluster.tag_on(primary, "h:other");
+        let user = user.trim_start_matches("h:");
+        let resp = gateway.send("GET", "/x", &[("X-User", user)]);
+        assert_eq!(resp.status, 503, "{flavor:?}: {resp:?}");
+        wait_until(PROBE, "the library is loaded there again", || {
+            version_on(&mut connect(primary.port())).is_ok()
+        });
+        wait_ready(&gateway, &format!("{flavor:?} after the reload"));
+        let resp = gateway.send("GET", "/x", &[("X-User", user)]);
+        assert_eq!(resp.status, 200, "{flavor:?}: {resp:?}");
+        assert_eq!(resp.remaining(), 1, "{flavor:?}: {resp:?}");
     });
 }
 
