@@ -329,6 +329,18 @@ mod tests {
     }
 
     #[test]
+    fn the_backend_is_auto_and_the_library_never_loaded_unless_asked() {
+        use crate::config::{parse_after_server, BackendChoice, FunctionsLoad};
+        let redis = parse_after_server("[redis]\n").expect("loads").redis;
+        assert_eq!(redis.backend, BackendChoice::Auto);
+        assert_eq!(redis.functions_load, FunctionsLoad::Never);
+        let text = "[redis]\nbackend = \"functions\"\nfunctions_load = \"if-missing\"\n";
+        let redis = parse_after_server(text).expect("loads").redis;
+        assert_eq!(redis.backend, BackendChoice::Functions);
+        assert_eq!(redis.functions_load, FunctionsLoad::IfMissing);
+    }
+
+    #[test]
     fn proxy_mode_needs_an_upstream() {
         assert!(parse("[server]\nlisten = \"127.0.0.1:8080\"\n")
             .unwrap_err()
