@@ -88,6 +88,29 @@ fn auto_decides_through_the_library_with_the_modules_answers() {
     });
 }
 
+#[test]
+fn every_algorithm_limits_through_the_library() {
+    each_flavor(|flavor| {
+        let rules: String = ["fixed", "sliding", "log", "token", "gcra"]
+            .iter()
+            .map(|algo| {
+                format!(
+                    "[[rule]]\nname = \"{algo}\"\npath = \"/{algo}\"\nlimits = [\"3/1h\"]\n\
+                     algorithm = \"{algo}\"\n"
+                )
+            })
+            .collect();
+        let (_redis, _upstream, gateway) = stack_on(managed_with_library(flavor), &rules);
+        wait_ready(&gateway, &format!("{flavor:?}"));
+        for algo in ["fixed", "sliding", "log", "token", "gcra"] {
+            let statuses: Vec<u16> = (0..4)
+                .map(|_| gateway.get(&format!("/{algo}")).status)
+                .collect();
+            assert_eq!(statuses, [200, 200, 200, 429], "{flavor:?} {algo}");
+        }
+    });
+}
+
 /// A per-client budget for the whole API, stacked on a stricter one for one endpoint.
 const STACKED: &str = r#"
 [[rule]]
