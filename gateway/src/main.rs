@@ -46,7 +46,8 @@ const VERSION: &str = concat!(
     ")"
 );
 
-/// A rate limiter in front of an API, deciding with the redis-ratelimit module.
+/// A rate limiter in front of an API, deciding with the redis-ratelimit module (or its
+/// Functions library, where the server cannot load modules).
 ///
 /// Serves with --config FILE, or checks a file with --check-config FILE. Log lines go to
 /// stderr; RL_LOG (or --log-level) filters them: warn, info,rl_gateway::heartbeat=warn...
@@ -375,7 +376,7 @@ async fn start(
         }
         _ => None,
     };
-    // Its first beat, at once, probes that the module is there (`/readyz`).
+    // Its first beat, at once, probes which backend is there (`/readyz`).
     rl_gateway::heartbeat::spawn(
         gateway.clone(),
         backend.clone(),
