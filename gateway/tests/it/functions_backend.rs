@@ -341,6 +341,37 @@ fn a_library_of_another_version_is_never_used_nor_replaced() {
 }
 
 #[test]
+fn backend_functions_with_another_version_calls_neither_it_nor_the_module() {
+    each_flavor(|flavor| {
+        let redis = ServerConfig::new(flavor).start();
+        let _: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg(OTHER_VERSION)
+            .query(&mut redis.conn())
+            .expect("FUNCTION LOAD the other version");
+        let upstream = Upstream::start();
+        let gateway = Gateway::start(
+            &upstream.server_line(),
+            &format!(
+                "{}{RULES}",
+                redis_section(redis.port(), "backend = \"functions\"")
+            ),
+        );
+        wait_not_ready(&gateway, "0.0.1-other", &format!("{flavor:?}"));
+        let resp = gateway.get("/api/items");
+        assert_eq!(resp.status, 503, "{flavor:?}: {resp:?}");
+        assert_eq!(upstream.requests(), 0, "{flavor:?}");
+        assert_eq!(redis.command_calls("FCALL"), None, "{flavor:?}");
+        assert_eq!(redis.command_calls("RL.HIT"), None, "{flavor:?}");
+        assert!(
+            gateway.log_lines_with("no backend to decide with") >= 1,
+            "{flavor:?}: {}",
+            gateway.log()
+        );
+    });
+}
+
+#[test]
 fn if_missing_loads_the_gateways_own_library() {
     each_flavor(|flavor| {
         let redis = ServerConfig::managed(flavor).start();

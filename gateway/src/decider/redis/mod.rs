@@ -24,7 +24,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, Sl
 use redis::{Cmd, RedisError, RedisResult, Value};
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -89,11 +89,33 @@ pub struct Backend {
 struct Answering {
     choice: BackendChoice,
     load: FunctionsLoad,
-    /// Whether the module's commands go out as the library's `FCALL`.
-    library: AtomicBool,
+    /// Where the module's commands go: [`MODULE`], [`LIBRARY`] (as its `FCALL`) or
+    /// [`NEITHER`] (refused here, never sent).
+    state: AtomicU8,
     /// Set when a call found the library gone (`FUNCTION DELETE`, `FUNCTION FLUSH`, a
     /// failover to a node without it): the heartbeat probes again at its next beat.
     lost_library: AtomicBool,
+}
+
+/// The module's commands go out as they are.
+const MODULE: u8 = 0;
+/// The module's commands go out as the library's `FCALL`.
+const LIBRARY: u8 = 1;
+/// The module's commands are refused in the gateway: see [`no_backend`].
+const NEITHER: u8 = 2;
+
+/// What a module command gets while no backend of the right kind and version answers: an
+/// error reply of its own, so that each rule decides as its `on_module_error` says, as it
+/// would on the server's `unknown command`.
+fn no_backend() -> RedisError {
+    const LINE: &[u8] = b"-ERR no backend to decide with: neither the module nor the \
+        Functions library of this gateway's version is usable; /readyz and the log say \
+        what to load\r\n";
+    match redis::parse_redis_value(LINE).and_then(Value::extract_error) {
+        Err(error) => error,
+        // Cannot be: the line is an error reply.
+        Ok(_) => RedisError::from((redis::ErrorKind::Client, "no backend to decide with")),
+    }
 }
 
 /// The kind of connection.
@@ -117,7 +139,10 @@ impl Backend {
             choice: settings.backend,
             load: settings.functions_load,
             // Until the first probe: the module, unless only the library will do.
-            library: AtomicBool::new(settings.backend == BackendChoice::Functions),
+            state: AtomicU8::new(match settings.backend {
+                BackendChoice::Functions => LIBRARY,
+                BackendChoice::Module | BackendChoice::Auto => MODULE,
+            }),
             lost_library: AtomicBool::new(false),
         });
         Ok(Backend { link, answering })
@@ -189,20 +214,33 @@ impl Backend {
     /// Whether the module's commands go out as the library's `FCALL` (what the last probe
     /// found, or `backend = "functions"`).
     pub(crate) fn uses_library(&self) -> bool {
-        self.answering.library.load(Ordering::Relaxed)
+        self.answering.state.load(Ordering::Relaxed) == LIBRARY
     }
 
     /// `cmd` as it is sent: a module command as the library's `FCALL` when the library
-    /// answers. The one place the two backends differ on the way out.
-    pub(crate) fn outgoing<'a>(&self, cmd: &'a Cmd) -> Cow<'a, Cmd> {
-        match self
-            .uses_library()
-            .then(|| functions::as_fcall(cmd))
-            .flatten()
-        {
-            Some(fcall) => Cow::Owned(fcall),
-            None => Cow::Borrowed(cmd),
+    /// answers, or refused here when neither backend does (a library of another version
+    /// must never be called, nor the module when only the library is wanted). The one
+    /// place the two backends differ on the way out.
+    pub(crate) fn outgoing<'a>(&self, cmd: &'a Cmd) -> RedisResult<Cow<'a, Cmd>> {
+        let state = self.answering.state.load(Ordering::Relaxed);
+        if state == MODULE {
+            return Ok(Cow::Borrowed(cmd));
         }
+        match (functions::as_fcall(cmd), state) {
+            (Some(fcall), LIBRARY) => Ok(Cow::Owned(fcall)),
+            (Some(_), _) => Err(no_backend()),
+            (None, _) => Ok(Cow::Borrowed(cmd)),
+        }
+    }
+
+    /// Sends the module's commands to what the probe found.
+    pub(crate) fn answered_by(&self, found: Option<probe::Found>) {
+        let state = match found {
+            Some(probe::Found::Module) => MODULE,
+            Some(probe::Found::Library) => LIBRARY,
+            None => NEITHER,
+        };
+        self.answering.state.store(state, Ordering::Relaxed);
     }
 
     /// Notes an error reply that says the library is not there (any more), for the
@@ -323,6 +361,48 @@ mod tests {
         );
         let source = std::error::Error::source(&error).expect("the client's error");
         assert!(text.ends_with(&source.to_string()), "{text}");
+    }
+
+    #[tokio::test]
+    async fn the_module_commands_go_where_the_probe_found_a_backend() {
+        let target = RedisTarget::Single("redis://127.0.0.1:1".into());
+        let backend = Backend::connect(&settings_for(target)).expect("a lazy client");
+        let mut hit = redis::cmd("RL.HIT");
+        hit.arg("k").arg(5).arg("1s");
+        let mut get = redis::cmd("GET");
+        get.arg("k");
+        let first_word = |cmd: &Cmd| match cmd.args_iter().next() {
+            Some(redis::Arg::Simple(word)) => String::from_utf8_lossy(word).into_owned(),
+            _ => String::new(),
+        };
+        let sent = |cmd: &Cmd| backend.outgoing(cmd).map(|c| first_word(&c));
+        assert_eq!(
+            sent(&hit).ok().as_deref(),
+            Some("RL.HIT"),
+            "auto: the module first"
+        );
+        backend.answered_by(Some(probe::Found::Library));
+        assert_eq!(sent(&hit).ok().as_deref(), Some("FCALL"));
+        assert_eq!(sent(&get).ok().as_deref(), Some("GET"));
+        backend.answered_by(None);
+        let refused = sent(&hit).expect_err("neither: refused in the gateway");
+        assert_eq!(
+            classify(&refused),
+            Failure::Error,
+            "decided by on_module_error"
+        );
+        assert_eq!(refused.code(), Some("ERR"));
+        assert!(
+            refused.to_string().contains("no backend to decide with"),
+            "{refused}"
+        );
+        assert_eq!(
+            sent(&get).ok().as_deref(),
+            Some("GET"),
+            "other commands pass"
+        );
+        backend.answered_by(Some(probe::Found::Module));
+        assert_eq!(sent(&hit).ok().as_deref(), Some("RL.HIT"));
     }
 
     #[test]

@@ -19,7 +19,6 @@ use crate::logging::log;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, RedisError, RedisResult, Value};
 use std::fmt;
-use std::sync::atomic::Ordering;
 
 /// The backend the probe settled on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,13 +132,11 @@ enum Held {
 
 impl Backend {
     /// Asks which backend the server offers (loading the library if allowed), and sends
-    /// the calls that follow by it. `Err` when Redis does not answer.
+    /// the calls that follow to it (none, while neither is usable: see
+    /// [`Backend::outgoing`]). `Err` when Redis does not answer.
     pub async fn probe(&self) -> RedisResult<Result<Found, Missing>> {
         let found = self.settle().await?;
-        if let Ok(found) = found {
-            let library = found == Found::Library;
-            self.answering.library.store(library, Ordering::Relaxed);
-        }
+        self.answered_by(found.as_ref().ok().copied());
         Ok(found)
     }
 
