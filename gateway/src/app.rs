@@ -4,8 +4,8 @@
 //! requests into decisions; none of them owns this.
 //!
 //! It also says whether the gateway should be sent traffic (`/readyz`): the heartbeat
-//! finds out whether Redis answers with the module loaded, and a stopping gateway is not
-//! ready while it drains.
+//! finds out whether Redis answers with the module or the Functions library, and a
+//! stopping gateway is not ready while it drains.
 
 use crate::config::ServerSettings;
 use crate::decider::Decider;
@@ -26,7 +26,7 @@ pub struct Gateway {
     /// Shared with the leases in flight, which give themselves back through it.
     pub(crate) decider: Arc<Decider>,
     pub(crate) upstream: Option<Upstream>,
-    /// `Err(why)` while Redis does not answer or lacks the module's commands.
+    /// `Err(why)` while Redis does not answer or has neither backend (`[redis] backend`).
     redis_ready: RwLock<Result<(), Arc<str>>>,
     /// Set on SIGTERM: not ready any more, whatever Redis says.
     draining: AtomicBool,

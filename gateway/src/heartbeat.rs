@@ -8,12 +8,14 @@
 //!   whether or not this gateway's breaker has closed yet.
 //! - **Policies.** It reads the definition of every policy a rule names (`RL.POLICY GET`),
 //!   so that a policy rule has a local limit too.
-//! - **Readiness.** It asks whether the module's commands exist (`COMMAND INFO RL.HIT`): a
-//!   Redis that answers without them (started without `--loadmodule`) makes every decision
+//! - **Readiness.** It probes which backend answers (`[redis] backend`: the module's
+//!   commands, else the Functions library, loaded if `functions_load` allows; see
+//!   [`crate::decider::redis::probe`]): a Redis that has neither makes every decision
 //!   fail, so the gateway reports not ready on `/readyz` and says how to fix it, once per
-//!   change. It asks at the first beat (at start), at every beat until the module is
-//!   there, and again after Redis was lost or restarted (another server may have no
-//!   module); not at every beat, since a loaded module that holds keys stays loaded.
+//!   change. It asks at the first beat (at start), at every beat until a backend is
+//!   there, and again after Redis was lost or restarted (another server may have neither)
+//!   or a call found the library gone (`FUNCTION DELETE`); not at every beat, since a
+//!   loaded module that holds keys stays loaded, and a library deleted says so.
 //! - **Redis's state, logged once per change.** Lost (with the reason), back (after how
 //!   long), and restarted: the server's `run_id` changed, so the counters it held are gone
 //!   unless it loaded them from RDB or AOF (or a replica took over with them).
@@ -21,6 +23,7 @@
 //! Its calls go past the circuit breaker and do not report to it.
 
 use crate::app::Gateway;
+use crate::decider::redis::probe::{Found, Missing};
 use crate::decider::redis::Backend;
 use crate::logging::{log, log_error, log_warn};
 use crate::rules::Limit;
@@ -74,12 +77,9 @@ impl std::error::Error for BeatError {
 #[derive(Debug, Default)]
 struct Beat {
     run_id: Option<String>,
-    /// Whether the server knows `RL.HIT`, if the beat asked.
-    module: Option<bool>,
+    /// The backend the probe found, if the beat asked.
+    backend: Option<Result<Found, Missing>>,
 }
-
-/// Why `/readyz` answers 503 when the module is missing; what the log says besides.
-const NO_MODULE: &str = "the module is not loaded: RL.HIT unknown";
 
 /// What the heartbeat knew after its last beat.
 #[derive(Default)]
@@ -87,11 +87,11 @@ struct Known {
     /// `Some(since)` while Redis does not answer.
     lost_since: Option<Instant>,
     run_id: Option<String>,
-    /// Whether the module was found, once a beat has asked.
-    module: Option<bool>,
-    /// Whether the module was found since Redis was last lost or restarted: then the
+    /// The backend found, once a beat has asked.
+    backend: Option<Result<Found, Missing>>,
+    /// Whether a backend was found since Redis was last lost or restarted: then the
     /// beats need not ask again.
-    module_settled: bool,
+    settled: bool,
 }
 
 /// Starts beating in the background.
@@ -108,7 +108,8 @@ pub fn spawn(gateway: Arc<Gateway>, backend: Backend, key_prefix: String, every:
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let probe = !known.module_settled;
+            // A call that found the library gone has it looked for again.
+            let probe = !known.settled | backend.take_lost_library();
             let beat = beat(&gateway, &backend, (&key, &id), every, probe);
             let beat = tokio::time::timeout(BEAT_TIMEOUT, beat);
             let result = match beat.await {
@@ -128,7 +129,7 @@ impl Known {
         match result {
             Err(reason) => {
                 let why = format!("Redis does not answer: {reason}");
-                self.module_settled = false;
+                self.settled = false;
                 if self.lost_since.is_none() {
                     self.lost_since = Some(Instant::now());
                     let failure = match &reason {
@@ -146,35 +147,39 @@ impl Known {
             }
             Ok(beat) => {
                 self.answered(beat.run_id, cluster);
-                if let Some(module) = beat.module {
-                    self.module_found(module);
+                if let Some(backend) = beat.backend {
+                    self.backend_found(backend);
                 }
-                match self.module {
-                    Some(true) => Ok(()),
-                    Some(false) => Err(NO_MODULE.to_owned()),
+                match &self.backend {
+                    Some(Ok(_)) => Ok(()),
+                    Some(Err(missing)) => Err(missing.to_string()),
                     // Not asked yet: cannot be after an answered beat, which asks first.
-                    None => Err("the module not probed yet".to_owned()),
+                    None => Err("the backend not probed yet".to_owned()),
                 }
             }
         }
     }
 
-    /// Whether the module was found: logged when that changes (and at the first beat).
-    fn module_found(&mut self, module: bool) {
-        if self.module != Some(module) {
-            match module {
-                true => log!("the module's commands are there (RL.HIT known): ready"),
-                false => log_error!(
+    /// Which backend was found: logged when that changes (and at the first beat).
+    fn backend_found(&mut self, backend: Result<Found, Missing>) {
+        if self.backend.as_ref() != Some(&backend) {
+            match &backend {
+                Ok(Found::Module) => log!("the module's commands are there (RL.HIT known): ready"),
+                Ok(Found::Library) => log!(
+                    "deciding through the Functions library {} {} (FCALL): ready",
+                    crate::decider::redis::functions::LIBRARY_NAME,
+                    crate::decider::redis::functions::LIBRARY_VERSION
+                ),
+                Err(missing) => log_error!(
                     failure = "no_module";
-                    "{NO_MODULE}; load libredis_ratelimit.so into the server \
-                     (redis-server --loadmodule /path/to/libredis_ratelimit.so, a \
-                     loadmodule line in its config file, or MODULE LOAD): until then \
-                     /readyz answers 503 and every rule decides as its on_redis_failure says"
+                    "{missing}; {}: until then /readyz answers 503 and every rule decides \
+                     as its on_redis_failure says",
+                    missing.fix()
                 ),
             }
-            self.module = Some(module);
         }
-        self.module_settled = module;
+        self.settled = backend.is_ok();
+        self.backend = Some(backend);
     }
 
     /// Redis answered a beat: logged if it had been lost, or if it restarted.
@@ -190,7 +195,7 @@ impl Known {
             _ => false,
         };
         if restarted {
-            self.module_settled = false;
+            self.settled = false;
         }
         if restarted && !cluster {
             log_warn!(
@@ -207,7 +212,7 @@ impl Known {
     }
 }
 
-/// One beat: whether the module is there (if `probe`), this gateway's entry (`id` in
+/// One beat: which backend answers (if `probe`), this gateway's entry (`id` in
 /// `key`), the live count, the policies, and the server's run_id.
 async fn beat(
     gateway: &Gateway,
@@ -233,8 +238,8 @@ async fn beat(
         _ => None,
     }
     .ok_or(BeatError::NoTime)?;
-    let module = match probe {
-        true => Some(module_loaded(&call(command_info_hit()).await?)),
+    let found = match probe {
+        true => Some(backend.probe().await.map_err(BeatError::Redis)?),
         false => None,
     };
     let stale_before = now_ms.saturating_sub(stale_after(every).as_millis() as u64);
@@ -265,29 +270,16 @@ async fn beat(
     let info = call(redis::cmd("INFO").arg("server").clone()).await?;
     Ok(Beat {
         run_id: run_id(&info),
-        module,
+        backend: found,
     })
 }
 
-/// `COMMAND INFO RL.HIT`: one entry, nil when the server does not know the command.
-fn command_info_hit() -> redis::Cmd {
-    let mut cmd = redis::cmd("COMMAND");
-    cmd.arg("INFO").arg("RL.HIT");
-    cmd
-}
-
-/// Whether a `COMMAND INFO RL.HIT` reply describes the command.
-fn module_loaded(reply: &Value) -> bool {
-    match reply {
-        Value::Array(entries) => entries
-            .first()
-            .is_some_and(|entry| !matches!(entry, Value::Nil)),
-        _ => false,
-    }
-}
-
-/// `RL.POLICY GET` for every policy the rules name.
+/// `RL.POLICY GET` for every policy the rules name (the module's: the library keeps no
+/// policies).
 async fn read_policies(gateway: &Gateway, backend: &Backend, key: &str) -> Result<(), BeatError> {
+    if backend.uses_library() {
+        return Ok(());
+    }
     let rules = gateway.rules();
     let names: BTreeSet<&str> = rules
         .all()
@@ -365,7 +357,7 @@ mod tests {
         let beat = |run_id: &str| {
             Ok(Beat {
                 run_id: Some(run_id.into()),
-                module: Some(true),
+                backend: Some(Ok(Found::Module)),
             })
         };
         let mut known = Known::default();
@@ -379,35 +371,27 @@ mod tests {
     }
 
     #[test]
-    fn without_the_module_the_gateway_is_not_ready() {
+    fn without_a_backend_the_gateway_is_not_ready() {
         let mut known = Known::default();
-        let beat = |module| {
+        let beat = |backend| {
             Ok(Beat {
                 run_id: Some("a".into()),
-                module,
+                backend,
             })
         };
+        let missing = Missing::Both {
+            node: "the server".into(),
+            library_only: false,
+        };
         assert_eq!(
-            known.update(beat(Some(false)), false),
-            Err(NO_MODULE.into())
+            known.update(beat(Some(Err(missing.clone()))), false),
+            Err(missing.to_string())
         );
-        assert_eq!(known.module, Some(false));
-        assert!(!known.module_settled, "asked again at the next beat");
-        assert_eq!(known.update(beat(Some(true)), false), Ok(()));
-        assert!(known.module_settled, "not asked at every beat");
+        assert!(!known.settled, "asked again at the next beat");
+        assert_eq!(known.update(beat(Some(Ok(Found::Library))), false), Ok(()));
+        assert!(known.settled, "not asked at every beat");
         assert_eq!(known.update(beat(None), false), Ok(()), "as last found");
         let _ = known.update(Err(BeatError::NoTime), false);
-        assert!(!known.module_settled, "asked again once Redis is back");
-    }
-
-    #[test]
-    fn command_info_tells_a_known_command_from_an_unknown_one() {
-        let known = Value::Array(vec![Value::Array(vec![Value::BulkString(
-            b"rl.hit".to_vec(),
-        )])]);
-        assert!(module_loaded(&known));
-        assert!(!module_loaded(&Value::Array(vec![Value::Nil])));
-        assert!(!module_loaded(&Value::Array(vec![])));
-        assert!(!module_loaded(&Value::Nil));
+        assert!(!known.settled, "asked again once Redis is back");
     }
 }

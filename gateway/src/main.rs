@@ -46,7 +46,8 @@ const VERSION: &str = concat!(
     ")"
 );
 
-/// A rate limiter in front of an API, deciding with the redis-ratelimit module.
+/// A rate limiter in front of an API, deciding with the redis-ratelimit module (or its
+/// Functions library, where the server cannot load modules).
 ///
 /// Serves with --config FILE, or checks a file with --check-config FILE. Log lines go to
 /// stderr; RL_LOG (or --log-level) filters them: warn, info,rl_gateway::heartbeat=warn...
@@ -334,6 +335,8 @@ async fn start(
     let backend = Backend::connect(&config.redis).map_err(|e| StartError::Redis(e.to_string()))?;
     if !backend.wait_ready(STARTUP_WAIT).await {
         log_warn!("Redis does not answer yet; decisions fail open until it does");
+    } else {
+        first_probe(&backend).await;
     }
     let decider = decider::Decider::new(backend.clone(), &config.redis, config.deny_cache_capacity);
     let gateway = Arc::new(Gateway::new(
@@ -373,7 +376,7 @@ async fn start(
         }
         _ => None,
     };
-    // Its first beat, at once, probes that the module is there (`/readyz`).
+    // Its first beat, at once, probes which backend is there (`/readyz`).
     rl_gateway::heartbeat::spawn(
         gateway.clone(),
         backend.clone(),
@@ -393,6 +396,13 @@ async fn start(
         admin,
         envoy,
     })
+}
+
+/// Which backend answers, asked before the first request: with the library, a module
+/// command sent before the heartbeat's first probe would fail. What it finds is reported
+/// (and logged) by that probe, which asks again.
+async fn first_probe(backend: &Backend) {
+    let _ = tokio::time::timeout(STARTUP_WAIT, backend.probe()).await;
 }
 
 /// Binds the Envoy gRPC listener and serves `ShouldRateLimit` on it, its descriptor files

@@ -122,6 +122,17 @@ impl Cluster {
     /// Starts `primaries * (1 + replicas_per_primary)` nodes, creates the cluster and waits
     /// until it is whole.
     pub fn start(flavor: Flavor, primaries: usize, replicas_per_primary: usize) -> Cluster {
+        Cluster::start_with(flavor, primaries, replicas_per_primary, |config| config)
+    }
+
+    /// [`Cluster::start`], each node's config passed through `configure` first (a cluster
+    /// of [`ServerConfig::managed`] nodes, say).
+    pub fn start_with(
+        flavor: Flavor,
+        primaries: usize,
+        replicas_per_primary: usize,
+        configure: impl Fn(ServerConfig) -> ServerConfig,
+    ) -> Cluster {
         assert!(
             primaries >= 3,
             "redis-cli --cluster create needs 3 primaries"
@@ -129,7 +140,7 @@ impl Cluster {
         let count = primaries * (1 + replicas_per_primary);
         let servers: Vec<Server> = (0..count)
             .map(|_| {
-                let config = ServerConfig::new(flavor);
+                let config = configure(ServerConfig::new(flavor));
                 let nodes_file = config.dir().join(format!("nodes-{}.conf", config.port));
                 let config = config
                     .arg("cluster-enabled", "yes")

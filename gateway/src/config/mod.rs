@@ -24,7 +24,8 @@ pub use error::ConfigError;
 pub(crate) use redis_connection::{host_port, redacted};
 pub use redis_connection::{SecretError, SecretPlace, SecretSource, TlsMaterial, TlsSettings};
 pub use settings::{
-    CheckHeaders, Mode, RedisConnection, RedisSettings, RedisTarget, ServerSettings,
+    BackendChoice, CheckHeaders, FunctionsLoad, Mode, RedisConnection, RedisSettings, RedisTarget,
+    ServerSettings,
 };
 pub(crate) use upstream_target::{Roots, UpstreamTarget, UpstreamTls};
 

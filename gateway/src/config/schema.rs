@@ -277,6 +277,15 @@ pub(super) struct RedisSection {
     pub(super) rules_key: Option<String>,
     /// How often `rules_key` is read.
     pub(super) rules_refresh_ms: u64,
+    /// How the gateway decides: `"module"` (the module's commands), `"functions"` (the
+    /// Functions library, for a server that cannot load modules) or `"auto"`: the module
+    /// where the server has it, else the library (see [Managed Redis and
+    /// Valkey](../operations/redis-connection.md#managed-redis-and-valkey)).
+    pub(super) backend: String,
+    /// `"never"` or `"if-missing"`: load the gateway's own copy of the Functions library
+    /// into a server (every primary of a cluster) that has none. A library of another
+    /// version is never replaced.
+    pub(super) functions_load: String,
 }
 
 impl Default for RedisSection {
@@ -306,6 +315,8 @@ impl Default for RedisSection {
             gateways: None,
             rules_key: None,
             rules_refresh_ms: 5000,
+            backend: "auto".into(),
+            functions_load: "never".into(),
         }
     }
 }

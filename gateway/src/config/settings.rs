@@ -22,6 +22,26 @@ pub enum Mode {
     Check,
 }
 
+/// `[redis] backend`: what the gateway's calls are answered by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// The module's commands (`RL.HIT`, ...).
+    Module,
+    /// The Functions library (`FCALL rl_hit ...`).
+    Functions,
+    /// The module where the server has it, else the library.
+    Auto,
+}
+
+/// `[redis] functions_load`: whether the gateway loads the library where it is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FunctionsLoad {
+    /// The library is installed by its operator; the gateway only looks for it.
+    Never,
+    /// Loaded by the gateway into a server that has no library of that name.
+    IfMissing,
+}
+
 /// `[server]`, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {
@@ -117,6 +137,10 @@ pub struct RedisSettings {
     /// exists, replace the file's; read every `rules_refresh`.
     pub(crate) rules_key: Option<String>,
     pub(crate) rules_refresh: Duration,
+    /// The module, the Functions library, or whichever the server has.
+    pub backend: BackendChoice,
+    /// Whether the library is loaded where it is missing.
+    pub functions_load: FunctionsLoad,
 }
 
 pub(super) fn server_settings(mut section: ServerSection) -> Result<ServerSettings, String> {
@@ -229,8 +253,27 @@ pub(super) fn redis_settings(mut section: RedisSection) -> Result<RedisSettings,
     if section.breaker_failures == 0 {
         return Err("[redis] breaker_failures must be at least 1".into());
     }
+    let backend = one_of(
+        "[redis] backend",
+        &section.backend,
+        &[
+            ("auto", BackendChoice::Auto),
+            ("module", BackendChoice::Module),
+            ("functions", BackendChoice::Functions),
+        ],
+    )?;
+    let functions_load = one_of(
+        "[redis] functions_load",
+        &section.functions_load,
+        &[
+            ("never", FunctionsLoad::Never),
+            ("if-missing", FunctionsLoad::IfMissing),
+        ],
+    )?;
     Ok(RedisSettings {
         target,
+        backend,
+        functions_load,
         connection,
         deadline: Duration::from_millis(section.deadline_ms),
         key_prefix: section.key_prefix,
@@ -277,7 +320,24 @@ mod tests {
                 "longer than 32",
             ),
             ("[requests]\nmax_path_segments = 0\n", "max_path_segments"),
+            ("[redis]\nbackend = \"lua\"\n", "backend 'lua'"),
+            (
+                "[redis]\nfunctions_load = \"always\"\n",
+                "functions_load 'always'",
+            ),
         ]);
+    }
+
+    #[test]
+    fn the_backend_is_auto_and_the_library_never_loaded_unless_asked() {
+        use crate::config::{parse_after_server, BackendChoice, FunctionsLoad};
+        let redis = parse_after_server("[redis]\n").expect("loads").redis;
+        assert_eq!(redis.backend, BackendChoice::Auto);
+        assert_eq!(redis.functions_load, FunctionsLoad::Never);
+        let text = "[redis]\nbackend = \"functions\"\nfunctions_load = \"if-missing\"\n";
+        let redis = parse_after_server(text).expect("loads").redis;
+        assert_eq!(redis.backend, BackendChoice::Functions);
+        assert_eq!(redis.functions_load, FunctionsLoad::IfMissing);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The module's commands as the decider sends them: one key (`RL.HIT key args...`) or
 //! several (`RL.MHIT numkeys key ... SPEC args ...`), each key with its rule's words and
-//! the request's cost.
+//! the request's cost. Where the Functions library answers instead, the transport sends
+//! each as the library's `FCALL` (`redis::functions`); nothing here knows.
 
 use super::Applied;
 

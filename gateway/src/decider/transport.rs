@@ -21,12 +21,21 @@ pub trait Transport: Clone + Send + Sync + 'static {
     fn is_cluster(&self) -> bool;
 }
 
+/// The module's commands go out as they are, as the Functions library's `FCALL` when the
+/// probe found the library, or not at all while neither backend is usable: the choice is
+/// [`Backend::outgoing`]'s, here, and nothing above this knows it. (A one-key `FCALL`
+/// routes by its key in a cluster by itself.)
 impl Transport for Backend {
     async fn call(&self, cmd: &Cmd, route_key: Option<&str>) -> RedisResult<Value> {
-        match route_key {
+        let cmd = &*self.outgoing(cmd)?;
+        let reply = match route_key {
             Some(key) => self.call_for_key(cmd, key).await,
             None => Backend::call(self, cmd).await,
+        };
+        if let Err(error) = &reply {
+            self.saw(error);
         }
+        reply
     }
 
     fn is_cluster(&self) -> bool {

@@ -17,9 +17,13 @@ use testkit::gateway::*;
 
 const POLL: Duration = Duration::from_secs(30);
 
-/// What the log says when the module is missing, word for word up to the fix.
-const NO_MODULE: &str =
-    "the module is not loaded: RL.HIT unknown; load libredis_ratelimit.so into the server";
+/// What the log says when the module (and the Functions library) is missing, word for
+/// word up to the fix.
+const NO_MODULE: &str = concat!(
+    "neither the module (RL.HIT unknown) nor the Functions library ratelimit ",
+    env!("CARGO_PKG_VERSION"),
+    " is loaded on the server; load the module (redis-server --loadmodule"
+);
 
 /// One `concurrency` rule whose lease outlives every poll here: a slot found free was freed
 /// by the gateway, not by the lease's end.
@@ -387,7 +391,13 @@ fn readyz_is_503_without_the_module_and_200_once_it_is_loaded() {
         let resp = gateway.admin_get("/readyz");
         assert_eq!(resp.status, 503, "{flavor:?}: {resp:?}");
         assert_eq!(
-            resp.body, "not ready: the module is not loaded: RL.HIT unknown\n",
+            resp.body,
+            concat!(
+                "not ready: neither the module (RL.HIT unknown) nor the Functions library \
+                 ratelimit ",
+                env!("CARGO_PKG_VERSION"),
+                " is loaded on the server\n"
+            ),
             "{flavor:?}"
         );
         let health = gateway.admin_get("/healthz");

@@ -33,6 +33,7 @@ mod envoy_service;
 mod example_login;
 mod fail_closed;
 mod fail_open;
+mod functions_backend;
 mod headers;
 mod heads;
 mod host_names;

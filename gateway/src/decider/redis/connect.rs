@@ -81,7 +81,7 @@ fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-pub(super) fn single(url: &str, settings: &RedisSettings) -> Result<super::Backend, ConnectError> {
+pub(super) fn single(url: &str, settings: &RedisSettings) -> Result<super::Link, ConnectError> {
     let connection = &settings.connection;
     let bad_url = |source| ConnectError::Url {
         url: crate::config::redacted(url),
@@ -116,7 +116,7 @@ pub(super) fn single(url: &str, settings: &RedisSettings) -> Result<super::Backe
         .set_max_delay(Duration::from_millis(200));
     let manager =
         ConnectionManager::new_lazy_with_config(client, config).map_err(ConnectError::Manager)?;
-    Ok(super::Backend::Single(manager))
+    Ok(super::Link::Single(manager))
 }
 
 /// One server whose certificate names `name` rather than the URL's host: the client is
@@ -127,7 +127,7 @@ fn named_server(
     name: &str,
     certificates: TlsCertificates,
     bad_url: impl Fn(redis::RedisError) -> ConnectError,
-) -> Result<super::Backend, ConnectError> {
+) -> Result<super::Link, ConnectError> {
     let ConnectionAddr::TcpTls { host, port, .. } = info.addr().clone() else {
         return Err(bad_url(redis::RedisError::from((
             redis::ErrorKind::InvalidClientConfig,
@@ -146,7 +146,7 @@ fn named_server(
         .set_dns_resolver(ResolveTo { host, port });
     // The address shows its port already.
     let place = format!("{} as {name}", info.addr());
-    Ok(super::Backend::Located(Located::start(Locator::Fixed {
+    Ok(super::Link::Located(Located::start(Locator::Fixed {
         client: Box::new(client),
         config,
         place,
@@ -179,7 +179,7 @@ pub(super) fn sentinel(
     sentinels: &[String],
     master_name: &str,
     settings: &RedisSettings,
-) -> Result<super::Backend, ConnectError> {
+) -> Result<super::Link, ConnectError> {
     let connection = &settings.connection;
     let tls = connection.tls.as_ref();
     let addresses = sentinels
@@ -222,7 +222,7 @@ pub(super) fn sentinel(
     }
     let client = builder.build().map_err(ConnectError::Sentinel)?;
     let config = AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
-    Ok(super::Backend::Located(Located::start(Locator::Sentinel {
+    Ok(super::Link::Located(Located::start(Locator::Sentinel {
         client: Box::new(client),
         config,
         master_name: master_name.to_string(),

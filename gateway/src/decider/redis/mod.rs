@@ -5,19 +5,26 @@
 //! so that multi-tier replies name every tier, and any of them may be TLS.
 //!
 //! - `connect`: the clients made from `[redis]` (TLS, credentials);
-//! - `located`: the connection that follows a Sentinel-managed primary.
+//! - `located`: the connection that follows a Sentinel-managed primary;
+//! - `functions`: the Functions library, and a module command as its `FCALL`;
+//! - `probe`: which of the two the server offers (`[redis] backend`), the library loaded
+//!   where allowed.
 
 mod connect;
+pub(crate) mod functions;
 pub mod located;
+pub mod probe;
 
-use crate::config::{RedisSettings, RedisTarget, SecretError};
+use crate::config::{BackendChoice, FunctionsLoad, RedisSettings, RedisTarget, SecretError};
 use crate::failure::Failure;
 use crate::logging::log;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, RedisError, RedisResult, Value};
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -70,9 +77,50 @@ impl std::error::Error for ConnectError {
     }
 }
 
-/// The connection to Redis the service decides through; clones share it.
+/// The connection to Redis the service decides through, and which backend answers its
+/// calls; clones share both.
 #[derive(Clone)]
-pub enum Backend {
+pub struct Backend {
+    link: Link,
+    answering: Arc<Answering>,
+}
+
+/// Which backend answers: what `[redis]` allows, and what the last probe found.
+struct Answering {
+    choice: BackendChoice,
+    load: FunctionsLoad,
+    /// Where the module's commands go: [`MODULE`], [`LIBRARY`] (as its `FCALL`) or
+    /// [`NEITHER`] (refused here, never sent).
+    state: AtomicU8,
+    /// Set when a call found the library gone (`FUNCTION DELETE`, `FUNCTION FLUSH`, a
+    /// failover to a node without it): the heartbeat probes again at its next beat.
+    lost_library: AtomicBool,
+}
+
+/// The module's commands go out as they are.
+const MODULE: u8 = 0;
+/// The module's commands go out as the library's `FCALL`.
+const LIBRARY: u8 = 1;
+/// The module's commands are refused in the gateway: see [`no_backend`].
+const NEITHER: u8 = 2;
+
+/// What a module command gets while no backend of the right kind and version answers: an
+/// error reply of its own, so that each rule decides as its `on_module_error` says, as it
+/// would on the server's `unknown command`.
+fn no_backend() -> RedisError {
+    const LINE: &[u8] = b"-ERR no backend to decide with: neither the module nor the \
+        Functions library of this gateway's version is usable; /readyz and the log say \
+        what to load\r\n";
+    match redis::parse_redis_value(LINE).and_then(Value::extract_error) {
+        Err(error) => error,
+        // Cannot be: the line is an error reply.
+        Ok(_) => RedisError::from((redis::ErrorKind::Client, "no backend to decide with")),
+    }
+}
+
+/// The kind of connection.
+#[derive(Clone)]
+enum Link {
     /// One server, reconnected by the manager when it drops.
     Single(ConnectionManager),
     /// Filled by a background task once the cluster first answers.
@@ -86,6 +134,22 @@ impl Backend {
     /// Starts connecting; never waits for Redis, which may be down when the gateway starts.
     /// Reads the passwords `settings` point to, which fails if one cannot be read.
     pub fn connect(settings: &RedisSettings) -> Result<Backend, ConnectError> {
+        let link = Backend::link(settings)?;
+        let answering = Arc::new(Answering {
+            choice: settings.backend,
+            load: settings.functions_load,
+            // Until the first probe: the module, unless only the library will do.
+            state: AtomicU8::new(match settings.backend {
+                BackendChoice::Functions => LIBRARY,
+                BackendChoice::Module | BackendChoice::Auto => MODULE,
+            }),
+            lost_library: AtomicBool::new(false),
+        });
+        Ok(Backend { link, answering })
+    }
+
+    /// The connection `settings` name.
+    fn link(settings: &RedisSettings) -> Result<Link, ConnectError> {
         match &settings.target {
             RedisTarget::Single(url) => connect::single(url, settings),
             RedisTarget::Sentinel {
@@ -124,7 +188,7 @@ impl Backend {
                         }
                     }
                 });
-                Ok(Backend::Cluster(slot))
+                Ok(Link::Cluster(slot))
             }
         }
     }
@@ -147,11 +211,56 @@ impl Backend {
         }
     }
 
+    /// Whether the module's commands go out as the library's `FCALL` (what the last probe
+    /// found, or `backend = "functions"`).
+    pub(crate) fn uses_library(&self) -> bool {
+        self.answering.state.load(Ordering::Relaxed) == LIBRARY
+    }
+
+    /// `cmd` as it is sent: a module command as the library's `FCALL` when the library
+    /// answers, or refused here when neither backend does (a library of another version
+    /// must never be called, nor the module when only the library is wanted). The one
+    /// place the two backends differ on the way out.
+    pub(crate) fn outgoing<'a>(&self, cmd: &'a Cmd) -> RedisResult<Cow<'a, Cmd>> {
+        let state = self.answering.state.load(Ordering::Relaxed);
+        if state == MODULE {
+            return Ok(Cow::Borrowed(cmd));
+        }
+        match (functions::as_fcall(cmd), state) {
+            (Some(fcall), LIBRARY) => Ok(Cow::Owned(fcall)),
+            (Some(_), _) => Err(no_backend()),
+            (None, _) => Ok(Cow::Borrowed(cmd)),
+        }
+    }
+
+    /// Sends the module's commands to what the probe found.
+    pub(crate) fn answered_by(&self, found: Option<probe::Found>) {
+        let state = match found {
+            Some(probe::Found::Module) => MODULE,
+            Some(probe::Found::Library) => LIBRARY,
+            None => NEITHER,
+        };
+        self.answering.state.store(state, Ordering::Relaxed);
+    }
+
+    /// Notes an error reply that says the library is not there (any more), for the
+    /// heartbeat to probe again.
+    pub(crate) fn saw(&self, error: &RedisError) {
+        if self.uses_library() && probe::says_no_library(error) {
+            self.answering.lost_library.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a call found the library gone since the last time this was asked.
+    pub(crate) fn take_lost_library(&self) -> bool {
+        self.answering.lost_library.swap(false, Ordering::Relaxed)
+    }
+
     pub(crate) async fn call(&self, cmd: &Cmd) -> RedisResult<Value> {
-        match self {
-            Backend::Single(manager) => cmd.query_async(&mut manager.clone()).await,
-            Backend::Located(located) => located.call(cmd).await,
-            Backend::Cluster(slot) => {
+        match &self.link {
+            Link::Single(manager) => cmd.query_async(&mut manager.clone()).await,
+            Link::Located(located) => located.call(cmd).await,
+            Link::Cluster(slot) => {
                 let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
                 match connection {
                     Some(mut connection) => cmd.query_async(&mut connection).await,
@@ -168,16 +277,16 @@ impl Backend {
 impl Backend {
     /// Whether this is Redis Cluster, where keys in different slots cannot be in one call.
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, Backend::Cluster(_))
+        matches!(self.link, Link::Cluster(_))
     }
 
     /// `cmd`, sent in a cluster to the primary of `key`'s slot: for the commands whose
     /// first argument is not a key (`RL.MHIT numkeys key ...`), which the cluster client
     /// would otherwise route by that argument and reach the owner only after a `MOVED`.
     pub(crate) async fn call_for_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
-        match self {
-            Backend::Single(_) | Backend::Located(_) => self.call(cmd).await,
-            Backend::Cluster(slot) => {
+        match &self.link {
+            Link::Single(_) | Link::Located(_) => self.call(cmd).await,
+            Link::Cluster(slot) => {
                 let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
                 match connection {
                     Some(mut connection) => {
@@ -252,6 +361,48 @@ mod tests {
         );
         let source = std::error::Error::source(&error).expect("the client's error");
         assert!(text.ends_with(&source.to_string()), "{text}");
+    }
+
+    #[tokio::test]
+    async fn the_module_commands_go_where_the_probe_found_a_backend() {
+        let target = RedisTarget::Single("redis://127.0.0.1:1".into());
+        let backend = Backend::connect(&settings_for(target)).expect("a lazy client");
+        let mut hit = redis::cmd("RL.HIT");
+        hit.arg("k").arg(5).arg("1s");
+        let mut get = redis::cmd("GET");
+        get.arg("k");
+        let first_word = |cmd: &Cmd| match cmd.args_iter().next() {
+            Some(redis::Arg::Simple(word)) => String::from_utf8_lossy(word).into_owned(),
+            _ => String::new(),
+        };
+        let sent = |cmd: &Cmd| backend.outgoing(cmd).map(|c| first_word(&c));
+        assert_eq!(
+            sent(&hit).ok().as_deref(),
+            Some("RL.HIT"),
+            "auto: the module first"
+        );
+        backend.answered_by(Some(probe::Found::Library));
+        assert_eq!(sent(&hit).ok().as_deref(), Some("FCALL"));
+        assert_eq!(sent(&get).ok().as_deref(), Some("GET"));
+        backend.answered_by(None);
+        let refused = sent(&hit).expect_err("neither: refused in the gateway");
+        assert_eq!(
+            classify(&refused),
+            Failure::Error,
+            "decided by on_module_error"
+        );
+        assert_eq!(refused.code(), Some("ERR"));
+        assert!(
+            refused.to_string().contains("no backend to decide with"),
+            "{refused}"
+        );
+        assert_eq!(
+            sent(&get).ok().as_deref(),
+            Some("GET"),
+            "other commands pass"
+        );
+        backend.answered_by(Some(probe::Found::Module));
+        assert_eq!(sent(&hit).ok().as_deref(), Some("RL.HIT"));
     }
 
     #[test]
