@@ -35,6 +35,7 @@ mod fail_closed;
 mod fail_open;
 mod headers;
 mod heads;
+mod healthcheck;
 mod host_names;
 mod ipv6;
 mod kubernetes;
