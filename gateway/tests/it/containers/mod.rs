@@ -93,13 +93,45 @@ fn compose_or_skip() -> Option<Vec<&'static str>> {
     }
 }
 
-/// `make images`, tagged [`TAG`]: the release build, the base image and the three images
+/// `make images`, tagged [`TAG`]: the release build, the base images and the four images
 /// (cached after the first time).
+///
+/// Without the variables Cargo gives a test binary (`CARGO_PKG_*`, `CARGO_MANIFEST_DIR`,
+/// `OUT_DIR`...): build scripts that watch them (ring's does) would see another value than
+/// in a `make images` from a shell, and the release build would start over each time one
+/// follows the other.
 fn build_images() {
-    run_ok(
-        "make",
-        &["--no-print-directory", "images"],
-        &[("IMAGE_TAG", TAG.as_ref())],
+    let mut command = Command::new("make");
+    command
+        .args(["--no-print-directory", "images"])
+        .current_dir(workspace_root())
+        .env("IMAGE_TAG", TAG);
+    let from_cargo_test = |name: &str| {
+        name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_MANIFEST_LINKS",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&name)
+    };
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(from_cargo_test) {
+            command.env_remove(name);
+        }
+    }
+    let output = command.output().expect("make runs");
+    assert!(
+        output.status.success(),
+        "make images failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
     );
 }
 
