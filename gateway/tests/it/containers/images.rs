@@ -1,11 +1,35 @@
 //! The images as artefacts: the gateway's has no shell and no program but rl-gateway, runs
-//! as user 10001 and becomes healthy by its own `rl-gateway healthcheck`; the Valkey image
-//! runs Valkey with the module and the compose demo on it; the sizes of them all.
+//! as user 10001, becomes healthy by its own `rl-gateway healthcheck` and finds the
+//! system's CA roots for an HTTPS upstream; the Valkey image runs Valkey with the module and
+//! the compose demo on it; the sizes of them all.
 
 use super::{
     assert_healthcheck_passes, home_until_429, run, run_ok, wait_healthy, Project, START_LIMIT,
 };
+use std::path::Path;
 use std::time::Instant;
+
+/// Rules with an HTTPS upstream and no CA file of their own: the gateway trusts the
+/// system's roots, and says which roots it took as it starts (no connection is made; the
+/// names do not resolve, which only makes requests answer 502).
+const HTTPS_UPSTREAM_RULES: &str = r#"
+[server]
+listen = "0.0.0.0:8080"
+admin_listen = "0.0.0.0:9090"
+mode = "proxy"
+upstream = "https://upstream.invalid"
+
+[redis]
+url = "redis://redis.invalid:6379"
+
+[default]
+limits = ["5/1m"]
+"#;
+
+/// What the gateway logs when it found the system's roots (Debian's CA bundle in the
+/// image); without them it would say "Mozilla's roots (the system has none)".
+const SYSTEM_ROOTS: &str =
+    "its certificate verified as upstream.invalid against the system's roots";
 
 /// The user the gateway image runs as, numerically (Kubernetes' runAsNonRoot checks it).
 const GATEWAY_USER: &str = "10001:10001";
@@ -67,7 +91,7 @@ pub(super) fn turns_healthy(project: &Project, service: &str) {
     }
 }
 
-/// Deletes a created container when dropped.
+/// Deletes a created (or running) container when dropped.
 struct Created(String);
 
 impl Drop for Created {
@@ -137,6 +161,44 @@ pub(super) fn gateway_image_is_shell_less(tag: &str) {
         "containers: {image} holds {} entries, rl-gateway the only program",
         entries.len()
     );
+}
+
+/// The gateway image, its rules naming an HTTPS upstream: the gateway takes the system's
+/// roots, i.e. the image's CA bundle is where rustls-native-certs looks for it.
+pub(super) fn gateway_image_finds_the_ca_bundle(tag: &str) {
+    let config = tempfile::tempdir().expect("a temporary folder");
+    std::fs::write(config.path().join("config.toml"), HTTPS_UPSTREAM_RULES).expect("write");
+    readable(config.path());
+    let mount = format!("{}:/etc/rl-gateway:ro", config.path().display());
+    let image = format!("rl-gateway:{tag}");
+    let id = run_ok("docker", &["run", "-d", "-v", &mount, &image], &[])
+        .trim()
+        .to_owned();
+    let _running = Created(id.clone());
+    let deadline = Instant::now() + START_LIMIT;
+    loop {
+        let logs = run("docker", &["logs", &id], &[]);
+        let said = String::from_utf8_lossy(&logs.stderr).into_owned()
+            + &String::from_utf8_lossy(&logs.stdout);
+        if said.contains(SYSTEM_ROOTS) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline && !said.contains("roots"),
+            "{image}: the gateway did not take the system's roots:\n{said}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+/// The gateway runs as an unprivileged user in its container: it must read the mount.
+fn readable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |path: &Path, mode| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    set(dir, 0o755);
+    set(&dir.join("config.toml"), 0o644);
 }
 
 /// The demo on Valkey (compose.valkey.yaml): the server is Valkey, the module is loaded,

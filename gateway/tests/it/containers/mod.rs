@@ -8,9 +8,9 @@
 //! - Two hosts: two gateway containers with one Redis container enforce one budget, the
 //!   allowed requests of both together being the limit.
 //! - The images themselves ([`images`]): the gateway's holds no shell and no program but
-//!   rl-gateway, runs as user 10001 and turns healthy by its own `healthcheck`; the Valkey
-//!   image loads the module and serves the demo through compose.valkey.yaml; their sizes
-//!   are printed.
+//!   rl-gateway, runs as user 10001, turns healthy by its own `healthcheck` and takes the
+//!   system's CA roots from its bundle; the Valkey image loads the module and serves the
+//!   demo through compose.valkey.yaml; their sizes are printed.
 //!
 //! Skipped, with a message, only where the `docker` command is absent; an engine that does
 //! not answer, or no Compose, fails. Every project is taken down when its guard drops, also
@@ -483,6 +483,7 @@ fn images_and_compose_demo() {
     let demo = demo_started.elapsed();
     two_gateways_share_one_budget(&compose);
     images::gateway_image_is_shell_less(TAG);
+    images::gateway_image_finds_the_ca_bundle(TAG);
     images::valkey_demo(&compose);
     images::print_sizes(TAG);
     eprintln!(
