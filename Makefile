@@ -142,13 +142,13 @@ memcheck: ## Integration tests and a leak run with Redis 7.0 and Valkey 8.1 unde
 COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo 'docker compose' || echo docker-compose)
 DEMO_PROJECT := redis-ratelimit-demo
 
-images: ## Build the release binaries, then the images redis-ratelimit, rl-gateway and rl-gateway-demo-upstream (the base from Debian's packages, once)
+images: ## Build the release binaries, then the images redis-ratelimit, valkey-ratelimit, rl-gateway and rl-gateway-demo-upstream (the bases from Debian's packages, once)
 	$(MAKE) build
 	docker/build.sh $(or $(CARGO_TARGET_DIR),target)/release
 
-demo-compose: ## Build the images, then start compose.yaml's demo: Redis with the module, the demo upstream, rl-gateway on localhost:8080 (admin :9090)
+demo-compose: ## Build the images, then start compose.yaml's demo: Redis (Valkey with VALKEY=1) with the module, the demo upstream, rl-gateway on localhost:8080 (admin :9090)
 	$(MAKE) images
-	$(COMPOSE) -p $(DEMO_PROJECT) -f compose.yaml up -d
+	$(COMPOSE) -p $(DEMO_PROJECT) -f compose.yaml $(if $(VALKEY),-f compose.valkey.yaml) up -d
 	@echo "demo-compose: try  curl -i localhost:8080/home  (200s, then 429);  curl -s localhost:9090/metrics"
 	@echo "demo-compose: stop with  make demo-compose-down"
 

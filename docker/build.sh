@@ -5,9 +5,10 @@
 # files of docker/<image>/ and the binaries it copies.
 #
 #   docker/build.sh [RELEASE_DIR]   # default: $CARGO_TARGET_DIR/release, else target/release
-#   IMAGE_TAG=latest                # tag of the three images
+#   IMAGE_TAG=latest                # tag of the four images
 #
-# Images: redis-ratelimit (Redis with the module), rl-gateway, rl-gateway-demo-upstream.
+# Images: redis-ratelimit (Redis with the module), valkey-ratelimit (Valkey with the module),
+# rl-gateway (shell-less), rl-gateway-demo-upstream.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,8 @@ for binary in libredis_ratelimit.so rl-gateway demo-upstream; do
 done
 
 scripts/base-image.sh
+# Valkey's image starts from Debian 13, the first with a security-supported valkey-server.
+DEBIAN_SUITE=trixie BASE_IMAGE=debian:trixie-slim scripts/base-image.sh
 
 # Stages docker/<image>/ plus the named binaries into a fresh context folder, with the modes
 # the images need whatever the umask of the clone (the Dockerfiles' COPY keeps them).
@@ -38,7 +41,7 @@ stage() {
     done
     find "$context" -type d -exec chmod 0755 {} +
     find "$context" -type f -exec chmod 0644 {} +
-    for executable in "$@" healthcheck.sh; do
+    for executable in "$@"; do
         [ ! -f "$context/$executable" ] || chmod 0755 "$context/$executable"
     done
     echo "$context"
@@ -58,7 +61,8 @@ build() {
 }
 
 build redis-ratelimit libredis_ratelimit.so
+build valkey-ratelimit libredis_ratelimit.so
 build rl-gateway rl-gateway
 build rl-gateway-demo-upstream demo-upstream
-docker image ls --filter "reference=redis-ratelimit:$tag" --filter "reference=rl-gateway:$tag" \
-    --filter "reference=rl-gateway-demo-upstream:$tag"
+docker image ls --filter "reference=redis-ratelimit:$tag" --filter "reference=valkey-ratelimit:$tag" \
+    --filter "reference=rl-gateway:$tag" --filter "reference=rl-gateway-demo-upstream:$tag"

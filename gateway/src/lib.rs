@@ -11,6 +11,7 @@ pub mod decider;
 pub(crate) mod failure;
 pub mod front;
 pub(crate) mod headers;
+pub mod healthcheck;
 pub mod heartbeat;
 pub mod logging;
 pub(crate) mod metrics;

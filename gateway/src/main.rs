@@ -10,7 +10,7 @@ use rl_gateway::front::envoy::{descriptors, grpc_listener, EnvoyService};
 use rl_gateway::logging::{self, log, log_error, log_warn, LogFormat};
 use rl_gateway::net::listen::{ListenAddress, ListenError};
 use rl_gateway::net::server::{self, Shutdown};
-use rl_gateway::{config, decider, reload};
+use rl_gateway::{config, decider, healthcheck, reload};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -53,10 +53,16 @@ const VERSION: &str = concat!(
 /// stderr; RL_LOG (or --log-level) filters them: warn, info,rl_gateway::heartbeat=warn...
 /// On SIGTERM or SIGINT the listeners close, the requests in flight have --drain-seconds to
 /// finish, their leases are given back, and it exits 0; a second signal stops it at once.
+///
+/// `rl-gateway healthcheck` asks a running gateway's admin listener instead (the probe of
+/// a container image that has no shell).
 #[derive(Parser, Debug)]
 #[command(name = "rl-gateway", version = VERSION, arg_required_else_help = true)]
 #[command(group(ArgGroup::new("mode").required(true).args(["config", "check_config"])))]
+#[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Subcommand>,
     /// Serves with the rules and settings of FILE, reloaded when it changes.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -76,9 +82,46 @@ struct Cli {
     drain_seconds: u64,
 }
 
+/// What rl-gateway does besides serving and checking a file.
+#[derive(clap::Subcommand, Debug)]
+enum Subcommand {
+    /// GETs a running gateway's /healthz (or /readyz with --ready) on its admin listener:
+    /// exits 0 when it answers 200, 1 otherwise, saying why. For container health checks.
+    Healthcheck {
+        /// The admin listener's URL: plain http, as admin_listen serves it.
+        #[arg(long, value_name = "URL", default_value = healthcheck::DEFAULT_URL,
+              value_parser = healthcheck::Target::parse)]
+        url: healthcheck::Target,
+        /// Asks /readyz (Redis answers and the module is loaded) instead of the URL's path.
+        #[arg(long)]
+        ready: bool,
+        /// How long the whole exchange may take before it counts as a failure.
+        #[arg(long, value_name = "MS", default_value_t = 2000)]
+        timeout_ms: u64,
+    },
+}
+
 fn main() -> ExitCode {
     // Usage errors exit 2, --help and --version 0 (clap's own codes).
     let cli = Cli::parse();
+    if let Some(Subcommand::Healthcheck {
+        url,
+        ready,
+        timeout_ms,
+    }) = &cli.command
+    {
+        let target = if *ready {
+            url.with_path(healthcheck::READY_PATH)
+        } else {
+            url.clone()
+        };
+        let healthy = healthcheck::run(&target, Duration::from_millis(*timeout_ms));
+        return if healthy {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
     match (&cli.config, &cli.check_config) {
         (_, Some(path)) => check_config(path),
         (Some(path), None) => run(path.clone(), &cli),

@@ -36,6 +36,7 @@ mod fail_open;
 mod functions_backend;
 mod headers;
 mod heads;
+mod healthcheck;
 mod host_names;
 mod ipv6;
 mod kubernetes;

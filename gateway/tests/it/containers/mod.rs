@@ -7,6 +7,10 @@
 //!   `login` rule (on_redis_failure = "closed") answers 503 and the default rule a local limit.
 //! - Two hosts: two gateway containers with one Redis container enforce one budget, the
 //!   allowed requests of both together being the limit.
+//! - The images themselves ([`images`]): the gateway's holds no shell and no program but
+//!   rl-gateway, runs as user 10001, turns healthy by its own `healthcheck` and takes the
+//!   system's CA roots from its bundle; the Valkey image loads the module and serves the
+//!   demo through compose.valkey.yaml; their sizes are printed.
 //!
 //! Skipped, with a message, only where the `docker` command is absent; an engine that does
 //! not answer, or no Compose, fails. Every project is taken down when its guard drops, also
@@ -17,6 +21,8 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+mod images;
 
 /// The images' tag built by this test, so that a running `make demo-compose` (on `latest`)
 /// keeps its images.
@@ -87,26 +93,71 @@ fn compose_or_skip() -> Option<Vec<&'static str>> {
     }
 }
 
-/// `make images`, tagged [`TAG`]: the release build, the base image and the three images
+/// `make images`, tagged [`TAG`]: the release build, the base images and the four images
 /// (cached after the first time).
+///
+/// Without the variables Cargo gives a test binary (`CARGO_PKG_*`, `CARGO_MANIFEST_DIR`,
+/// `OUT_DIR`...): build scripts that watch them (ring's does) would see another value than
+/// in a `make images` from a shell, and the release build would start over each time one
+/// follows the other.
 fn build_images() {
-    run_ok(
-        "make",
-        &["--no-print-directory", "images"],
-        &[("IMAGE_TAG", TAG.as_ref())],
+    let mut command = Command::new("make");
+    command
+        .args(["--no-print-directory", "images"])
+        .current_dir(workspace_root())
+        .env("IMAGE_TAG", TAG);
+    let from_cargo_test = |name: &str| {
+        name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_MANIFEST_LINKS",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&name)
+    };
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(from_cargo_test) {
+            command.env_remove(name);
+        }
+    }
+    let output = command.output().expect("make runs");
+    assert!(
+        output.status.success(),
+        "make images failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
     );
 }
 
-/// One compose project of compose.yaml with its gateway ports published on free loopback
-/// ports; `down` (containers, networks, volumes) when dropped.
+/// One compose project of compose.yaml (and the files given after it) with its gateway
+/// ports published on free loopback ports; `down` (containers, networks, volumes) when
+/// dropped.
 struct Project {
     compose: Vec<&'static str>,
+    files: Vec<&'static str>,
     name: String,
     env: Vec<(&'static str, std::ffi::OsString)>,
 }
 
 impl Project {
     fn up(compose: &[&'static str], suffix: &str, config: Option<&Path>, gateways: u32) -> Self {
+        Project::up_with(compose, &[], suffix, config, gateways)
+    }
+
+    /// As [`Project::up`], with `overrides` given after compose.yaml (`-f` each).
+    fn up_with(
+        compose: &[&'static str],
+        overrides: &[&'static str],
+        suffix: &str,
+        config: Option<&Path>,
+        gateways: u32,
+    ) -> Self {
         // Every variable compose.yaml reads is set, so that the caller's own do not count.
         let config = config.map_or_else(|| "./docker/rl-gateway/config".into(), Into::into);
         let env = vec![
@@ -115,8 +166,11 @@ impl Project {
             ("RL_DEMO_ADMIN", "127.0.0.1:".into()),
             ("RL_DEMO_CONFIG", config),
         ];
+        let mut files = vec!["compose.yaml"];
+        files.extend(overrides);
         let project = Project {
             compose: compose.to_vec(),
+            files,
             name: format!("rltest-{}-{suffix}", std::process::id()),
             env,
         };
@@ -127,7 +181,10 @@ impl Project {
 
     fn compose(&self, args: &[&str]) -> Output {
         let mut full: Vec<&str> = self.compose[1..].to_vec();
-        full.extend(["-p", &self.name, "-f", "compose.yaml"]);
+        full.extend(["-p", &self.name]);
+        for file in &self.files {
+            full.extend(["-f", file]);
+        }
         full.extend(args);
         let env: Vec<(&str, &OsStr)> = self.env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
         run(self.compose[0], &full, &env)
@@ -262,14 +319,11 @@ fn assert_rate_limit_fields(answer: &Answer, what: &str) {
     }
 }
 
-/// The demo as compose.yaml runs it: 200s through to the upstream, then a 429, counted in
-/// the metrics; Redis stopped: `login` closes (503), the default rule's local limit decides.
-fn demo_through_gateway(compose: &[&'static str]) {
-    let project = Project::up(compose, "demo", None, 1);
-    let http = project.gateway_address(1, 8080);
-    let admin = project.gateway_address(1, 9090);
-    wait_healthy(&admin);
-
+/// Requests to `/home` through the demo's gateway at `http` until the first 429 (the
+/// default rule: 5 a minute), checked as the demo promises: a 200 from the upstream first,
+/// the rate-limit fields on both, Retry-After on the 429, which the metrics at `admin`
+/// count.
+fn home_until_429(http: &str, admin: &str) {
     // The default rule allows 5 per minute; a fixed window that turns over during the loop
     // allows 5 more at most, so a 429 comes within 11 requests.
     let mut answers: Vec<Answer> = Vec::new();
@@ -301,6 +355,17 @@ fn demo_through_gateway(compose: &[&'static str]) {
         metric(&metrics, series) >= 1.0,
         "{series} not counted:\n{metrics}"
     );
+}
+
+/// The demo as compose.yaml runs it: 200s through to the upstream, then a 429, counted in
+/// the metrics; Redis stopped: `login` closes (503), the default rule's local limit decides.
+fn demo_through_gateway(compose: &[&'static str]) {
+    let project = Project::up(compose, "demo", None, 1);
+    let http = project.gateway_address(1, 8080);
+    let admin = project.gateway_address(1, 9090);
+    wait_healthy(&admin);
+    home_until_429(&http, &admin);
+    images::turns_healthy(&project, "gateway");
     assert_healthcheck_passes(&project, "gateway");
     assert_healthcheck_passes(&project, "redis");
 
@@ -417,8 +482,12 @@ fn images_and_compose_demo() {
     demo_through_gateway(&compose);
     let demo = demo_started.elapsed();
     two_gateways_share_one_budget(&compose);
+    images::gateway_image_is_shell_less(TAG);
+    images::gateway_image_finds_the_ca_bundle(TAG);
+    images::valkey_demo(&compose);
+    images::print_sizes(TAG);
     eprintln!(
-        "containers: images built in {:.1} s, demo {:.1} s, two gateways {:.1} s, whole test {:.1} s",
+        "containers: images built in {:.1} s, demo {:.1} s, the rest {:.1} s, whole test {:.1} s",
         built.as_secs_f64(),
         demo.as_secs_f64(),
         (started.elapsed() - built - demo).as_secs_f64(),
