@@ -1,8 +1,13 @@
 //! TLS for the tests: a CA with a server and a client certificate, made by the `openssl`
 //! command (scripts/setup.sh installs it), and a server that serves TLS with them beside
 //! its plain port (which the tests keep for setting up and reading what the gateway did).
+//!
+//! Not every server is built with TLS: Debian's Redis is, and so are the Redis and Valkey
+//! that `scripts/newer-servers.sh` builds, but PyPI's Valkey is not. [`each_tls_flavor`]
+//! runs a test on the flavours that have it and says which it skipped.
 
 use super::*;
+use std::io::{Read, Write};
 
 /// The certificates of one test, in a temporary directory:
 /// - `ca.pem`: the CA that signed the others; `other-ca.pem`: a CA that signed nothing here;
@@ -126,4 +131,89 @@ pub fn tls_server(flavor: Flavor, pki: &Pki, cert: &str, client_certs: bool) -> 
         .arg("tls-auth-clients", if client_certs { "yes" } else { "no" })
         .start();
     (server, tls_port)
+}
+
+/// Whether `flavor`'s server (as [`Flavor::binary`] finds it) is built with TLS, asked once
+/// per test binary: the server is started with a `--tls-port` and no certificate, which a
+/// server with TLS refuses for the missing certificate and one without for the missing
+/// TLS. Any other outcome panics with what the server said. Redis must have TLS: every
+/// Redis the tests run on is built with it, so its absence is a broken set-up, not a skip.
+pub fn has_tls(flavor: Flavor) -> bool {
+    static REDIS: OnceLock<bool> = OnceLock::new();
+    static VALKEY: OnceLock<bool> = OnceLock::new();
+    let known = match flavor {
+        Flavor::Redis => &REDIS,
+        Flavor::Valkey => &VALKEY,
+    };
+    *known.get_or_init(|| {
+        let found = probe_tls(flavor);
+        assert!(
+            found || flavor != Flavor::Redis,
+            "{} is built without TLS: the TLS tests need a Redis built with it (Debian's \
+             redis-server is; set REDIS_SERVER to one)",
+            flavor.binary().display()
+        );
+        found
+    })
+}
+
+/// Starts the server on a TLS port without a certificate and reads why it stopped.
+fn probe_tls(flavor: Flavor) -> bool {
+    let binary = flavor.binary();
+    let mut child = Command::new(&binary)
+        .args(["--port", "0", "--bind", "127.0.0.1", "--save", ""])
+        .args(["--tls-port", &free_port().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A server that started after all is killed: the output below then says so.
+    let _ = child.kill();
+    let _ = child.wait();
+    // Its log goes to stdout (no --logfile); stderr holds what comes before the log opens.
+    let mut said = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_string(&mut said);
+    }
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut said);
+    }
+    if said.contains("Failed finding TLS support") || said.contains("connection type tls") {
+        false
+    } else if said.contains("No tls-cert-file configured") {
+        true
+    } else {
+        panic!(
+            "cannot tell whether {} has TLS: started with --tls-port and no certificate, \
+             it said:\n{said}",
+            binary.display()
+        )
+    }
+}
+
+/// Runs `test` once per flavour whose server is built with TLS ([`has_tls`]), in the order
+/// of [`FLAVORS`], and writes a `SKIPPED` line to the terminal for each one without (past
+/// the test harness's capture, so that a passing run shows it too).
+pub fn each_tls_flavor(mut test: impl FnMut(Flavor)) {
+    for flavor in FLAVORS {
+        if has_tls(flavor) {
+            println!("--- on {flavor:?}");
+            test(flavor);
+        } else {
+            let (major, minor) = flavor.version();
+            // The test harness names each test's thread after the test.
+            let thread = std::thread::current();
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED {} on {flavor:?}: {} ({flavor:?} {major}.{minor}) is built without TLS",
+                thread.name().unwrap_or("a TLS test"),
+                flavor.binary().display()
+            );
+        }
+    }
 }
