@@ -7,6 +7,8 @@
 //! runs a test on the flavours that have it and says which it skipped.
 
 use super::*;
+use crate::cluster::{Cluster, NodeSetup};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
 /// The certificates of one test, in a temporary directory:
@@ -107,6 +109,11 @@ impl Pki {
         self.dir.path().join(name)
     }
 
+    /// The directory of the files.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// The path as a TOML string's contents.
     pub fn toml_path(&self, name: &str) -> String {
         self.path(name).display().to_string()
@@ -123,14 +130,14 @@ impl Default for Pki {
 /// `named`), asking clients for a certificate of `ca.pem` when `client_certs` is true.
 pub fn tls_server(flavor: Flavor, pki: &Pki, cert: &str, client_certs: bool) -> (Server, u16) {
     let tls_port = free_port();
-    let server = ServerConfig::new(flavor)
-        .arg("tls-port", &tls_port.to_string())
-        .arg("tls-cert-file", &pki.toml_path(&format!("{cert}.pem")))
-        .arg("tls-key-file", &pki.toml_path(&format!("{cert}.key")))
-        .arg("tls-ca-cert-file", &pki.toml_path("ca.pem"))
-        .arg("tls-auth-clients", if client_certs { "yes" } else { "no" })
-        .start();
-    (server, tls_port)
+    let config = tls_args(
+        ServerConfig::new(flavor),
+        tls_port,
+        pki.dir(),
+        cert,
+        client_certs,
+    );
+    (config.start(), tls_port)
 }
 
 /// Whether `flavor`'s server (as [`Flavor::binary`] finds it) is built with TLS, asked once
@@ -215,5 +222,68 @@ pub fn each_tls_flavor(mut test: impl FnMut(Flavor)) {
                 flavor.binary().display()
             );
         }
+    }
+}
+
+/// The arguments that make a server serve TLS on `tls_port` with the certificate `cert`
+/// (`server` or `named`) of the [`Pki`] in `dir`, asking clients for one of `ca.pem` when
+/// `client_certs` is true, and speaking TLS to its primary when it is a replica (which
+/// then announces its TLS port, so that the sentinels name that one).
+fn tls_args(
+    config: ServerConfig,
+    tls_port: u16,
+    dir: &Path,
+    cert: &str,
+    client_certs: bool,
+) -> ServerConfig {
+    let file = |name: String| dir.join(name).display().to_string();
+    config
+        .arg("tls-port", &tls_port.to_string())
+        .arg("tls-cert-file", &file(format!("{cert}.pem")))
+        .arg("tls-key-file", &file(format!("{cert}.key")))
+        .arg("tls-ca-cert-file", &file("ca.pem".into()))
+        .arg("tls-auth-clients", if client_certs { "yes" } else { "no" })
+        .arg("tls-replication", "yes")
+}
+
+/// A cluster whose nodes serve TLS (`pki`'s `server` certificate) beside their plain
+/// port, created over TLS with the cluster bus on TLS too (`tls-cluster yes`): the nodes
+/// then announce their TLS ports, so `CLUSTER SLOTS` and `MOVED` name them to a client
+/// that came over TLS (and the plain ports to one that did not, as testkit's own calls).
+pub struct TlsCluster {
+    pub cluster: Cluster,
+    /// Each node's TLS port, by its plain port.
+    tls_ports: BTreeMap<u16, u16>,
+}
+
+impl TlsCluster {
+    /// `primaries` primaries with `replicas_per_primary` replicas each, over TLS.
+    pub fn start(
+        flavor: Flavor,
+        pki: &Pki,
+        primaries: usize,
+        replicas_per_primary: usize,
+    ) -> TlsCluster {
+        let ports = Arc::new(Mutex::new(BTreeMap::new()));
+        let seen = ports.clone();
+        let dir = pki.dir().to_path_buf();
+        let setup = NodeSetup {
+            node: Box::new(move |config| {
+                let tls_port = free_port();
+                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                seen.insert(config.port, tls_port);
+                let config = tls_args(config, tls_port, &dir, "server", false);
+                (config.arg("tls-cluster", "yes"), tls_port)
+            }),
+            cli_args: vec!["--tls".into(), "--cacert".into(), pki.toml_path("ca.pem")],
+        };
+        let cluster = Cluster::start_with(flavor, primaries, replicas_per_primary, &setup);
+        let tls_ports = ports.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        TlsCluster { cluster, tls_ports }
+    }
+
+    /// The TLS port of `server`, a node of this cluster.
+    pub fn tls_port(&self, server: &Server) -> u16 {
+        self.tls_ports[&server.port()]
     }
 }

@@ -50,6 +50,7 @@ mod redis_acl;
 mod redis_hiccups;
 mod redis_sentinel;
 mod redis_tls;
+mod redis_tls_cluster;
 mod reload;
 mod request_bodies;
 mod rules;
