@@ -8,6 +8,7 @@
 
 use super::*;
 use crate::cluster::{Cluster, NodeSetup};
+use crate::sentinel::Sentinels;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
@@ -285,5 +286,79 @@ impl TlsCluster {
     /// The TLS port of `server`, a node of this cluster.
     pub fn tls_port(&self, server: &Server) -> u16 {
         self.tls_ports[&server.port()]
+    }
+}
+
+/// A primary and its replica of `flavor`, each serving TLS (`pki`'s `server` certificate)
+/// beside its plain port, the replica linked to the primary's TLS port over TLS; each
+/// with its TLS port.
+pub fn tls_primary_with_replica(flavor: Flavor, pki: &Pki) -> ((Server, u16), (Server, u16)) {
+    let primary_tls = free_port();
+    let primary = tls_args(
+        ServerConfig::new(flavor),
+        primary_tls,
+        pki.dir(),
+        "server",
+        false,
+    )
+    .start();
+    let replica_tls = free_port();
+    let replica = tls_args(
+        ServerConfig::new(flavor),
+        replica_tls,
+        pki.dir(),
+        "server",
+        false,
+    )
+    .arg("replicaof", &format!("127.0.0.1 {primary_tls}"))
+    .start();
+    wait_for_link(&replica);
+    ((primary, primary_tls), (replica, replica_tls))
+}
+
+/// Sentinels that serve TLS beside their plain ports (which testkit keeps for itself) and
+/// speak TLS to the servers they watch (`tls-replication yes`): started on the primary's
+/// TLS port, they name TLS ports.
+pub struct TlsSentinels {
+    pub sentinels: Sentinels,
+    tls_ports: Vec<u16>,
+}
+
+impl TlsSentinels {
+    /// `count` sentinels watching the primary on `primary_tls_port`, as [`Sentinels::start`].
+    pub fn start(flavor: Flavor, pki: &Pki, primary_tls_port: u16, count: usize) -> Self {
+        let mut tls_ports = Vec::new();
+        let file = |name: &str| pki.toml_path(name);
+        let sentinels = Sentinels::start_each(
+            flavor,
+            primary_tls_port,
+            count,
+            || {
+                let port = free_port();
+                tls_ports.push(port);
+                format!(
+                    "tls-port {port}\ntls-cert-file \"{}\"\ntls-key-file \"{}\"\n\
+                     tls-ca-cert-file \"{}\"\ntls-auth-clients no\ntls-replication yes\n",
+                    file("server.pem"),
+                    file("server.key"),
+                    file("ca.pem")
+                )
+            },
+            None,
+        );
+        TlsSentinels {
+            sentinels,
+            tls_ports,
+        }
+    }
+
+    /// The TOML array of the sentinels' TLS `127.0.0.1:port`, as `[redis] sentinels`.
+    pub fn toml_list(&self) -> String {
+        let quoted: Vec<String> = self
+            .tls_ports
+            .iter()
+            .map(|p| format!("\"127.0.0.1:{p}\""))
+            .collect();
+        format!("[{}]", quoted.join(", "))
     }
 }
