@@ -92,6 +92,8 @@ struct Known {
     /// Whether the module was found since Redis was last lost or restarted: then the
     /// beats need not ask again.
     module_settled: bool,
+    /// The server the beats go to (`host:port`), for the log; `None` in a Cluster.
+    node: Option<String>,
 }
 
 /// Starts beating in the background.
@@ -115,6 +117,7 @@ pub fn spawn(gateway: Arc<Gateway>, backend: Backend, key_prefix: String, every:
                 Ok(result) => result,
                 Err(_) => Err(BeatError::NoAnswer(BEAT_TIMEOUT)),
             };
+            known.node = backend.node();
             let ready = known.update(result, backend.is_cluster());
             gateway.set_redis_ready(ready);
         }
@@ -138,6 +141,7 @@ impl Known {
                     };
                     log!(
                         failure = failure.label();
+                        if_some redis_node = self.node;
                         "Redis does not answer ({reason}): rules decide as their \
                          on_redis_failure says until it does"
                     );
@@ -166,6 +170,7 @@ impl Known {
                 true => log!("the module's commands are there (RL.HIT known): ready"),
                 false => log_error!(
                     failure = "no_module";
+                    if_some redis_node = self.node;
                     "{NO_MODULE}; load libredis_ratelimit.so into the server \
                      (redis-server --loadmodule /path/to/libredis_ratelimit.so, a \
                      loadmodule line in its config file, or MODULE LOAD): until then \
@@ -181,6 +186,7 @@ impl Known {
     fn answered(&mut self, run_id: Option<String>, cluster: bool) {
         if let Some(since) = self.lost_since.take() {
             log!(
+                if_some redis_node = self.node;
                 "Redis answers again, after about {} ms",
                 since.elapsed().as_millis()
             );
@@ -194,6 +200,7 @@ impl Known {
         }
         if restarted && !cluster {
             log_warn!(
+                if_some redis_node = self.node;
                 "Redis restarted or another server took its place (run_id {} -> {}): \
                  unless it loaded its data (RDB, AOF) or was a replica, every budget \
                  started afresh",

@@ -19,6 +19,10 @@ pub trait Transport: Clone + Send + Sync + 'static {
 
     /// Whether keys in different slots must go in different calls.
     fn is_cluster(&self) -> bool;
+
+    /// The server the calls go to (`host:port`), for the log; `None` when there is no one
+    /// server to name (a Cluster).
+    fn node(&self) -> Option<String>;
 }
 
 impl Transport for Backend {
@@ -31,5 +35,9 @@ impl Transport for Backend {
 
     fn is_cluster(&self) -> bool {
         Backend::is_cluster(self)
+    }
+
+    fn node(&self) -> Option<String> {
+        Backend::node(self)
     }
 }

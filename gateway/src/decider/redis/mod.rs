@@ -73,8 +73,8 @@ impl std::error::Error for ConnectError {
 /// The connection to Redis the service decides through; clones share it.
 #[derive(Clone)]
 pub enum Backend {
-    /// One server, reconnected by the manager when it drops.
-    Single(ConnectionManager),
+    /// One server, reconnected by the manager when it drops; its `host:port`, for the log.
+    Single(ConnectionManager, Arc<str>),
     /// Filled by a background task once the cluster first answers.
     Cluster(Arc<RwLock<Option<ClusterConnection>>>),
     /// The primary the sentinels name (or one server under `tls_server_name`), found
@@ -149,7 +149,7 @@ impl Backend {
 
     pub(crate) async fn call(&self, cmd: &Cmd) -> RedisResult<Value> {
         match self {
-            Backend::Single(manager) => cmd.query_async(&mut manager.clone()).await,
+            Backend::Single(manager, _) => cmd.query_async(&mut manager.clone()).await,
             Backend::Located(located) => located.call(cmd).await,
             Backend::Cluster(slot) => {
                 let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -166,6 +166,17 @@ impl Backend {
 }
 
 impl Backend {
+    /// The server the calls go to, `host:port`, for the log's `redis_node` field: the one
+    /// of the URL, or the one last connected to (the primary the sentinels named); `None`
+    /// for a Cluster, whose calls go to many, and before a primary was first found.
+    pub(crate) fn node(&self) -> Option<String> {
+        match self {
+            Backend::Single(_, node) => Some(node.to_string()),
+            Backend::Located(located) => located.node(),
+            Backend::Cluster(_) => None,
+        }
+    }
+
     /// Whether this is Redis Cluster, where keys in different slots cannot be in one call.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Backend::Cluster(_))
@@ -176,7 +187,7 @@ impl Backend {
     /// would otherwise route by that argument and reach the owner only after a `MOVED`.
     pub(crate) async fn call_for_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
         match self {
-            Backend::Single(_) | Backend::Located(_) => self.call(cmd).await,
+            Backend::Single(..) | Backend::Located(_) => self.call(cmd).await,
             Backend::Cluster(slot) => {
                 let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
                 match connection {
