@@ -92,6 +92,8 @@ struct Known {
     /// Whether a backend was found since Redis was last lost or restarted: then the
     /// beats need not ask again.
     settled: bool,
+    /// The server the beats go to (`host:port`), for the log; `None` in a Cluster.
+    node: Option<String>,
 }
 
 /// Starts beating in the background.
@@ -116,6 +118,7 @@ pub fn spawn(gateway: Arc<Gateway>, backend: Backend, key_prefix: String, every:
                 Ok(result) => result,
                 Err(_) => Err(BeatError::NoAnswer(BEAT_TIMEOUT)),
             };
+            known.node = backend.node();
             let ready = known.update(result, backend.is_cluster());
             gateway.set_redis_ready(ready);
         }
@@ -139,6 +142,7 @@ impl Known {
                     };
                     log!(
                         failure = failure.label();
+                        if_some redis_node = self.node;
                         "Redis does not answer ({reason}): rules decide as their \
                          on_redis_failure says until it does"
                     );
@@ -172,6 +176,7 @@ impl Known {
                 ),
                 Err(missing) => log_error!(
                     failure = "no_module";
+                    if_some redis_node = self.node;
                     "{missing}; {}: until then /readyz answers 503 and every rule decides \
                      as its on_redis_failure says",
                     missing.fix()
@@ -186,6 +191,7 @@ impl Known {
     fn answered(&mut self, run_id: Option<String>, cluster: bool) {
         if let Some(since) = self.lost_since.take() {
             log!(
+                if_some redis_node = self.node;
                 "Redis answers again, after about {} ms",
                 since.elapsed().as_millis()
             );
@@ -199,6 +205,7 @@ impl Known {
         }
         if restarted && !cluster {
             log_warn!(
+                if_some redis_node = self.node;
                 "Redis restarted or another server took its place (run_id {} -> {}): \
                  unless it loaded its data (RDB, AOF) or was a replica, every budget \
                  started afresh",

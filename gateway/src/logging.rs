@@ -102,8 +102,24 @@ impl std::error::Error for LogInitError {}
 /// the Logs section of docs/src/gateway/metrics.md: an event about a rule, a key or a
 /// Redis node says which in a field, not only in its text, so that a log pipeline can
 /// select on it.
+///
+/// Fields whose values are `Option`s go after `if_some`, in a group of their own before
+/// the message, and are written only when `Some`: `log!(breaker = "closed"; if_some
+/// redis_node = node; "...")`, or `log!(if_some redis_node = node; "...")`.
 #[macro_export]
 macro_rules! gateway_log {
+    (if_some $($maybe:ident = $option:expr),+ ; $($arg:tt)+) => {
+        $crate::logging::tracing::info!(
+            $($maybe = $crate::logging::if_some(&$option),)+ "{}", format_args!($($arg)+)
+        )
+    };
+    ($($field:ident = $value:expr),+ ; if_some $($maybe:ident = $option:expr),+ ; $($arg:tt)+) => {
+        $crate::logging::tracing::info!(
+            $($field = %$value,)+
+            $($maybe = $crate::logging::if_some(&$option),)+
+            "{}", format_args!($($arg)+)
+        )
+    };
     ($($field:ident = $value:expr),+ ; $($arg:tt)+) => {
         $crate::logging::tracing::info!(
             $($field = %$value,)+ "{}", format_args!($($arg)+)
@@ -119,6 +135,18 @@ pub use crate::gateway_log as log;
 /// Fields as in [`log!`].
 #[macro_export]
 macro_rules! gateway_log_warn {
+    (if_some $($maybe:ident = $option:expr),+ ; $($arg:tt)+) => {
+        $crate::logging::tracing::warn!(
+            $($maybe = $crate::logging::if_some(&$option),)+ "{}", format_args!($($arg)+)
+        )
+    };
+    ($($field:ident = $value:expr),+ ; if_some $($maybe:ident = $option:expr),+ ; $($arg:tt)+) => {
+        $crate::logging::tracing::warn!(
+            $($field = %$value,)+
+            $($maybe = $crate::logging::if_some(&$option),)+
+            "{}", format_args!($($arg)+)
+        )
+    };
     ($($field:ident = $value:expr),+ ; $($arg:tt)+) => {
         $crate::logging::tracing::warn!(
             $($field = %$value,)+ "{}", format_args!($($arg)+)
@@ -133,6 +161,13 @@ pub use crate::gateway_log_warn as log_warn;
 /// Writes one line at level error: something the gateway cannot do. Fields as in [`log!`].
 #[macro_export]
 macro_rules! gateway_log_error {
+    ($($field:ident = $value:expr),+ ; if_some $($maybe:ident = $option:expr),+ ; $($arg:tt)+) => {
+        $crate::logging::tracing::error!(
+            $($field = %$value,)+
+            $($maybe = $crate::logging::if_some(&$option),)+
+            "{}", format_args!($($arg)+)
+        )
+    };
     ($($field:ident = $value:expr),+ ; $($arg:tt)+) => {
         $crate::logging::tracing::error!(
             $($field = %$value,)+ "{}", format_args!($($arg)+)
@@ -171,6 +206,12 @@ macro_rules! gateway_log_throttled {
     };
 }
 pub use crate::gateway_log_throttled as log_throttled;
+
+/// An optional field's value for `tracing`: written with its `Display` when `Some`, and
+/// not at all when `None` (`tracing` leaves out a `None`).
+pub fn if_some<T: fmt::Display>(value: &Option<T>) -> Option<tracing::field::DisplayValue<&T>> {
+    value.as_ref().map(tracing::field::display)
+}
 
 /// A key as the log shows it (field `key_hash`): the first 12 hex digits of its SHA-256,
 /// never the key itself, which holds a client's identity (an address, a user id, an API

@@ -36,6 +36,28 @@ pub struct NodeView {
     pub slots: Vec<(u16, u16)>,
 }
 
+/// How a cluster's nodes are started and met, beyond what every cluster node gets.
+pub struct NodeSetup {
+    /// Adds a node's own arguments to its config; returns it with the port the cluster is
+    /// created on (the node's plain port, or the port its clients must use).
+    pub node: Box<dyn Fn(ServerConfig) -> (ServerConfig, u16)>,
+    /// The command-line client's arguments before `--cluster create` (`--tls ...`).
+    pub cli_args: Vec<String>,
+}
+
+impl NodeSetup {
+    /// Nothing more: the cluster is created on the plain ports.
+    pub fn plain() -> NodeSetup {
+        NodeSetup {
+            node: Box::new(|config| {
+                let port = config.port;
+                (config, port)
+            }),
+            cli_args: Vec::new(),
+        }
+    }
+}
+
 /// A running cluster; its nodes are killed when it is dropped.
 pub struct Cluster {
     pub flavor: Flavor,
@@ -122,25 +144,25 @@ impl Cluster {
     /// Starts `primaries * (1 + replicas_per_primary)` nodes, creates the cluster and waits
     /// until it is whole.
     pub fn start(flavor: Flavor, primaries: usize, replicas_per_primary: usize) -> Cluster {
-        Cluster::start_with(flavor, primaries, replicas_per_primary, |config| config)
+        Cluster::start_with(flavor, primaries, replicas_per_primary, &NodeSetup::plain())
     }
 
-    /// [`Cluster::start`], each node's config passed through `configure` first (a cluster
-    /// of [`ServerConfig::managed`] nodes, say).
+    /// [`Cluster::start`] with the nodes started and met as `setup` says.
     pub fn start_with(
         flavor: Flavor,
         primaries: usize,
         replicas_per_primary: usize,
-        configure: impl Fn(ServerConfig) -> ServerConfig,
+        setup: &NodeSetup,
     ) -> Cluster {
         assert!(
             primaries >= 3,
             "redis-cli --cluster create needs 3 primaries"
         );
         let count = primaries * (1 + replicas_per_primary);
+        let mut meet_at = Vec::new();
         let servers: Vec<Server> = (0..count)
             .map(|_| {
-                let config = configure(ServerConfig::new(flavor));
+                let config = ServerConfig::new(flavor);
                 let nodes_file = config.dir().join(format!("nodes-{}.conf", config.port));
                 let config = config
                     .arg("cluster-enabled", "yes")
@@ -149,15 +171,18 @@ impl Cluster {
                         nodes_file.to_str().expect("UTF-8 path"),
                     )
                     .arg("cluster-node-timeout", &NODE_TIMEOUT_MS.to_string());
-                match flavor {
+                let config = match flavor {
                     Flavor::Redis => config.module_arg("policies-in-rdb").module_arg("yes"),
                     Flavor::Valkey => config,
-                }
-                .start()
+                };
+                let (config, port) = (setup.node)(config);
+                meet_at.push(port);
+                config.start()
             })
             .collect();
-        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
-        args.extend(servers.iter().map(|s| format!("127.0.0.1:{}", s.port())));
+        let mut args = setup.cli_args.clone();
+        args.extend(["--cluster".into(), "create".into()]);
+        args.extend(meet_at.iter().map(|port| format!("127.0.0.1:{port}")));
         args.extend([
             "--cluster-replicas".into(),
             replicas_per_primary.to_string(),

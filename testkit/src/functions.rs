@@ -5,6 +5,7 @@
 //! [`assert_same_as_the_module`], [`same_ms_several`]).
 
 use super::*;
+use crate::cluster::NodeSetup;
 use redis::Value;
 
 /// The committed bundle that `FUNCTION LOAD` takes.
@@ -22,9 +23,25 @@ impl ServerConfig {
     /// A server as a managed service offers it: no module, and `MODULE LOAD` refused
     /// (`enable-module-command no`), so only `FUNCTION LOAD` can bring the limits.
     pub fn managed(flavor: Flavor) -> Self {
-        ServerConfig::new(flavor)
-            .without_module()
-            .arg("enable-module-command", "no")
+        ServerConfig::new(flavor).as_managed()
+    }
+
+    /// This config without the module and with `enable-module-command no`.
+    pub fn as_managed(self) -> Self {
+        self.without_module().arg("enable-module-command", "no")
+    }
+}
+
+impl NodeSetup {
+    /// Cluster nodes as [`ServerConfig::managed`] makes servers: no module, and none loadable.
+    pub fn managed() -> NodeSetup {
+        NodeSetup {
+            node: Box::new(|config| {
+                let port = config.port;
+                (config.as_managed(), port)
+            }),
+            cli_args: Vec::new(),
+        }
     }
 }
 

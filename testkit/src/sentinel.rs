@@ -33,6 +33,18 @@ impl Sentinels {
         extra: &str,
         password: Option<&str>,
     ) -> Sentinels {
+        Sentinels::start_each(flavor, primary_port, count, || extra.to_string(), password)
+    }
+
+    /// [`Sentinels::start_with_password`], each sentinel's extra lines made by `extra`
+    /// (called once per sentinel, in order: a port of its own, say).
+    pub fn start_each(
+        flavor: Flavor,
+        primary_port: u16,
+        count: usize,
+        mut extra: impl FnMut() -> String,
+        password: Option<&str>,
+    ) -> Sentinels {
         let dir = tempfile::Builder::new()
             .prefix("rl-sentinel-")
             .tempdir()
@@ -52,8 +64,9 @@ impl Sentinels {
                 "port {port}\nbind 127.0.0.1\nlogfile \"{}\"\n\
                  sentinel monitor {name} 127.0.0.1 {primary_port} 2\n\
                  sentinel down-after-milliseconds {name} 1000\n\
-                 sentinel failover-timeout {name} 10000\n{extra}\n{}",
+                 sentinel failover-timeout {name} 10000\n{}\n{}",
                 log.display(),
+                extra(),
                 password.map_or(String::new(), |p| format!("requirepass \"{p}\"\n"))
             );
             std::fs::write(&file, text).expect("write the sentinel's file");

@@ -165,6 +165,7 @@ impl<T: Transport> Decider<T> {
         } else if self.breaker.failed(started, Instant::now()) == Transition::Opened {
             crate::logging::log_warn!(
                 breaker = "open", failure = failure.label();
+                if_some redis_node = self.backend.node();
                 "circuit breaker open: Redis answered nothing for {} ms or more and calls \
                  kept failing ({}); for the next {} ms rules decide as their \
                  on_redis_failure says (local limits at 1/{} of each limit, open, or 503), \
@@ -183,6 +184,7 @@ impl<T: Transport> Decider<T> {
         if self.breaker.succeeded(Instant::now()) == Transition::Closed {
             log!(
                 breaker = "closed";
+                if_some redis_node = self.backend.node();
                 "circuit breaker closed: Redis answers again; rules share its budgets again"
             );
         }

@@ -115,6 +115,10 @@ impl Transport for Scripted {
     fn is_cluster(&self) -> bool {
         self.cluster
     }
+
+    fn node(&self) -> Option<String> {
+        None
+    }
 }
 
 /// RL.HIT's RESP2 reply.

@@ -19,6 +19,10 @@ pub trait Transport: Clone + Send + Sync + 'static {
 
     /// Whether keys in different slots must go in different calls.
     fn is_cluster(&self) -> bool;
+
+    /// The server the calls go to (`host:port`), for the log; `None` when there is no one
+    /// server to name (a Cluster).
+    fn node(&self) -> Option<String>;
 }
 
 /// The module's commands go out as they are, as the Functions library's `FCALL` when the
@@ -40,5 +44,9 @@ impl Transport for Backend {
 
     fn is_cluster(&self) -> bool {
         Backend::is_cluster(self)
+    }
+
+    fn node(&self) -> Option<String> {
+        Backend::node(self)
     }
 }

@@ -7,7 +7,7 @@
 //! every primary of a cluster too.
 
 use std::time::Duration;
-use testkit::cluster::{connect, Cluster};
+use testkit::cluster::{connect, Cluster, NodeSetup};
 use testkit::functions::fcall_reply;
 use testkit::gateway::envoy::*;
 use testkit::gateway::*;
@@ -481,7 +481,7 @@ fn assert_library_decides_on_every_primary(cluster: &Cluster, gateway: &Gateway,
 #[test]
 fn auto_loads_the_library_on_every_primary_of_a_managed_cluster() {
     each_flavor(|flavor| {
-        let cluster = Cluster::start_with(flavor, 3, 0, |_| ServerConfig::managed(flavor));
+        let cluster = Cluster::start_with(flavor, 3, 0, &NodeSetup::managed());
         let upstream = Upstream::start();
         let gateway = cluster_gateway(&cluster, &upstream, "functions_load = \"if-missing\"");
         wait_ready(&gateway, &format!("{flavor:?}"));

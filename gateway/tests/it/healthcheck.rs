@@ -57,11 +57,11 @@ fn alive_but_not_ready_without_the_module() {
         let redis = ServerConfig::new(flavor).without_module().start();
         let upstream = Upstream::start();
         let gateway = Gateway::in_front_of(&upstream, &redis, "");
-        wait_until(POLL, "/readyz says the module is missing", || {
+        wait_until(POLL, "/readyz says no backend is loaded", || {
             gateway
                 .admin_get("/readyz")
                 .body
-                .contains("module is not loaded")
+                .contains("neither the module")
         });
         let url = admin_url(&gateway, "/healthz");
 
@@ -74,9 +74,11 @@ fn alive_but_not_ready_without_the_module() {
         assert_eq!(
             stderr.trim(),
             format!(
-                "{}: answered 503 Service Unavailable: not ready: the module is not \
-                 loaded: RL.HIT unknown",
-                admin_url(&gateway, "/readyz")
+                "{}: answered 503 Service Unavailable: not ready: neither the module \
+                 (RL.HIT unknown) nor the Functions library ratelimit {} is loaded on the \
+                 server",
+                admin_url(&gateway, "/readyz"),
+                env!("CARGO_PKG_VERSION")
             ),
             "{flavor:?}"
         );

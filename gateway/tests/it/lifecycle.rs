@@ -633,14 +633,44 @@ fn json_events_carry_rule_key_hash_outcome_and_failure_fields() {
     assert_eq!(error["failure"], "error", "{error}");
     assert!(!error.to_string().contains("127.0.0.1"), "no key: {error}");
 
+    let node = format!("127.0.0.1:{}", redis.port());
     let opened = only_event(&events, "circuit breaker open");
     assert_eq!(opened["breaker"], "open", "{opened}");
     assert_eq!(opened["failure"], "timeout", "{opened}");
     assert_eq!(opened["level"], "WARN", "{opened}");
+    assert_eq!(opened["redis_node"], node.as_str(), "{opened}");
     let closed = only_event(&events, "circuit breaker closed");
     assert_eq!(closed["breaker"], "closed", "{closed}");
+    assert_eq!(closed["redis_node"], node.as_str(), "{closed}");
 
     // One change, one reload, one line.
     let refused = only_event(&events, "rules file");
     assert_eq!(refused["outcome"], "refused", "{refused}");
+}
+
+/// With one server (`url`), the heartbeat's lines about Redis name it in `redis_node`:
+/// lost (with the failure), back on the same address, and missing the module after the
+/// restart (a server started again without `--loadmodule`).
+#[test]
+fn json_lines_of_a_lost_server_name_the_node() {
+    let redis = ServerConfig::new(Flavor::Redis).start();
+    let node = format!("127.0.0.1:{}", redis.port());
+    let upstream = Upstream::start();
+    let gateway = Process::start(&upstream, redis.port(), "", &["--log-format", "json"], &[]);
+    gateway.wait_log("RL.HIT known");
+    let config = redis.shutdown("NOSAVE");
+    gateway.wait_log("Redis does not answer");
+    let restarted = config.without_module().start();
+    gateway.wait_log(NO_MODULE);
+    drop(restarted);
+
+    let events = json_events(&gateway.log());
+    let lost = only_event(&events, "Redis does not answer");
+    assert_eq!(lost["redis_node"], node.as_str(), "{lost}");
+    assert!(lost["failure"].is_string(), "{lost}");
+    let back = only_event(&events, "Redis answers again");
+    assert_eq!(back["redis_node"], node.as_str(), "{back}");
+    let missing = only_event(&events, NO_MODULE);
+    assert_eq!(missing["redis_node"], node.as_str(), "{missing}");
+    assert_eq!(missing["failure"], "no_module", "{missing}");
 }

@@ -52,6 +52,8 @@ mod redis_acl;
 mod redis_hiccups;
 mod redis_sentinel;
 mod redis_tls;
+mod redis_tls_cluster;
+mod redis_tls_sentinel;
 mod reload;
 mod request_bodies;
 mod rules;

@@ -2,12 +2,14 @@
 //! where the server asks for one, and under `tls_server_name` where the certificate names
 //! another host; a wrong CA or a missing client certificate leaves the gateway not ready and
 //! each rule failing as its `on_redis_failure` says; `--check-config` refuses the TLS files
-//! that cannot be used. Debian's Redis 7.0 is built with TLS; the certificates are made
-//! by `openssl` for each test.
+//! that cannot be used. On every flavour whose server is built with TLS (Debian's Redis
+//! 7.0, and the Redis 8.6 and Valkey 9.1 of `scripts/newer-servers.sh`; PyPI's Valkey 8.1
+//! has none and is skipped, saying so); the certificates are made by `openssl` for each
+//! test.
 
 use std::time::Duration;
 use testkit::gateway::*;
-use testkit::tls::{tls_server, Pki};
+use testkit::tls::{each_tls_flavor, tls_server, Pki};
 
 const RULES: &str = r#"
 [[rule]]
@@ -71,70 +73,76 @@ fn assert_cannot_decide(gateway: &Gateway, what: &str) {
 
 #[test]
 fn decisions_pass_over_tls_with_the_ca_given_and_fail_with_another() {
-    let pki = Pki::new();
-    let (redis, tls_port) = tls_server(Flavor::Redis, &pki, "server", false);
-    let upstream = Upstream::start();
-    let gateway = Gateway::start(
-        &upstream.server_line(),
-        &rediss(tls_port, &ca_line(&pki, "ca.pem")),
-    );
-    assert_decides(&gateway, &redis, "the CA that signed the server");
-    drop(gateway);
+    each_tls_flavor(|flavor| {
+        let pki = Pki::new();
+        let (redis, tls_port) = tls_server(flavor, &pki, "server", false);
+        let upstream = Upstream::start();
+        let gateway = Gateway::start(
+            &upstream.server_line(),
+            &rediss(tls_port, &ca_line(&pki, "ca.pem")),
+        );
+        assert_decides(&gateway, &redis, "the CA that signed the server");
+        drop(gateway);
 
-    let other = Gateway::start(
-        &upstream.server_line(),
-        &rediss(tls_port, &ca_line(&pki, "other-ca.pem")),
-    );
-    assert_cannot_decide(&other, "a CA that did not sign the server");
-    assert_eq!(hit_calls(&redis), 2, "nothing reached Redis");
+        let other = Gateway::start(
+            &upstream.server_line(),
+            &rediss(tls_port, &ca_line(&pki, "other-ca.pem")),
+        );
+        assert_cannot_decide(&other, "a CA that did not sign the server");
+        assert_eq!(hit_calls(&redis), 2, "{flavor:?}: nothing reached Redis");
+    });
 }
 
 #[test]
 fn a_server_that_asks_for_a_client_certificate_gets_the_one_configured() {
-    let pki = Pki::new();
-    let (redis, tls_port) = tls_server(Flavor::Redis, &pki, "server", true);
-    let upstream = Upstream::start();
-    let without = Gateway::start(
-        &upstream.server_line(),
-        &rediss(tls_port, &ca_line(&pki, "ca.pem")),
-    );
-    assert_cannot_decide(&without, "no client certificate");
-    drop(without);
+    each_tls_flavor(|flavor| {
+        let pki = Pki::new();
+        let (redis, tls_port) = tls_server(flavor, &pki, "server", true);
+        let upstream = Upstream::start();
+        let without = Gateway::start(
+            &upstream.server_line(),
+            &rediss(tls_port, &ca_line(&pki, "ca.pem")),
+        );
+        assert_cannot_decide(&without, "no client certificate");
+        drop(without);
 
-    let with = Gateway::start(
-        &upstream.server_line(),
-        &rediss(
-            tls_port,
-            &format!("{}{}", ca_line(&pki, "ca.pem"), client_lines(&pki)),
-        ),
-    );
-    assert_decides(&with, &redis, "the client certificate given");
+        let with = Gateway::start(
+            &upstream.server_line(),
+            &rediss(
+                tls_port,
+                &format!("{}{}", ca_line(&pki, "ca.pem"), client_lines(&pki)),
+            ),
+        );
+        assert_decides(&with, &redis, "the client certificate given");
+    });
 }
 
 #[test]
 fn tls_server_name_checks_the_certificate_against_the_name_it_gives() {
-    let pki = Pki::new();
-    // The certificate names redis.test only; the gateway reaches it at 127.0.0.1.
-    let (redis, tls_port) = tls_server(Flavor::Redis, &pki, "named", false);
-    let upstream = Upstream::start();
-    let by_address = Gateway::start(
-        &upstream.server_line(),
-        &rediss(tls_port, &ca_line(&pki, "ca.pem")),
-    );
-    assert_cannot_decide(&by_address, "a certificate that does not name 127.0.0.1");
-    drop(by_address);
+    each_tls_flavor(|flavor| {
+        let pki = Pki::new();
+        // The certificate names redis.test only; the gateway reaches it at 127.0.0.1.
+        let (redis, tls_port) = tls_server(flavor, &pki, "named", false);
+        let upstream = Upstream::start();
+        let by_address = Gateway::start(
+            &upstream.server_line(),
+            &rediss(tls_port, &ca_line(&pki, "ca.pem")),
+        );
+        assert_cannot_decide(&by_address, "a certificate that does not name 127.0.0.1");
+        drop(by_address);
 
-    let by_name = Gateway::start(
-        &upstream.server_line(),
-        &rediss(
-            tls_port,
-            &format!(
-                "{}tls_server_name = \"redis.test\"\n",
-                ca_line(&pki, "ca.pem")
+        let by_name = Gateway::start(
+            &upstream.server_line(),
+            &rediss(
+                tls_port,
+                &format!(
+                    "{}tls_server_name = \"redis.test\"\n",
+                    ca_line(&pki, "ca.pem")
+                ),
             ),
-        ),
-    );
-    assert_decides(&by_name, &redis, "tls_server_name = redis.test");
+        );
+        assert_decides(&by_name, &redis, "tls_server_name = redis.test");
+    });
 }
 
 /// `--check-config` on `redis_lines` in a file of the directory `dir`.

@@ -100,6 +100,7 @@ pub(super) fn single(url: &str, settings: &RedisSettings) -> Result<super::Link,
         redis_settings = redis_settings.set_password(password);
     }
     let info = info.set_redis_settings(redis_settings);
+    let node: std::sync::Arc<str> = info.addr().to_string().into();
     let client = match &connection.tls {
         None => redis::Client::open(info).map_err(bad_url)?,
         Some(tls) => {
@@ -116,7 +117,7 @@ pub(super) fn single(url: &str, settings: &RedisSettings) -> Result<super::Link,
         .set_max_delay(Duration::from_millis(200));
     let manager =
         ConnectionManager::new_lazy_with_config(client, config).map_err(ConnectError::Manager)?;
-    Ok(super::Link::Single(manager))
+    Ok(super::Link::Single(manager, node))
 }
 
 /// One server whose certificate names `name` rather than the URL's host: the client is

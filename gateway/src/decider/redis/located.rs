@@ -79,6 +79,14 @@ impl Locator {
         }
     }
 
+    /// The `host:port` of the server, when it is always the same one.
+    fn fixed_node(&self) -> Option<String> {
+        match self {
+            Locator::Sentinel { .. } => None,
+            Locator::Fixed { place, .. } => Some(node(place).to_owned()),
+        }
+    }
+
     /// Whether the server behind `connection` is still the one to talk to.
     async fn still_good(&self, connection: &mut MultiplexedConnection) -> bool {
         let check = async {
@@ -109,6 +117,9 @@ struct Current {
 /// Shared by the backend's clones and the task that keeps it connected.
 pub struct Located {
     current: RwLock<Option<Current>>,
+    /// The `host:port` of the server last connected to (kept after it is lost: the
+    /// failures that follow are that server's), for the log.
+    node: RwLock<Option<String>>,
     /// The highest generation a call found broken.
     broken: AtomicU64,
     wake: Notify,
@@ -119,11 +130,17 @@ impl Located {
     pub(crate) fn start(locator: Locator) -> Arc<Located> {
         let located = Arc::new(Located {
             current: RwLock::new(None),
+            node: RwLock::new(None),
             broken: AtomicU64::new(0),
             wake: Notify::new(),
         });
         tokio::spawn(keep_connected(located.clone(), locator));
         located
+    }
+
+    /// The `host:port` of the server last connected to, if any yet.
+    pub(crate) fn node(&self) -> Option<String> {
+        self.node.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// `cmd` on the current connection; an error that says the server is gone or demoted
@@ -176,7 +193,11 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
                 failures += 1;
                 // The first failure and then one in fifty (every ten seconds or so).
                 if failures % 50 == 1 {
-                    log!(failure = "connection"; "Redis not reachable ({error}); asking again");
+                    log!(
+                        failure = "connection";
+                        if_some redis_node = locator.fixed_node();
+                        "Redis not reachable ({error}); asking again"
+                    );
                 }
                 tokio::time::sleep(RETRY_AFTER).await;
                 continue;
@@ -186,6 +207,7 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
                 if failures % 50 == 1 {
                     log!(
                         failure = "timeout";
+                        if_some redis_node = locator.fixed_node();
                         "Redis not reachable (no answer in time); asking again"
                     );
                 }
@@ -198,6 +220,7 @@ async fn keep_connected(located: Arc<Located>, mut locator: Locator) {
             generation,
             connection: connection.clone(),
         });
+        *located.node.write().unwrap_or_else(|e| e.into_inner()) = Some(node(&place).to_owned());
         log!(redis_node = node(&place); "connected to Redis at {place}");
         loop {
             tokio::select! {

@@ -121,8 +121,8 @@ fn no_backend() -> RedisError {
 /// The kind of connection.
 #[derive(Clone)]
 enum Link {
-    /// One server, reconnected by the manager when it drops.
-    Single(ConnectionManager),
+    /// One server, reconnected by the manager when it drops; its `host:port`, for the log.
+    Single(ConnectionManager, Arc<str>),
     /// Filled by a background task once the cluster first answers.
     Cluster(Arc<RwLock<Option<ClusterConnection>>>),
     /// The primary the sentinels name (or one server under `tls_server_name`), found
@@ -258,7 +258,7 @@ impl Backend {
 
     pub(crate) async fn call(&self, cmd: &Cmd) -> RedisResult<Value> {
         match &self.link {
-            Link::Single(manager) => cmd.query_async(&mut manager.clone()).await,
+            Link::Single(manager, _) => cmd.query_async(&mut manager.clone()).await,
             Link::Located(located) => located.call(cmd).await,
             Link::Cluster(slot) => {
                 let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -275,6 +275,17 @@ impl Backend {
 }
 
 impl Backend {
+    /// The server the calls go to, `host:port`, for the log's `redis_node` field: the one
+    /// of the URL, or the one last connected to (the primary the sentinels named); `None`
+    /// for a Cluster, whose calls go to many, and before a primary was first found.
+    pub(crate) fn node(&self) -> Option<String> {
+        match &self.link {
+            Link::Single(_, node) => Some(node.to_string()),
+            Link::Located(located) => located.node(),
+            Link::Cluster(_) => None,
+        }
+    }
+
     /// Whether this is Redis Cluster, where keys in different slots cannot be in one call.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.link, Link::Cluster(_))
@@ -285,7 +296,7 @@ impl Backend {
     /// would otherwise route by that argument and reach the owner only after a `MOVED`.
     pub(crate) async fn call_for_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
         match &self.link {
-            Link::Single(_) | Link::Located(_) => self.call(cmd).await,
+            Link::Single(..) | Link::Located(_) => self.call(cmd).await,
             Link::Cluster(slot) => {
                 let connection = slot.read().unwrap_or_else(|e| e.into_inner()).clone();
                 match connection {

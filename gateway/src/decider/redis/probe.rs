@@ -207,7 +207,7 @@ impl Backend {
         const SERVER: &str = "the server";
         let connection = match &self.link {
             Link::Cluster(slot) => slot.read().unwrap_or_else(|e| e.into_inner()).clone(),
-            Link::Single(_) | Link::Located(_) => {
+            Link::Single(..) | Link::Located(_) => {
                 return match self.call(cmd).await {
                     Ok(value) => Ok(vec![(SERVER.to_owned(), Ok(value))]),
                     Err(error) => match error_reply(&error) {
