@@ -94,7 +94,7 @@ test: ## Set up, lint, then unit and integration tests on Redis 7.0 and 8.6, Val
 	$(MAKE) fuzz-replay
 	$(MAKE) docs
 
-.PHONY: bench bench-gateway bench-cluster bench-instr bench-core
+.PHONY: bench bench-gateway bench-gateway-instr bench-cluster bench-instr bench-core
 bench: ## Build, then run every benchmark: module (and the Functions library), instructions, rl-gateway and cluster (bench/*RESULTS.md)
 	$(MAKE) build
 	python3 bench/run.py
@@ -102,6 +102,7 @@ bench: ## Build, then run every benchmark: module (and the Functions library), i
 	python3 bench/functions_leases.py
 	$(MAKE) bench-core
 	python3 bench/gateway.py
+	python3 bench/gateway_instructions.py
 	python3 bench/envoy.py
 	python3 bench/cluster.py
 
@@ -119,6 +120,10 @@ bench-gateway: ## Build, then benchmark rl-gateway with wrk, against the upstrea
 	python3 bench/gateway.py
 	python3 bench/envoy.py
 	python3 bench/redis_tls.py
+
+bench-gateway-instr: ## Build, then count rl-gateway's instructions per allowed request with callgrind; BASELINE_GATEWAY=PATH adds another commit's binary in the same run (bench/GATEWAY-INSTRUCTIONS-RESULTS.md)
+	$(MAKE) build
+	python3 bench/gateway_instructions.py $(if $(BASELINE_GATEWAY),--baseline-gateway $(BASELINE_GATEWAY))
 
 bench-cluster: ## Build, then compare RL.HIT capacity on 1 and 3 cluster primaries (bench/CLUSTER-RESULTS.md)
 	$(MAKE) build

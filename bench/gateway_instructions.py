@@ -1,0 +1,180 @@
+"""Instructions per allowed request inside rl-gateway, counted with callgrind: the figure to
+compare across commits, since it does not move with the machine's load the way CPU time does.
+
+For each gateway binary (this checkout's release build, and with --baseline-gateway PATH one
+built from another commit, in the same run): redis-server with the module, the demo upstream,
+and the gateway under `valgrind --tool=callgrind --instr-atstart=no` in proxy mode with one
+rule. WARMUP requests go uncounted; then --requests requests, one after another on one
+keep-alive connection, run with instrumentation on, each checked to be a 200 and each counted
+by Redis as one RL.HIT. An idle interval as long as the requests took is counted too and
+subtracted: the heartbeat and the timers run whatever the load.
+
+    python3 bench/gateway_instructions.py [--baseline-gateway PATH] [--requests N]
+        [--output FILE]
+
+Python 3 standard library only. Writes bench/GATEWAY-INSTRUCTIONS-RESULTS.md by default."""
+
+import argparse
+import http.client
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from lib import REPO_DIR
+from lib.net import free_ports, wait_port
+from lib.processes import Processes
+from lib.report import README_LINK, git_commit, log, machine_description
+from lib.resp import call_once, parse_info
+
+BENCH_DIR = Path(__file__).resolve().parent
+RELEASE = REPO_DIR / "target" / "release"
+DEFAULT_OUTPUT = BENCH_DIR / "GATEWAY-INSTRUCTIONS-RESULTS.md"
+WARMUP = 300
+DEFAULT_REQUESTS = 3000
+
+CONFIG = """[server]
+listen = "127.0.0.1:{http}"
+admin_listen = "127.0.0.1:{admin}"
+mode = "proxy"
+upstream = "http://127.0.0.1:{upstream}"
+
+[redis]
+url = "redis://127.0.0.1:{redis}"
+deadline_ms = 1000
+key_prefix = "bench:"
+
+[default]
+key = "ip"
+limits = ["1000000000/1m"]
+"""
+
+
+def callgrind(pid: int, option: str) -> None:
+    subprocess.run(["callgrind_control", option, str(pid)], check=True,
+                   capture_output=True, timeout=300)
+
+
+def total_instructions(workdir: Path) -> int:
+    """The sum of the `totals:` lines of every dump, each dump removed once read."""
+    total = 0
+    for dump in workdir.glob("callgrind.out*"):
+        for line in dump.read_text(errors="replace").splitlines():
+            if line.startswith("totals:"):
+                total += int(line.split()[1])
+        dump.unlink()
+    return total
+
+
+def hit_calls(port: int) -> int:
+    stats = parse_info(call_once(port, "INFO", "commandstats"))
+    fields = stats.get("cmdstat_RL.HIT", "")
+    return int(dict(part.split("=", 1) for part in fields.split(",") if "=" in part)
+               .get("calls", 0))
+
+
+def send(connection: http.client.HTTPConnection, count: int) -> None:
+    for _ in range(count):
+        connection.request("GET", "/api/x")
+        response = connection.getresponse()
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"the gateway answered {response.status}, not 200")
+
+
+def measure(gateway: Path, requests: int) -> float:
+    """Instructions per allowed request of `gateway`, the idle interval's subtracted."""
+    processes = Processes()
+    workdir = Path(tempfile.mkdtemp(prefix="rl-gw-instr-"))
+    try:
+        redis, upstream, http, admin = free_ports(4)
+        processes.start(["redis-server", "--bind", "127.0.0.1", "--port", str(redis),
+                         "--save", "", "--appendonly", "no", "--dir", str(workdir),
+                         "--loadmodule", str(RELEASE / "libredis_ratelimit.so")],
+                        stdout=subprocess.DEVNULL)
+        processes.start([str(RELEASE / "demo-upstream"), "--listen", f"127.0.0.1:{upstream}"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(redis, "redis-server")
+        wait_port(upstream, "the demo upstream")
+        config = workdir / "gateway.toml"
+        config.write_text(CONFIG.format(http=http, admin=admin, upstream=upstream, redis=redis))
+        server = processes.start(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+             f"--callgrind-out-file={workdir}/callgrind.out", str(gateway),
+             "--config", str(config)],
+            stdout=subprocess.DEVNULL, stderr=open(workdir / "valgrind.log", "w"))
+        wait_port(http, "rl-gateway under valgrind", limit=120)
+        connection = http_connection(http)
+        send(connection, WARMUP)
+        before = hit_calls(redis)
+        callgrind(server.pid, "--instr=on")
+        started = time.monotonic()
+        send(connection, requests)
+        busy = time.monotonic() - started
+        callgrind(server.pid, "--instr=off")
+        if hit_calls(redis) - before != requests:
+            raise RuntimeError("a request was not decided by one RL.HIT")
+        callgrind(server.pid, "--dump")
+        loaded = total_instructions(workdir)
+        callgrind(server.pid, "--instr=on")
+        time.sleep(busy)
+        callgrind(server.pid, "--instr=off")
+        callgrind(server.pid, "--dump")
+        idle = total_instructions(workdir)
+        return (loaded - idle) / requests
+    finally:
+        processes.stop_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def http_connection(port: int) -> http.client.HTTPConnection:
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+
+def report(results: Dict[str, float], requests: int) -> List[str]:
+    lines = [
+        "# rl-gateway: instructions per allowed request (callgrind)",
+        "",
+        f"Commit {git_commit()}; {machine_description()}. Generated by "
+        f"`python3 bench/gateway_instructions.py`. {README_LINK}",
+        "",
+        f"Proxy mode, one rule, {requests:,} requests one after another on one keep-alive "
+        "connection, each a 200 decided by one RL.HIT; the gateway's own instructions (every "
+        "thread), an idle interval of the same length subtracted.",
+        "",
+        "| gateway | instructions per request | this checkout over it |",
+        "|---|---:|---:|",
+    ]
+    first = next(iter(results.values()))
+    for name, value in results.items():
+        lines.append(f"| {name} | {value:,.0f} | {first / value:.3f} |")
+    return lines + [""]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline-gateway", type=Path,
+                        help="an rl-gateway release binary of another commit")
+    parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS)
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    options = parser.parse_args()
+    gateways = {"this checkout": RELEASE / "rl-gateway"}
+    if options.baseline_gateway is not None:
+        gateways["baseline (--baseline-gateway)"] = options.baseline_gateway.resolve()
+    results: Dict[str, float] = {}
+    for name, binary in gateways.items():
+        if not binary.is_file():
+            log(f"{binary} is missing: run `make build` first")
+            return 1
+        results[name] = measure(binary, options.requests)
+        log(f"{name}: {results[name]:,.0f} instructions per request")
+    options.output.write_text("\n".join(report(results, options.requests)))
+    log(f"wrote {options.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
