@@ -36,7 +36,8 @@ pub struct Grant {
 /// use ratelimit_core::algorithm::Quota;
 /// use ratelimit_core::limiter::{AlgorithmKind, Limits, MemoryKey};
 ///
-/// let limits = Limits { algorithm: AlgorithmKind::Fixed, tiers: [Quota::new(5, 60_000)].into() };
+/// let tiers = [Quota::new(5, 60_000)];
+/// let limits = Limits { algorithm: AlgorithmKind::Fixed, tiers: tiers[..].into() };
 /// let now = 1_796_083_200_000;
 /// let mut key = MemoryKey::default();
 /// assert_eq!(key.take(&limits, 3, now)?.granted, 3);
