@@ -62,6 +62,7 @@ mod tests {
             "RL.PEEK",
             "RL.REFUND",
             "RL.RESET",
+            "RL.TAKE",
             "RL.MHIT",
             "RL.MPEEK",
             "RL.MREFUND",
