@@ -55,6 +55,8 @@ fn flags_say_what_each_command_does() {
         ("RL.PEEK", &["readonly", "module"]),
         ("RL.REFUND", &["write", "module"]),
         ("RL.RESET", &["write", "module"]),
+        // A partial grant counts as a hit does, and can meet a log as RL.HIT can.
+        ("RL.TAKE", &["write", "denyoom", "module"]),
         // It reads whatever state the key holds, a 10,000-entry log too: not `fast`.
         ("CL.THROTTLE", &["write", "denyoom", "module"]),
         ("RL.STATS", &["fast", "module"]),
@@ -92,6 +94,7 @@ fn flags_say_what_each_command_does() {
             "RL.PEEK",
             "RL.REFUND",
             "RL.RESET",
+            "RL.TAKE",
             "CL.THROTTLE",
             "RL.STATS",
             "RL.ACQUIRE",
@@ -303,6 +306,7 @@ fn every_command_that_reads_the_clock_says_so_and_the_docs_give_the_complexity()
         "RL.HIT",
         "RL.PEEK",
         "RL.REFUND",
+        "RL.TAKE",
         "RL.MHIT",
         "RL.MPEEK",
         "RL.MREFUND",
