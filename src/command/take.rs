@@ -36,17 +36,12 @@ fn take(ctx: &Context, args: Args<'_>) -> CommandResult {
             // would have, as a shadow RL.HIT counts nothing it would deny.
             let shadow = policy.mode == Mode::Shadow;
             let shadow_denied = shadow && grant.granted < request.upto;
-            let enforced_some = grant.granted > 0;
             if shadow_denied {
                 grant.granted = request.upto;
                 grant.outcome.decision.allowed = true;
             }
-            metrics::record_hit(
-                policy.limits.algorithm,
-                enforced_some || shadow,
-                shadow_denied,
-                Some(name),
-            );
+            let allowed = grant.outcome.decision.allowed;
+            metrics::record_hit(policy.limits.algorithm, allowed, shadow_denied, Some(name));
             reply::grant(
                 ctx,
                 &grant.outcome,
