@@ -190,6 +190,25 @@ mod tests {
         assert_eq!(take(&mut key, &limits, 5, T0 + 2).granted, 2);
     }
 
+    #[test]
+    fn a_calendar_window_grants_until_its_boundary() {
+        let words: [&[u8]; 4] = [b"5", b"day", b"TZ", b"Europe/Paris"];
+        let settings = crate::args::Settings::default();
+        let limits = crate::args::parse_limits(words.into_iter(), &settings)
+            .expect("a rule")
+            .limits;
+        let mut key = Key::default();
+        // T0 is midnight UTC, 01:00 in Paris: the Paris day ends 23 hours later.
+        assert_eq!(take(&mut key, &limits, 3, T0).granted, 3);
+        let partial = take(&mut key, &limits, 3, T0 + 1);
+        assert_eq!(partial.granted, 2);
+        assert_eq!(partial.outcome.decision.reset_after_ms, 23 * HOUR - 1);
+        let none = take(&mut key, &limits, 3, T0 + 2);
+        assert_eq!(none.granted, 0);
+        assert_eq!(none.outcome.decision.retry_after_ms, 23 * HOUR - 2);
+        assert_eq!(take(&mut key, &limits, 3, T0 + 23 * HOUR).granted, 3);
+    }
+
     /// A rule of `algorithm` with one or two tiers (calendar windows only for fixed).
     fn limits_strategy() -> impl Strategy<Value = Limits> {
         let tier = (1i64..12, 1i64..4_000).prop_map(|(l, w)| Quota::new(l, w));
