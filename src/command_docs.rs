@@ -62,6 +62,7 @@ mod tests {
             "RL.PEEK",
             "RL.REFUND",
             "RL.RESET",
+            "RL.TAKE",
             "RL.MHIT",
             "RL.MPEEK",
             "RL.MREFUND",
@@ -80,7 +81,7 @@ mod tests {
         ] {
             assert_eq!(names.iter().filter(|&&n| n == name).count(), 1, "{name}");
         }
-        assert_eq!(names.len(), 19, "{names:?}");
+        assert_eq!(names.len(), 20, "{names:?}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ mod store;
 mod strings;
 mod version;
 
-use command::{lease, limit, multi, reset, testing, throttle};
+use command::{lease, limit, multi, reset, take, testing, throttle};
 use policy::command as policy_command;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, InfoContext, ModuleOptions, RedisString, Status};
@@ -126,6 +126,8 @@ const COMMANDS: &[Command] = &[
     // giving units back stays possible when the server is out of memory.
     (c"RL.REFUND", limit::rl_refund, c"write"),
     (c"RL.RESET", reset::rl_reset, c"write"),
+    // A partial grant counts as a hit does: it can create a key or grow one.
+    (c"RL.TAKE", take::rl_take, c"write deny-oom"),
     // GCRA only, but the key may hold another algorithm's state (a log of up to 10,000
     // entries), which it decodes to count its units: not `fast`.
     (c"CL.THROTTLE", throttle::cl_throttle, c"write deny-oom"),

@@ -35,12 +35,42 @@ pub fn outcome(ctx: &Context, outcome: &Outcome, shadow_denied: Option<bool>) {
         reply.integer(i64::from(denied));
     }
     if with_tiers {
-        reply.simple(c"tiers");
-        reply.array(outcome.tiers.len());
-        for tier in &outcome.tiers {
-            reply.map(5);
-            decision_fields(reply, tier);
-        }
+        tiers(reply, outcome);
+    }
+}
+
+/// The RESP3 entry `tiers`: one map of the five fields per tier.
+fn tiers(reply: Reply<'_>, outcome: &Outcome) {
+    reply.simple(c"tiers");
+    reply.array(outcome.tiers.len());
+    for tier in &outcome.tiers {
+        reply.map(5);
+        decision_fields(reply, tier);
+    }
+}
+
+/// Replies a partial grant (RL.TAKE): RL.HIT's reply ([`outcome`]) with `granted`, the
+/// units counted, after its five fields: RESP2 a sixth integer, RESP3 one more entry,
+/// before `shadow_denied` and `tiers`.
+pub fn grant(ctx: &Context, outcome: &Outcome, granted: i64, shadow_denied: Option<bool>) {
+    let reply = Reply::to(ctx);
+    if !reply.resp3() {
+        let [allowed, limit, remaining, reset, retry] = outcome.decision.values();
+        integers(ctx, &[allowed, limit, remaining, reset, retry, granted]);
+        return;
+    }
+    let with_tiers = outcome.tiers.len() > 1;
+    let entries = 6 + usize::from(with_tiers) + usize::from(shadow_denied.is_some());
+    reply.map(entries);
+    decision_fields(reply, &outcome.decision);
+    reply.simple(c"granted");
+    reply.integer(granted);
+    if let Some(denied) = shadow_denied {
+        reply.simple(c"shadow_denied");
+        reply.integer(i64::from(denied));
+    }
+    if with_tiers {
+        tiers(reply, outcome);
     }
 }
 

@@ -18,8 +18,10 @@ use super::limiter::{AlgorithmKind, Limits, Tiers};
 
 mod error;
 mod multi;
+mod take;
 pub use self::error::ArgError;
 pub use self::multi::{parse_multi, KeyRule, MultiArgs, MAX_KEYS};
+pub use self::take::{parse_take, TakeArgs, TakeRule};
 
 /// The limits the module's configs put on the grammar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -830,6 +832,10 @@ mod tests {
             UnknownPolicyCallOption("x".into()),
             RepeatedOption("COST"),
             UnknownOption("x".into()),
+            Upto,
+            MissingUpto,
+            CostInTake,
+            UnknownTakeOption("x".into()),
             NumKeys,
             FewerKeys(3),
             MissingSpec,

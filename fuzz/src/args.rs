@@ -3,12 +3,13 @@
 //! (`parse_policy`), a call naming a policy (`parse_policy_call`) and CL.THROTTLE
 //! (`parse_throttle`) all see the same words, and so do RL.MHIT / RL.MPEEK / RL.MREFUND
 //! (`parse_multi`), whose every accepted rule must be one that `parse_limits` or
-//! `parse_policy_call` takes on its own.
+//! `parse_policy_call` takes on its own, and RL.TAKE (`parse_take`), whose `UPTO` is >= 1
+//! and whose written-out rule is one `parse_limits` accepts.
 
 use crate::words::split_words;
 use ratelimit_core::args::{
-    parse_limits, parse_multi, parse_policy, parse_policy_call, policy_arguments, KeyRule,
-    Settings, MAX_KEYS,
+    parse_limits, parse_multi, parse_policy, parse_policy_call, parse_take, policy_arguments,
+    KeyRule, Settings, TakeRule, MAX_KEYS,
 };
 use ratelimit_core::cell::parse_throttle;
 use ratelimit_core::duration::{LARGEST_WINDOW_MS, MAX_WINDOW_MS};
@@ -78,6 +79,16 @@ pub fn fuzz(data: &[u8]) {
                 let shown = policy_arguments(&policy);
                 let again = parse_policy(shown.iter().map(|s| s.as_bytes()), &settings);
                 assert_eq!(again.as_ref(), Ok(&policy), "{shown:?}");
+            }
+            Err(err) => assert_error_reply(&err.message()),
+        }
+        match parse_take(words.iter().copied(), &settings) {
+            Ok(take) => {
+                assert!(take.upto >= 1);
+                match take.rule {
+                    TakeRule::Limits(limits) => assert_valid_limits(&limits, &settings),
+                    TakeRule::Policy(name) => assert!(words.contains(&name)),
+                }
             }
             Err(err) => assert_error_reply(&err.message()),
         }

@@ -9,6 +9,9 @@
 //! - RL.PEEK writes nothing and answers as RL.HIT would at the same moment;
 //! - a denied hit retried alone after its `retry_after_ms` is allowed;
 //! - every value written is a state (`is_state`) that the next step reads back;
+//! - a partial grant (`limiter::take`, RL.TAKE) up to a hit's cost grants the largest
+//!   cost RL.HIT allows there (all of it exactly when the hit is allowed), and answers
+//!   and writes what RL.HIT with that cost does;
 //! - on a stretch with one rule, no refund and a clock that never goes back, the allowed
 //!   units obey the algorithm's bound in every tier: the sliding log at most `limit` in any
 //!   window, the buckets at most `burst + t * limit / window` in any interval of length t,
@@ -24,7 +27,7 @@ use ratelimit_core::calendar::{Calendar, Period, Zone};
 use ratelimit_core::decision::{Decision, NEVER};
 use ratelimit_core::duration::MAX_WINDOW_MS;
 use ratelimit_core::limiter::{
-    is_state, Action, AlgorithmKind, Limits, MemoryKey, Outcome, Tiers, Write,
+    is_state, take, Action, AlgorithmKind, Limits, MemoryKey, Outcome, Tiers, Write,
 };
 use ratelimit_core::sliding_log::MAX_LOG_LIMIT;
 
@@ -198,6 +201,28 @@ fn check_replies(limits: &Limits, action: Action, outcome: &Outcome) {
     }
 }
 
+/// A partial grant of up to `upto` on `key` at `now_ms` is the largest cost a hit there
+/// allows, and answers and writes what that hit does. Checked where every answer must be
+/// `Ok`; elsewhere the grant may only fail or answer, never panic.
+fn check_grant(key: &Key, limits: &Limits, upto: i64, now_ms: i64, sane: bool) {
+    let expiry = || key.0.expires_at_ms();
+    let grant = take(limits, upto, key.0.value(), expiry, now_ms);
+    let (Ok(grant), true) = (&grant, sane) else {
+        assert!(grant.is_ok() || !sane, "{grant:?}");
+        return;
+    };
+    let g = grant.granted;
+    assert!((0..=upto).contains(&g), "{grant:?}");
+    let hit = |cost: i64| key.run(limits, Action::Hit { cost }, now_ms, true);
+    let same = hit(g.max(1)).expect("sane");
+    assert_eq!(grant.outcome, same, "granted {g} of {upto}");
+    assert_eq!(same.decision.allowed, g > 0, "{grant:?}");
+    if g < upto {
+        let more = hit(g + 1).expect("sane");
+        assert!(!more.decision.allowed, "{g} granted, {} allowed", g + 1);
+    }
+}
+
 /// The algorithm's bound for one tier on the intervals that end at the newest of the
 /// allowed hits `(time, cost)`, which come in time order: checked after every hit, that
 /// covers every interval.
@@ -271,6 +296,7 @@ fn fuzz_steps(u: &mut Unstructured<'_>) -> Result<()> {
             stretch = None;
         }
         if let Action::Hit { cost } = action {
+            check_grant(&key, limits, cost, now, sane);
             // What a look answers now is what the hit answers.
             if let Some(peek) = key.run(limits, Action::Peek { cost }, now, sane) {
                 check_replies(limits, Action::Peek { cost }, &peek);

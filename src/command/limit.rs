@@ -99,5 +99,5 @@ pub fn decide(
 }
 
 /// The error for RL.HIT and its kin on a key that holds leases.
-const LEASES_NOT_STATE: &str =
+pub(crate) const LEASES_NOT_STATE: &str =
     "ERR key holds leases (RL.ACQUIRE), not a rate-limit state: use RL.LEASES to read it";

@@ -10,6 +10,7 @@ pub mod lease;
 pub mod limit;
 pub mod multi;
 pub mod reset;
+pub mod take;
 pub mod testing;
 pub mod throttle;
 

@@ -82,8 +82,9 @@ fn count_on(con: &mut Connection, key: &str) -> u64 {
 
 /// Every RL command with arguments valid for one key (a fixed window of 5 per minute, or
 /// redis-cell's 30 per minute), for the routing checks.
-const ROUTED: [(&str, &[&str]); 11] = [
+const ROUTED: [(&str, &[&str]); 12] = [
     ("RL.HIT", &["5", "1m"]),
+    ("RL.TAKE", &["5", "1m", "UPTO", "2"]),
     ("RL.HIT", &["10", "1s", "1000", "1h", "ALGO", "gcra"]),
     ("RL.PEEK", &["5", "1m"]),
     ("RL.REFUND", &["5", "1m"]),

@@ -55,6 +55,8 @@ fn flags_say_what_each_command_does() {
         ("RL.PEEK", &["readonly", "module"]),
         ("RL.REFUND", &["write", "module"]),
         ("RL.RESET", &["write", "module"]),
+        // A partial grant counts as a hit does, and can meet a log as RL.HIT can.
+        ("RL.TAKE", &["write", "denyoom", "module"]),
         // It reads whatever state the key holds, a 10,000-entry log too: not `fast`.
         ("CL.THROTTLE", &["write", "denyoom", "module"]),
         ("RL.STATS", &["fast", "module"]),
@@ -92,6 +94,7 @@ fn flags_say_what_each_command_does() {
             "RL.PEEK",
             "RL.REFUND",
             "RL.RESET",
+            "RL.TAKE",
             "CL.THROTTLE",
             "RL.STATS",
             "RL.ACQUIRE",
@@ -147,8 +150,9 @@ fn cl_throttle_reads_a_full_log_so_it_is_not_fast() {
 }
 
 /// The writing calls, each with what it needs first, and the reading ones.
-const WRITERS: [&[&str]; 11] = [
+const WRITERS: [&[&str]; 12] = [
     &["RL.HIT", "rl:f:k", "5", "1h"],
+    &["RL.TAKE", "rl:f:k", "5", "1h", "UPTO", "2"],
     &["RL.REFUND", "rl:f:k", "5", "1h"],
     &["RL.MHIT", "1", "rl:f:k", "SPEC", "5", "1h"],
     &["RL.MREFUND", "1", "rl:f:k", "SPEC", "5", "1h"],
@@ -249,9 +253,10 @@ fn out_of_memory_refuses_what_grows_memory_and_answers_the_rest() {
             .arg(&["SET", "maxmemory", "1"])
             .exec(&mut con)
             .expect("CONFIG SET");
-        let growing: [&[&str]; 5] = [
+        let growing: [&[&str]; 6] = [
             &["RL.ACQUIRE", "rl:f:new4", "3", "1h"],
             &["RL.HIT", "rl:f:new", "5", "1h"],
+            &["RL.TAKE", "rl:f:new5", "5", "1h", "UPTO", "2"],
             &["RL.MHIT", "1", "rl:f:new3", "SPEC", "5", "1h"],
             &["CL.THROTTLE", "rl:f:new2", "5", "10", "60"],
             &["RL.POLICY", "SET", "new", "5", "1m"],
@@ -303,6 +308,7 @@ fn every_command_that_reads_the_clock_says_so_and_the_docs_give_the_complexity()
         "RL.HIT",
         "RL.PEEK",
         "RL.REFUND",
+        "RL.TAKE",
         "RL.MHIT",
         "RL.MPEEK",
         "RL.MREFUND",

@@ -23,6 +23,7 @@ mod lost_expiry;
 mod make_run_policies;
 mod metrics;
 mod panic_guard;
+mod partial_grant;
 mod peek_reset_refund;
 mod persistence;
 mod policy_bad_input;

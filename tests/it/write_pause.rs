@@ -173,6 +173,18 @@ fn every_writing_command_waits_for_a_write_pause_and_then_completes() {
             Value::BulkString(b"1".to_vec())
         );
 
+        let take = call_held_by_pause(
+            &server,
+            &["RL.TAKE", "rl:pause:t", "5", "1h", "UPTO", "2"],
+            |c| get(c, "rl:pause:t"),
+            &context("RL.TAKE"),
+        );
+        assert!(matches!(&take, Value::Array(v) if v.get(5) == Some(&Value::Int(2))));
+        assert_eq!(
+            get(&mut con, "rl:pause:t"),
+            Value::BulkString(b"2".to_vec())
+        );
+
         let refund = call_held_by_pause(
             &server,
             &["RL.REFUND", "rl:pause:k", "5", "1h"],

@@ -58,6 +58,14 @@ pub enum ArgError {
     RepeatedOption(&'static str),
     /// An argument that is no known option; holds a printable excerpt of it.
     UnknownOption(String),
+    /// RL.TAKE: `UPTO` is not followed by an integer >= 1.
+    Upto,
+    /// RL.TAKE without `UPTO n`.
+    MissingUpto,
+    /// RL.TAKE with `COST`.
+    CostInTake,
+    /// RL.TAKE: an argument that is no option of it; holds a printable excerpt of it.
+    UnknownTakeOption(String),
     /// Several keys: `numkeys` is not an integer from 1 to [`MAX_KEYS`].
     NumKeys,
     /// Several keys: fewer keys follow than `numkeys` (which it carries) says.
@@ -168,6 +176,19 @@ impl ArgError {
             ArgError::UnknownOption(arg) => {
                 format!("unknown option '{arg}' (expected ALGO, BURST, COST, TZ or ANCHOR)").into()
             }
+            ArgError::Upto => "UPTO must be a positive integer: the most units to take".into(),
+            ArgError::MissingUpto => {
+                "RL.TAKE needs UPTO n: the most units to take, an integer >= 1".into()
+            }
+            ArgError::CostInTake => {
+                "RL.TAKE takes UPTO n, not COST: it counts up to n units and answers how many \
+                 (RL.HIT COST n counts all n or none)"
+                    .into()
+            }
+            ArgError::UnknownTakeOption(arg) => format!(
+                "unknown option '{arg}' (expected UPTO, and with limits ALGO, BURST, TZ or ANCHOR)"
+            )
+            .into(),
             // The several-keys errors (RL.MHIT and its kin).
             several => several.several_keys_reason(),
         }

@@ -1,7 +1,7 @@
 //! A key held in memory the way a server holds it, for callers that decide without one: the
 //! crate's own tests, the fuzz targets, the benchmarks, and anyone embedding the core.
 
-use super::{run, Action, LimiterError, Limits, Outcome, Write};
+use super::{run, take, Action, Grant, LimiterError, Limits, Outcome, Write};
 
 /// A key's value and its absolute expiry, or no key at all.
 ///
@@ -88,6 +88,14 @@ impl MemoryKey {
         let outcome = self.decide(limits, action, now_ms)?;
         self.apply(&outcome.write);
         Ok(outcome)
+    }
+
+    /// Counts up to `upto` units at `now_ms` (a partial grant, see [`take`]) and stores
+    /// what the limiter says to.
+    pub fn take(&mut self, limits: &Limits, upto: i64, now_ms: i64) -> Result<Grant, LimiterError> {
+        let grant = take(limits, upto, self.value(), || self.expires_at_ms(), now_ms)?;
+        self.apply(&grant.outcome.write);
+        Ok(grant)
     }
 
     /// The key as `PERSIST` leaves it: the same value, no expiry.

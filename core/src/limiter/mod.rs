@@ -23,6 +23,7 @@
 mod algorithm_kind;
 #[cfg(test)]
 mod calendar_tests;
+mod grant;
 mod memory_key;
 mod multi;
 mod stored_value;
@@ -31,6 +32,7 @@ mod test_key;
 mod tiered_check;
 
 pub use self::algorithm_kind::AlgorithmKind;
+pub use self::grant::{take, Grant};
 pub use self::memory_key::MemoryKey;
 pub use self::multi::{run_all, KeyCall, KeyOutcome, MultiAction, MultiOutcome};
 pub use self::stored_value::is_state;

@@ -91,7 +91,8 @@ const KEYWORDS: &[&[u8]] = &[
 /// A random call of one of the commands, on the shared key space.
 pub fn any_call(rng: &mut Rng) -> Argv {
     match rng.below(100) {
-        0..=34 => limit_call(rng, b"RL.HIT"),
+        0..=29 => limit_call(rng, b"RL.HIT"),
+        30..=34 => take_call(rng),
         35..=39 => lease_call(rng),
         40..=54 => limit_call(rng, b"RL.PEEK"),
         55..=64 => limit_call(rng, b"RL.REFUND"),
@@ -207,6 +208,16 @@ fn limit_call(rng: &mut Rng, command: &[u8]) -> Argv {
     } else {
         tiers(rng, &mut argv);
         options(rng, &mut argv, true);
+    }
+    argv
+}
+
+/// `RL.TAKE`: `RL.HIT`'s arguments (a `COST` among them is refused), usually with `UPTO n`.
+fn take_call(rng: &mut Rng) -> Argv {
+    let mut argv = limit_call(rng, b"RL.TAKE");
+    if rng.percent(90) {
+        argv.push(b"UPTO".to_vec());
+        argv.push(number(rng, &[b"1", b"3", b"50"]));
     }
     argv
 }
