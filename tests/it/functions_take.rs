@@ -302,6 +302,7 @@ fn bad_input_gets_the_module_errors() {
             ("k", "5 1m UPTO 2 cost 2"),
             ("k", "5 1m UPTO 2 FAST"),
             ("k", "5 1m UPTO 2 MODE shadow"),
+            ("k", "5 1m POLICY api UPTO 2"),
             ("k", "5 1m 10 UPTO 2"),
             ("k", "5 1m ALGO COST UPTO 2"),
             ("k", "5 1m ALGO UPTO 2"),
