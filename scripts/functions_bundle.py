@@ -34,6 +34,7 @@ SOURCES = [
     "commands.lua",
     "lease_layout.lua",
     "leases.lua",
+    "take.lua",
 ]
 
 HEADER = """#!lua name=ratelimit

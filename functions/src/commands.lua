@@ -109,8 +109,9 @@ end
 -- READ_ONLY ones (`no-writes`) for commands that only read, so FCALL_RO and replicas take
 -- them; ALLOW_OOM for writes the module does not refuse over maxmemory (a refund, a reset,
 -- a release: they free or keep memory, and a holder must be able to give units back); none
--- for the deny-oom ones. The files after this one (leases.lua) register theirs through
--- RL.register and RL.guarded too.
+-- for the deny-oom ones. The files after this one (leases.lua, take.lua) register theirs
+-- through RL.register and RL.guarded too, and take.lua answers a lease key with this
+-- file's error for it.
 local READ_ONLY = { 'no-writes' }
 local ALLOW_OOM = { 'allow-oom' }
 RL.READ_ONLY = READ_ONLY
@@ -122,6 +123,7 @@ end
 
 RL.register = register
 RL.guarded = guarded
+RL.LEASES_NOT_STATE = LEASES_NOT_STATE
 
 register('rl_version', function()
     return RL.VERSION

@@ -270,6 +270,19 @@ local function refund(algo, start, tiers, now, amount)
     return { decision = decision, tiers = decisions, write = write }
 end
 
+-- Where a step on a key holding `stored` starts: { states, renewed, lost_expiry }, the
+-- states as the rule counts them at `now` (take.lua searches its grant over them).
+function RL.start(rule, stored, expiry, now)
+    local prior, lost_expiry = read_prior(rule.algo, stored, expiry, now)
+    local states, renewed = starting_states(rule.algo, prior, rule.tiers, now)
+    return { states = states, renewed = renewed, lost_expiry = lost_expiry }
+end
+
+-- Counts `cost` units from `start` as a hit does: the outcome RL.run('hit') answers.
+function RL.count(rule, start, now, cost)
+    return check(rule.algo, start, rule.tiers, now, cost, 'writes')
+end
+
 -- Answers `step` ('hit' | 'peek' | 'held' | 'refund') for the rule on a key holding
 -- `stored` (nil: no key) at `now`; `expiry()` gives the key's absolute expiry or nil.
 function RL.run(rule, step, stored, expiry, now)
@@ -280,9 +293,7 @@ function RL.run(rule, step, stored, expiry, now)
             return outcome
         end
     end
-    local prior, lost_expiry = read_prior(algo, stored, expiry, now)
-    local states, renewed = starting_states(algo, prior, tiers, now)
-    local start = { states = states, renewed = renewed, lost_expiry = lost_expiry }
+    local start = RL.start(rule, stored, expiry, now)
     if step == 'hit' then
         return check(algo, start, tiers, now, rule.cost, 'writes')
     elseif step == 'refund' then
@@ -294,7 +305,7 @@ function RL.run(rule, step, stored, expiry, now)
     end
     local outcome = check(algo, start, tiers, now, rule.cost, counting)
     local d = outcome.decision
-    if renewed and not d.allowed and d.retry ~= RL.NEVER then
+    if start.renewed and not d.allowed and d.retry ~= RL.NEVER then
         local ends = expiry()
         local left = 0
         if ends ~= nil then
