@@ -122,6 +122,60 @@ class Row:
     # At most this many counted requests (a row whose calls cost ~100 SETs each would take
     # hours under callgrind at the default count).
     requests: Optional[int] = None
+    # Loaded into the server before the row runs, on a server without the module: the
+    # Functions library (functions/ratelimit.lua; the row calls FCALL), or a hand-written
+    # Lua baseline of bench/lua/ (the row's args hold SHA where EVALSHA wants its sha).
+    library: bool = False
+    script: Optional[str] = None
+
+
+LIBRARY = REPO_DIR / "functions" / "ratelimit.lua"
+SHA = "__sha__"
+
+
+def library_row(name: str, function: str, args: List[str]) -> Row:
+    """A row of the Functions library: `FCALL function 1 KEY args`, no module loaded."""
+    return Row(name, ["FCALL", function, "1", KEY] + args, module=False, expect=None,
+               library=True)
+
+
+def script_row(name: str, script: str, args: List[str]) -> Row:
+    """A row of a hand-written Lua baseline (bench/lua/), run by EVALSHA, no module."""
+    return Row(name, ["EVALSHA", SHA, "1", KEY] + args, module=False, expect=None,
+               script=script)
+
+
+def lua_rows() -> List[Row]:
+    """The Functions library beside the module's rows and the Lua scripts it replaces
+    (the same limits: 1000000/1h, or 100/1h on live keys for token and gcra)."""
+    return [
+        library_row("FCALL rl_hit fixed, 1000000/1h (Functions library)", "rl_hit",
+                    ["1000000", "1h"]),
+        script_row("Lua fixed window (INCR+PEXPIRE), 1000000/1h", "fixed_window.lua",
+                   ["1000000", str(HOUR_MS), "1"]),
+        library_row("FCALL rl_hit sliding, 1000000/1h (Functions library)", "rl_hit",
+                    ["1000000", "1h", "ALGO", "sliding"]),
+        library_row("FCALL rl_hit token, 100/1h (Functions library, live keys)", "rl_hit",
+                    ["100", "1h", "ALGO", "token"]),
+        script_row("Lua token bucket (hash), 100/1h", "token_bucket.lua",
+                   ["100", str(HOUR_MS), "1"]),
+        library_row("FCALL rl_hit gcra, 100/1h (Functions library, live keys)", "rl_hit",
+                    ["100", "1h", "ALGO", "gcra"]),
+        script_row("Lua GCRA (one key, TAT), 100/1h", "gcra.lua", ["100", str(HOUR_MS), "1"]),
+        library_row("FCALL rl_hit fixed, two tiers (Functions library)", "rl_hit",
+                    ["10000", "1s", "1000000", "1h"]),
+    ]
+
+
+def load_lua(port: int, row: Row) -> List[str]:
+    """Loads what `row` runs (the library or its script) and answers its command."""
+    if row.library:
+        call_once(port, "FUNCTION", "LOAD", "REPLACE", LIBRARY.read_text())
+    if row.script is None:
+        return row.args
+    sha = call_once(port, "SCRIPT", "LOAD", (BENCH_DIR / "lua" / row.script).read_text())
+    text = sha.decode() if isinstance(sha, bytes) else str(sha)
+    return [text if arg == SHA else arg for arg in row.args]
 
 
 def log_args(command: str, key: str, limit: int) -> List[str]:
@@ -197,6 +251,7 @@ def rows(far_future_ms: int, requests: int) -> List[Row]:
         Row("RL.ACQUIRE k 10000 1h (leases; 10,000 held, the cap, denied)",
             ["RL.ACQUIRE", KEY, "10000", "1h"], expect=None, keyspace=FULL_LOG_KEYS,
             warmup=["PING"], lease_fill=LeaseFill(10_000), requests=5_000),
+    ] + lua_rows() + [
         Row("CL.THROTTLE k 100 100 3600 (redis-cell API)",
             ["CL.THROTTLE", KEY, "100", "100", "3600", "1"]),
         Row("CL.THROTTLE k 100 100 3600 on redis-cell's own module",
@@ -415,20 +470,22 @@ def measure(binary: str, module: Optional[Path], row: Row, requests: int,
         server, port = start_under_callgrind(processes, binary, module, workdir)
         if replica:
             attach_replica(processes, binary, port, workdir)
+        command = load_lua(port, row)
+        warmup = row.warmup or command
         # A wrong row must fail loudly, not count the cost of an error reply.
-        for args in (row.args, row.warmup or row.args):
+        for args in (command, warmup):
             try:
                 call_once(port, *[a.replace("__rand_int__", "probe") for a in args])
             except ReplyError as error:
                 raise RowRefused(f"{args}: {error.line!r}") from error
         if prefill is not None:
             store_prefill(port, row, *prefill)
-        benchmark(port, row.warmup or row.args, WARMUP_REQUESTS, row.keyspace)
-        before = counts(port, row.args[0])
+        benchmark(port, warmup, WARMUP_REQUESTS, row.keyspace)
+        before = counts(port, command[0])
         callgrind(server.pid, "--instr=on")
-        benchmark(port, row.args, requests, row.keyspace)
+        benchmark(port, command, requests, row.keyspace)
         callgrind(server.pid, "--instr=off")
-        calls, allowed, denied = (b - a for a, b in zip(before, counts(port, row.args[0])))
+        calls, allowed, denied = (b - a for a, b in zip(before, counts(port, command[0])))
         wanted = {"allowed": (calls, 0), "denied": (0, calls), None: (0, 0)}
         if calls < requests or (allowed, denied) != wanted[row.expect]:
             raise RuntimeError(f"{row.name}: {allowed} allowed and {denied} denied of "
@@ -459,7 +516,11 @@ def cells(table: Dict[str, Dict[str, float]], name: str, labels: List[str]) -> L
         # Ours against redis-cell: the issue's target is at most 0.75 x.
         return [f"{cell:,.0f} (ours: {ours[l] / cell:.2f} x)" for l in labels]
     if "server" in per_module:
-        return [f"{per_module['server']:,.0f}"] * len(labels)
+        cost = per_module["server"]
+        # The first row is SET itself; the Lua rows (library and scripts) get its ratio.
+        text = f"{cost:,.0f}" if cost == set_cost else \
+            f"{cost:,.0f} ({ratio_text(set_cost / cost)} x)"
+        return [text] * len(labels)
     return [f"{per_module[l]:,.0f} ({ratio_text(set_cost / per_module[l])} x)"
             if l in per_module else "refused" for l in labels]
 

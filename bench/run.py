@@ -93,6 +93,9 @@ def throughput_rows(far_future_ms: int) -> List[Row]:
     def rl_hit(algorithm: str) -> List[str]:
         return ["RL.HIT", KEY, str(LIMIT), WINDOW, "ALGO", algorithm]
 
+    def fcall_hit(algorithm: str) -> List[str]:
+        return ["FCALL", "rl_hit", "1", KEY, str(LIMIT), WINDOW, "ALGO", algorithm]
+
     lua_args = [str(LIMIT), str(WINDOW_MS), "1"]
     log_name = f"limit {LOG_LIMIT}, {LOG_WINDOW}"
     return [
@@ -103,6 +106,12 @@ def throughput_rows(far_future_ms: int) -> List[Row]:
         Row("Lua token bucket (hash)", lua_args, lua="token_bucket.lua"),
         Row(f"Lua sliding log (zset; {log_name})", [str(LOG_LIMIT), str(LOG_WINDOW_MS), "1"],
             lua="sliding_log.lua"),
+        # The Functions library (the module's commands in Lua, for servers that cannot
+        # load a module), beside the hand-written scripts above.
+        Row("FCALL rl_hit fixed (Functions library)", fcall_hit("fixed")),
+        Row("FCALL rl_hit sliding (Functions library)", fcall_hit("sliding")),
+        Row("FCALL rl_hit token (Functions library)", fcall_hit("token")),
+        Row("FCALL rl_hit gcra (Functions library)", fcall_hit("gcra")),
         Row("RL.HIT fixed", fixed_hit),
         Row("RL.HIT sliding", rl_hit("sliding")),
         Row(f"RL.HIT log ({log_name})", ["RL.HIT", KEY, str(LOG_LIMIT), LOG_WINDOW, "ALGO", "log"]),
@@ -277,8 +286,13 @@ class Bench:
     workdir: Path
 
 
+LIBRARY = REPO_DIR / "functions" / "ratelimit.lua"
+
+
 def load_scripts(connection: Connection) -> Dict[str, str]:
-    """SCRIPT LOAD every bench/lua/*.lua; the rows run them by their sha."""
+    """SCRIPT LOAD every bench/lua/*.lua (the rows run them by their sha), and FUNCTION LOAD
+    the Functions library (its rows call FCALL)."""
+    connection.call("FUNCTION", "LOAD", "REPLACE", LIBRARY.read_text())
     return {
         path.name: connection.call("SCRIPT", "LOAD", path.read_text()).decode()
         for path in sorted((BENCH_DIR / "lua").glob("*.lua"))
