@@ -75,9 +75,10 @@ function RL.is_lease(_value)
     return false
 end
 
--- RL.HIT, RL.PEEK and RL.REFUND on one key.
+-- RL.HIT, RL.PEEK and RL.REFUND on one key: the fast path (fast.lua) first, unguarded
+-- as it catches its own errors, then the general path for what it leaves.
 local function single(command, step)
-    return guarded(function(keys, args)
+    local general = guarded(function(keys, args)
         if #keys ~= 1 then
             RL.arity(command)
         end
@@ -91,6 +92,14 @@ local function single(command, step)
         RL.apply(keys[1], outcome.write)
         return RL.values(outcome.decision)
     end)
+    local fast = RL.fast_single
+    return function(keys, args)
+        local reply = keys[2] == nil and keys[1] ~= nil and fast(command, step, keys[1], args)
+        if reply then
+            return reply
+        end
+        return general(keys, args)
+    end
 end
 
 local function reset(keys, args)

@@ -1,0 +1,323 @@
+-- fast.lua: the common calls at the cost of a hand-written script. A hit or a look with
+-- one tier of fixed length (ALGO fixed, sliding, token or gcra, with or without COST and
+-- BURST) on no key, or on a key in the form the same rule writes, is answered here with
+-- the fewest server calls (GET, TIME, SET PXAT; PEXPIRETIME only when the answer needs
+-- the expiry), locals instead of tables where the general path builds them, and numbers
+-- turned into text once per window instead of once per call. Anything else (several
+-- tiers, calendar windows, another rule's key, a refund, an error, a damaged value) gets
+-- nil and takes the general path, which then answers from scratch; both answer the same
+-- replies, bytes and expiries (tests/it/functions_fast.rs compares them with the module).
+
+-- The library functions the calls use, as locals: taken at the first call, since the
+-- server lets a library reach them only when its functions run, not while it loads.
+local byte, char, sub, format, find, floor
+
+local function take_locals()
+    byte, char, sub, format, find = string.byte, string.char, string.sub, string.format,
+        string.find
+    floor = math.floor
+end
+
+local MAX_EXACT = RL.MAX_EXACT
+
+-- A varint as text; the value is an exact integer >= 0.
+local function varint(n)
+    if n < 128 then
+        return char(n)
+    elseif n < 16384 then
+        return char(n % 128 + 128, floor(n / 128))
+    elseif n < 2097152 then
+        return char(n % 128 + 128, floor(n / 128) % 128 + 128, floor(n / 16384))
+    end
+    local out = {}
+    RL.put_varint(out, n)
+    return out[1]
+end
+
+-- The varint at `pos` of `s` and the position after it; nil when it is not one or is not
+-- below 2^53 (the general path then says what it is).
+local function varint_at(s, pos)
+    local value, scale = 0, 1
+    for i = pos, pos + 7 do
+        local b = byte(s, i)
+        if b == nil then
+            return nil
+        end
+        if b < 128 then
+            value = value + b * scale
+            if value > MAX_EXACT then
+                return nil
+            end
+            return value, i + 1
+        end
+        value = value + (b - 128) * scale
+        scale = scale * 128
+    end
+    return nil
+end
+
+-- The server's clock in ms. TIME's seconds change once a second: their conversion is kept.
+local last_seconds, last_seconds_ms = nil, 0
+
+local function now_ms()
+    local time = redis.call('TIME')
+    local seconds = time[1]
+    if seconds ~= last_seconds then
+        last_seconds_ms = tonumber(seconds) * 1000
+        last_seconds = seconds
+    end
+    return last_seconds_ms + floor(tonumber(time[2]) / 1000)
+end
+
+-- The text of a window's end (the same for every call of the window), kept on the rule.
+local function end_text(fast, ends)
+    if fast.ends ~= ends then
+        fast.ends_text = format('%d', ends)
+        fast.ends = ends
+    end
+    return fast.ends_text
+end
+
+-- Fixed window: the plain count, its window's end in the key's expiry.
+local function fixed(fast, key, value, hit)
+    local window, limit, cost = fast.window, fast.limit, fast.cost
+    local now = now_ms()
+    local ends = now - now % window + window
+    local count = 0
+    if value then
+        -- Only canonical counts below 10^15; the expiry must end this very window.
+        if #value > 15 or not find(value, '^[1-9]%d*$') then
+            return nil
+        end
+        if redis.call('PEXPIRETIME', key) ~= ends then
+            return nil
+        end
+        count = tonumber(value)
+    end
+    local total = count + cost
+    if total <= limit then
+        if hit then
+            redis.call('SET', key, format('%d', total), 'PXAT', end_text(fast, ends))
+        end
+        return { 1, limit, limit - total, ends - now, 0 }
+    end
+    local reset, retry = 0, ends - now
+    if count ~= 0 then
+        reset = retry
+    end
+    if cost > limit then
+        retry = RL.NEVER
+    end
+    local remaining = limit - count
+    if remaining < 0 then
+        remaining = 0
+    end
+    return { 0, limit, remaining, reset, retry }
+end
+
+-- Sliding window counter: the tiers form of one tier, its quota the rule's (the prefix).
+local function sliding(fast, key, value, hit)
+    local algo, quota = fast.algo, fast.quota
+    local state
+    if value then
+        local prefix = fast.prefix
+        if sub(value, 1, #prefix) ~= prefix then
+            return nil
+        end
+        local prev, at = varint_at(value, #prefix + 1)
+        local curr
+        if prev then
+            curr, at = varint_at(value, at)
+        end
+        if curr == nil or at + 7 ~= #value then
+            return nil
+        end
+        local b1, b2, b3, b4, b5, b6, b7, b8 = byte(value, at, at + 7)
+        -- A window end from 1970 to 2^53 ms; anything else is the general path's to judge.
+        if b8 ~= 0 or b7 >= 32 then
+            return nil
+        end
+        local ends = ((((((b7 * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256) + b1
+        state = { prev = prev, curr = curr, ends = ends }
+    end
+    local now = now_ms()
+    if state and algo.expires_at(state, quota) - now > fast.span then
+        return nil
+    end
+    local d, charged = algo.check(state, now, quota, fast.cost)
+    if charged and hit then
+        local ends = charged.ends
+        if fast.ends ~= ends then
+            local out = {}
+            RL.put_i64(out, ends)
+            fast.ends_text = out[1]
+            fast.ends = ends
+        end
+        local expires = algo.expires_at(charged, quota)
+        if expires <= now then
+            return nil
+        end
+        redis.call('SET', key, fast.prefix .. varint(charged.prev) .. varint(charged.curr)
+            .. fast.ends_text, 'PXAT', format('%d', expires))
+    elseif hit and state and redis.call('PEXPIRETIME', key) < 0 then
+        -- A denied hit on a key that lost its expiry gets it back: the general path's.
+        return nil
+    end
+    local allowed, retry = 0, d.retry
+    if d.allowed then
+        allowed, retry = 1, 0
+    end
+    return { allowed, d.limit, d.remaining, d.reset, retry }
+end
+
+-- Token bucket and GCRA: the short form with the rule's quota (its prefix), the TAT's ms
+-- in the key's expiry.
+local function bucket(fast, key, value, hit)
+    local algo, quota = fast.algo, fast.quota
+    local state, now
+    if value then
+        local short = 0
+        if value ~= fast.bare then
+            local prefix = fast.prefix
+            if sub(value, 1, #prefix) ~= prefix then
+                return nil
+            end
+            local after
+            short, after = varint_at(value, #prefix + 1)
+            if short == nil or short < 1 or after ~= #value + 1 then
+                return nil
+            end
+        end
+        local at = redis.call('PEXPIRETIME', key)
+        now = now_ms()
+        if at < 0 or at - now > fast.span then
+            return nil
+        end
+        state = algo.from_short(short, at)
+        if state == nil then
+            return nil
+        end
+    else
+        now = now_ms()
+    end
+    local d, charged = algo.check(state, now, quota, fast.cost)
+    if charged and hit then
+        local expires = algo.expires_at(charged, quota)
+        local short = expires > now and algo.to_short(charged, expires)
+        if not short then
+            return nil
+        end
+        local stored = fast.bare
+        if short ~= 0 then
+            stored = fast.prefix .. varint(short)
+        end
+        redis.call('SET', key, stored, 'PXAT', format('%d', expires))
+    end
+    local allowed, retry = 0, d.retry
+    if d.allowed then
+        allowed, retry = 1, 0
+    end
+    return { allowed, d.limit, d.remaining, d.reset, retry }
+end
+
+-- What the fast path needs of a parsed rule, or false when the rule is not one it takes.
+local function fast_rule(rule)
+    local quota = rule.tiers[1]
+    if rule.tiers[2] ~= nil or quota.calendar or quota.period then
+        return false
+    end
+    local algo = rule.algo
+    local fast = { algo = algo, quota = quota, cost = rule.cost, limit = quota.limit,
+        window = quota.window }
+    if algo.name == 'fixed' then
+        fast.run = fixed
+    elseif algo.name == 'sliding' then
+        fast.run = sliding
+        fast.span = algo.span(quota)
+        local out = {}
+        RL.put_byte(out, RL.FORMAT_V1)
+        RL.put_byte(out, algo.id)
+        RL.put_byte(out, 1)
+        RL.put_varint(out, quota.limit)
+        RL.put_varint(out, quota.window)
+        RL.put_varint(out, quota.burst)
+        fast.prefix = table.concat(out)
+    elseif algo.name == 'token' or algo.name == 'gcra' then
+        fast.run = bucket
+        fast.span = algo.span(quota)
+        -- The value with no short number, and the start of one with it (the tag's bit 1).
+        fast.bare = RL.encode_short(algo, quota, 0)
+        fast.prefix = char(byte(fast.bare, 1) + 2) .. sub(fast.bare, 2)
+    else
+        return false
+    end
+    return fast
+end
+
+-- Rules by their arguments, one table level per argument (the arguments are interned
+-- strings: each level is one lookup, and no key text is built per call); the rule itself
+-- under RULE. Emptied when it holds 1000 rules.
+local RULE = {}
+local rules, count = {}, 0
+
+local function lookup(command, args)
+    local node = rules
+    for i = 1, #args do
+        node = node[args[i]]
+        if node == nil then
+            break
+        end
+    end
+    local fast = node and node[RULE]
+    if fast ~= nil then
+        return fast
+    end
+    local ok, rule = pcall(RL.parse_limits, command, args, 1)
+    if not ok then
+        -- The general path gives the error.
+        return false
+    end
+    fast = fast_rule(rule)
+    if count >= 1000 then
+        rules, count = {}, 0
+    end
+    node = rules
+    for i = 1, #args do
+        local child = node[args[i]]
+        if child == nil then
+            child = {}
+            node[args[i]] = child
+        end
+        node = child
+    end
+    node[RULE] = fast
+    count = count + 1
+    return fast
+end
+
+-- The reply of `step` ('hit' or 'peek') on `key`, or nil for the general path to answer.
+-- Nothing is written before the answer is certain, so the general path can start afresh.
+local function answer(command, step, key, args)
+    if step ~= 'hit' and step ~= 'peek' then
+        return nil
+    end
+    if floor == nil then
+        take_locals()
+    end
+    local fast = lookup(command, args)
+    if not fast then
+        return nil
+    end
+    local value = redis.call('GET', key)
+    return fast.run(fast, key, value, step == 'hit')
+end
+
+-- `answer` under pcall: an error (a key of another type, a number too large) is the
+-- general path's to report, with its own texts.
+function RL.fast_single(command, step, key, args)
+    local ok, reply = pcall(answer, command, step, key, args)
+    if ok then
+        return reply
+    end
+    return nil
+end
