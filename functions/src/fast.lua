@@ -170,11 +170,80 @@ local function sliding(fast, key, value, hit)
     return { allowed, d.limit, d.remaining, d.reset, retry }
 end
 
--- Token bucket and GCRA: the short form with the rule's quota (its prefix), the TAT's ms
--- in the key's expiry.
+-- Token bucket and GCRA (bucket.lua's arithmetic, in locals): times in ticks of 1/L ns
+-- are pairs (ms, t), 0 <= t < P. `r` is the quota's rate (bucket.lua's rate_of).
+local NS_PER_MS = 1000000
+
+-- The TAT of a stored (ms, ns) in ticks: the grid point within the ns rounded up.
+local function load(r, ns)
+    local t = ns * r.l
+    local on_grid = t - t % r.grid
+    if t - on_grid < r.l then
+        return on_grid
+    end
+    return t
+end
+
+-- Whole units that fit on top of a fill (ms, t), within 0..burst.
+local function units_left(r, fill_ms, fill_t)
+    local ms, t = r.tol_ms - fill_ms, r.tol_t - fill_t
+    if t < 0 then
+        ms, t = ms - 1, t + r.p
+    end
+    if ms < 0 then
+        return 0
+    end
+    local n = RL.div_floor(RL.mul(ms, r.l) + floor(t / NS_PER_MS), r.w)
+    if n > r.b then
+        return r.b
+    end
+    return n
+end
+
+local function ceil_ms(ms, t)
+    if t > 0 then
+        return ms + 1
+    end
+    return ms
+end
+
+-- The reply and the write (the short number and expiry; nil: none) of a hit on a fill.
+local function bucket_check(fast, r, fill_ms, fill_t, now)
+    local b = r.b
+    if fast.cost > b then
+        return { 0, b, units_left(r, fill_ms, fill_t), ceil_ms(fill_ms, fill_t), RL.NEVER }
+    end
+    local ms, t = fill_ms + fast.cost_ms, fill_t + fast.cost_t
+    if t >= r.p then
+        ms, t = ms + 1, t - r.p
+    end
+    if ms < r.tol_ms or (ms == r.tol_ms and t <= r.tol_t) then
+        -- Stored as whole ms and ns rounded up, and read back from that.
+        local tat, ns = now + ms, RL.ceil_div(t, r.l)
+        if ns >= NS_PER_MS then
+            tat, ns = tat + 1, ns - NS_PER_MS
+        end
+        local after_ms, after_t = tat - now, load(r, ns)
+        local expires, short = tat, 0
+        if ns > 0 then
+            expires, short = tat + 1, NS_PER_MS - ns
+        end
+        return { 1, b, units_left(r, after_ms, after_t), ceil_ms(after_ms, after_t), 0 }, short,
+            expires
+    end
+    local wait_ms, wait_t = ms - r.tol_ms, t - r.tol_t
+    if wait_t < 0 then
+        wait_ms, wait_t = wait_ms - 1, wait_t + r.p
+    end
+    return { 0, b, units_left(r, fill_ms, fill_t), ceil_ms(fill_ms, fill_t),
+        ceil_ms(wait_ms, wait_t) }
+end
+
+-- The short form with the rule's quota (its prefix), the TAT's ms in the key's expiry.
 local function bucket(fast, key, value, hit)
-    local algo, quota = fast.algo, fast.quota
-    local state, now
+    local r = fast.rate
+    local now
+    local fill_ms, fill_t = 0, 0
     if value then
         local short = 0
         if value ~= fast.bare then
@@ -184,7 +253,7 @@ local function bucket(fast, key, value, hit)
             end
             local after
             short, after = varint_at(value, #prefix + 1)
-            if short == nil or short < 1 or after ~= #value + 1 then
+            if short == nil or short < 1 or short >= NS_PER_MS or after ~= #value + 1 then
                 return nil
             end
         end
@@ -193,18 +262,22 @@ local function bucket(fast, key, value, hit)
         if at < 0 or at - now > fast.span then
             return nil
         end
-        state = algo.from_short(short, at)
-        if state == nil then
-            return nil
+        -- The TAT (ms, ns) the short number and the expiry stand for.
+        local ms, ns = at, 0
+        if short ~= 0 then
+            ms, ns = at - 1, NS_PER_MS - short
+        end
+        local t = load(r, ns)
+        ms = ms - now
+        if ms > 0 or (ms == 0 and t > 0) then
+            fill_ms, fill_t = ms, t
         end
     else
         now = now_ms()
     end
-    local d, charged = algo.check(state, now, quota, fast.cost)
-    if charged and hit then
-        local expires = algo.expires_at(charged, quota)
-        local short = expires > now and algo.to_short(charged, expires)
-        if not short then
+    local reply, short, expires = bucket_check(fast, r, fill_ms, fill_t, now)
+    if expires and hit then
+        if expires <= now then
             return nil
         end
         local stored = fast.bare
@@ -213,11 +286,7 @@ local function bucket(fast, key, value, hit)
         end
         redis.call('SET', key, stored, 'PXAT', format('%d', expires))
     end
-    local allowed, retry = 0, d.retry
-    if d.allowed then
-        allowed, retry = 1, 0
-    end
-    return { allowed, d.limit, d.remaining, d.reset, retry }
+    return reply
 end
 
 -- What the fast path needs of a parsed rule, or false when the rule is not one it takes.
@@ -245,6 +314,11 @@ local function fast_rule(rule)
     elseif algo.name == 'token' or algo.name == 'gcra' then
         fast.run = bucket
         fast.span = algo.span(quota)
+        -- The quota's rate, worked out (and kept on the quota) by a look at no key.
+        algo.view(nil, 0, quota)
+        fast.rate = quota.rate
+        local x = RL.mul(rule.cost, quota.window)
+        fast.cost_ms, fast.cost_t = RL.div_floor(x, quota.limit), (x % quota.limit) * NS_PER_MS
         -- The value with no short number, and the start of one with it (the tag's bit 1).
         fast.bare = RL.encode_short(algo, quota, 0)
         fast.prefix = char(byte(fast.bare, 1) + 2) .. sub(fast.bare, 2)
@@ -277,7 +351,9 @@ local function lookup(command, args)
         -- The general path gives the error.
         return false
     end
-    fast = fast_rule(rule)
+    -- A rule whose numbers the library cannot hold exactly is the general path's to refuse.
+    ok, fast = pcall(fast_rule, rule)
+    fast = ok and fast
     if count >= 1000 then
         rules, count = {}, 0
     end
