@@ -2253,12 +2253,12 @@ RL.several = several
 
 -- The library functions the calls use, as locals: taken at the first call, since the
 -- server lets a library reach them only when its functions run, not while it loads.
-local byte, char, sub, format, find, floor
+local byte, char, sub, format, find, floor, call
 
 local function take_locals()
     byte, char, sub, format, find = string.byte, string.char, string.sub, string.format,
         string.find
-    floor = math.floor
+    floor, call = math.floor, redis.call
 end
 
 local MAX_EXACT = RL.MAX_EXACT
@@ -2303,13 +2303,14 @@ end
 local last_seconds, last_seconds_ms = nil, 0
 
 local function now_ms()
-    local time = redis.call('TIME')
+    local time = call('TIME')
     local seconds = time[1]
     if seconds ~= last_seconds then
         last_seconds_ms = tonumber(seconds) * 1000
         last_seconds = seconds
     end
-    return last_seconds_ms + floor(tonumber(time[2]) / 1000)
+    -- The microseconds' digits, read by arithmetic's own conversion.
+    return last_seconds_ms + floor(time[2] / 1000)
 end
 
 -- The text of a window's end (the same for every call of the window), kept on the rule.
@@ -2332,7 +2333,7 @@ local function fixed(fast, key, value, hit)
         if #value > 15 or not find(value, '^[1-9]%d*$') then
             return nil
         end
-        if redis.call('PEXPIRETIME', key) ~= ends then
+        if call('PEXPIRETIME', key) ~= ends then
             return nil
         end
         count = tonumber(value)
@@ -2340,7 +2341,7 @@ local function fixed(fast, key, value, hit)
     local total = count + cost
     if total <= limit then
         if hit then
-            redis.call('SET', key, format('%d', total), 'PXAT', end_text(fast, ends))
+            call('SET', key, format('%d', total), 'PXAT', end_text(fast, ends))
         end
         return { 1, limit, limit - total, ends - now, 0 }
     end
@@ -2400,9 +2401,9 @@ local function sliding(fast, key, value, hit)
         if expires <= now then
             return nil
         end
-        redis.call('SET', key, fast.prefix .. varint(charged.prev) .. varint(charged.curr)
+        call('SET', key, fast.prefix .. varint(charged.prev) .. varint(charged.curr)
             .. fast.ends_text, 'PXAT', format('%d', expires))
-    elseif hit and state and redis.call('PEXPIRETIME', key) < 0 then
+    elseif hit and state and call('PEXPIRETIME', key) < 0 then
         -- A denied hit on a key that lost its expiry gets it back: the general path's.
         return nil
     end
@@ -2417,17 +2418,8 @@ end
 -- are pairs (ms, t), 0 <= t < P. `r` is the quota's rate (bucket.lua's rate_of).
 local NS_PER_MS = 1000000
 
--- The TAT of a stored (ms, ns) in ticks: the grid point within the ns rounded up.
-local function load(r, ns)
-    local t = ns * r.l
-    local on_grid = t - t % r.grid
-    if t - on_grid < r.l then
-        return on_grid
-    end
-    return t
-end
-
--- Whole units that fit on top of a fill (ms, t), within 0..burst.
+-- floor(a / b) for exact integers a >= 0 and b >= 1 (RL.div_floor), and a * b refused
+-- beyond 2^53 (RL.mul), written out: they run a few times a call.
 local function units_left(r, fill_ms, fill_t)
     local ms, t = r.tol_ms - fill_ms, r.tol_t - fill_t
     if t < 0 then
@@ -2436,55 +2428,29 @@ local function units_left(r, fill_ms, fill_t)
     if ms < 0 then
         return 0
     end
-    local n = RL.div_floor(RL.mul(ms, r.l) + floor(t / NS_PER_MS), r.w)
+    local x = ms * r.l
+    if x > MAX_EXACT then
+        error('too large')
+    end
+    x = x + floor(t / NS_PER_MS)
+    local w = r.w
+    local n = floor(x / w)
+    if n * w > x then
+        n = n - 1
+    elseif (n + 1) * w <= x then
+        n = n + 1
+    end
     if n > r.b then
         return r.b
     end
     return n
 end
 
-local function ceil_ms(ms, t)
-    if t > 0 then
-        return ms + 1
-    end
-    return ms
-end
-
--- The reply and the write (the short number and expiry; nil: none) of a hit on a fill.
-local function bucket_check(fast, r, fill_ms, fill_t, now)
-    local b = r.b
-    if fast.cost > b then
-        return { 0, b, units_left(r, fill_ms, fill_t), ceil_ms(fill_ms, fill_t), RL.NEVER }
-    end
-    local ms, t = fill_ms + fast.cost_ms, fill_t + fast.cost_t
-    if t >= r.p then
-        ms, t = ms + 1, t - r.p
-    end
-    if ms < r.tol_ms or (ms == r.tol_ms and t <= r.tol_t) then
-        -- Stored as whole ms and ns rounded up, and read back from that.
-        local tat, ns = now + ms, RL.ceil_div(t, r.l)
-        if ns >= NS_PER_MS then
-            tat, ns = tat + 1, ns - NS_PER_MS
-        end
-        local after_ms, after_t = tat - now, load(r, ns)
-        local expires, short = tat, 0
-        if ns > 0 then
-            expires, short = tat + 1, NS_PER_MS - ns
-        end
-        return { 1, b, units_left(r, after_ms, after_t), ceil_ms(after_ms, after_t), 0 }, short,
-            expires
-    end
-    local wait_ms, wait_t = ms - r.tol_ms, t - r.tol_t
-    if wait_t < 0 then
-        wait_ms, wait_t = wait_ms - 1, wait_t + r.p
-    end
-    return { 0, b, units_left(r, fill_ms, fill_t), ceil_ms(fill_ms, fill_t),
-        ceil_ms(wait_ms, wait_t) }
-end
-
--- The short form with the rule's quota (its prefix), the TAT's ms in the key's expiry.
+-- The short form with the rule's quota (its prefix), the TAT's ms in the key's expiry;
+-- bucket.lua's check with its pairs of (ms, ticks) in locals.
 local function bucket(fast, key, value, hit)
     local r = fast.rate
+    local l, p = r.l, r.p
     local now
     local fill_ms, fill_t = 0, 0
     if value then
@@ -2500,17 +2466,21 @@ local function bucket(fast, key, value, hit)
                 return nil
             end
         end
-        local at = redis.call('PEXPIRETIME', key)
+        local at = call('PEXPIRETIME', key)
         now = now_ms()
         if at < 0 or at - now > fast.span then
             return nil
         end
-        -- The TAT (ms, ns) the short number and the expiry stand for.
-        local ms, ns = at, 0
+        -- The TAT (ms, ns) the short number and the expiry stand for, in ticks: the grid
+        -- point within the ns rounded up.
+        local ms, t = at, 0
         if short ~= 0 then
-            ms, ns = at - 1, NS_PER_MS - short
+            ms, t = at - 1, (NS_PER_MS - short) * l
+            local on_grid = t - t % r.grid
+            if t - on_grid < l then
+                t = on_grid
+            end
         end
-        local t = load(r, ns)
         ms = ms - now
         if ms > 0 or (ms == 0 and t > 0) then
             fill_ms, fill_t = ms, t
@@ -2518,18 +2488,58 @@ local function bucket(fast, key, value, hit)
     else
         now = now_ms()
     end
-    local reply, short, expires = bucket_check(fast, r, fill_ms, fill_t, now)
-    if expires and hit then
+    local b = r.b
+    local fill_reset = fill_ms
+    if fill_t > 0 then
+        fill_reset = fill_ms + 1
+    end
+    if fast.cost > b then
+        return { 0, b, units_left(r, fill_ms, fill_t), fill_reset, RL.NEVER }
+    end
+    local ms, t = fill_ms + fast.cost_ms, fill_t + fast.cost_t
+    if t >= p then
+        ms, t = ms + 1, t - p
+    end
+    local tol_ms, tol_t = r.tol_ms, r.tol_t
+    if ms > tol_ms or (ms == tol_ms and t > tol_t) then
+        local wait_ms, wait_t = ms - tol_ms, t - tol_t
+        if wait_t < 0 then
+            wait_ms, wait_t = wait_ms - 1, wait_t + p
+        end
+        if wait_t > 0 then
+            wait_ms = wait_ms + 1
+        end
+        return { 0, b, units_left(r, fill_ms, fill_t), fill_reset, wait_ms }
+    end
+    -- The new TAT, stored as whole ms and ns rounded up, and read back from that.
+    local tat, ns = now + ms, floor(t / l)
+    if ns * l < t then
+        ns = ns + 1
+    end
+    if ns >= NS_PER_MS then
+        tat, ns = tat + 1, ns - NS_PER_MS
+    end
+    local after_t = ns * l
+    local on_grid = after_t - after_t % r.grid
+    if after_t - on_grid < l then
+        after_t = on_grid
+    end
+    local after_ms = tat - now
+    local reset = after_ms
+    if after_t > 0 then
+        reset = after_ms + 1
+    end
+    if hit then
+        local stored, expires = fast.bare, tat
+        if ns > 0 then
+            stored, expires = fast.prefix .. varint(NS_PER_MS - ns), tat + 1
+        end
         if expires <= now then
             return nil
         end
-        local stored = fast.bare
-        if short ~= 0 then
-            stored = fast.prefix .. varint(short)
-        end
-        redis.call('SET', key, stored, 'PXAT', format('%d', expires))
+        call('SET', key, stored, 'PXAT', format('%d', expires))
     end
-    return reply
+    return { 1, b, units_left(r, after_ms, after_t), reset, 0 }
 end
 
 -- What the fast path needs of a parsed rule, or false when the rule is not one it takes.
@@ -2577,30 +2587,21 @@ end
 local RULE = {}
 local rules, count = {}, 0
 
-local function lookup(command, args)
-    local node = rules
-    for i = 1, #args do
-        node = node[args[i]]
-        if node == nil then
-            break
-        end
-    end
-    local fast = node and node[RULE]
-    if fast ~= nil then
-        return fast
-    end
+-- Parses a rule not seen yet and keeps what the fast path needs of it.
+local function learn(command, args)
     local ok, rule = pcall(RL.parse_limits, command, args, 1)
     if not ok then
         -- The general path gives the error.
         return false
     end
+    local fast
     -- A rule whose numbers the library cannot hold exactly is the general path's to refuse.
     ok, fast = pcall(fast_rule, rule)
     fast = ok and fast
     if count >= 1000 then
         rules, count = {}, 0
     end
-    node = rules
+    local node = rules
     for i = 1, #args do
         local child = node[args[i]]
         if child == nil then
@@ -2623,11 +2624,21 @@ local function answer(command, step, key, args)
     if floor == nil then
         take_locals()
     end
-    local fast = lookup(command, args)
+    local node = rules
+    for i = 1, #args do
+        node = node[args[i]]
+        if node == nil then
+            break
+        end
+    end
+    local fast = node and node[RULE]
+    if fast == nil then
+        fast = learn(command, args)
+    end
     if not fast then
         return nil
     end
-    local value = redis.call('GET', key)
+    local value = call('GET', key)
     return fast.run(fast, key, value, step == 'hit')
 end
 
