@@ -19,6 +19,7 @@ local function take_locals()
 end
 
 local MAX_EXACT = RL.MAX_EXACT
+local NS_PER_MS = 1000000
 
 -- A varint as text; the value is an exact integer >= 0.
 local function varint(n)
@@ -70,6 +71,23 @@ local function now_ms()
     return last_seconds_ms + floor(time[2] / 1000)
 end
 
+-- Decimal text of an integer 0 <= n < 2^53; the counts below 1000 (the common stored
+-- counts) from a table made once instead of string.format each call.
+local SMALL
+
+local function decimal(n)
+    if n < 1000 then
+        if SMALL == nil then
+            SMALL = {}
+            for i = 0, 999 do
+                SMALL[i] = format('%d', i)
+            end
+        end
+        return SMALL[n]
+    end
+    return format('%d', n)
+end
+
 -- The text of a window's end (the same for every call of the window), kept on the rule.
 local function end_text(fast, ends)
     if fast.ends ~= ends then
@@ -98,7 +116,7 @@ local function fixed(fast, key, value, hit)
     local total = count + cost
     if total <= limit then
         if hit then
-            call('SET', key, format('%d', total), 'PXAT', end_text(fast, ends))
+            call('SET', key, decimal(total), 'PXAT', end_text(fast, ends))
         end
         return { 1, limit, limit - total, ends - now, 0 }
     end
@@ -116,17 +134,38 @@ local function fixed(fast, key, value, hit)
     return { 0, limit, remaining, reset, retry }
 end
 
--- Sliding window counter: the tiers form of one tier, its quota the rule's (the prefix).
+-- floor(a / b) for exact integers and b >= 1, corrected for the division's rounding
+-- (RL.div_floor); and a * b, refused (an error: the general path's then) beyond 2^53.
+local function div_floor(a, b)
+    local q = floor(a / b)
+    if q * b > a then
+        return q - 1
+    elseif (q + 1) * b <= a then
+        return q + 1
+    end
+    return q
+end
+
+local function mul(a, b)
+    local x = a * b
+    if x > MAX_EXACT then
+        error('too large')
+    end
+    return x
+end
+
+-- Sliding window counter: the tiers form of one tier, its quota the rule's (the prefix);
+-- sliding.lua's check with the state rolled to `now` in locals.
 local function sliding(fast, key, value, hit)
-    local algo, quota = fast.algo, fast.quota
-    local state
+    local w, limit, cost = fast.window, fast.limit, fast.cost
+    local prev, curr, ends = 0, 0, nil
     if value then
         local prefix = fast.prefix
         if sub(value, 1, #prefix) ~= prefix then
             return nil
         end
-        local prev, at = varint_at(value, #prefix + 1)
-        local curr
+        local at
+        prev, at = varint_at(value, #prefix + 1)
         if prev then
             curr, at = varint_at(value, at)
         end
@@ -138,45 +177,105 @@ local function sliding(fast, key, value, hit)
         if b8 ~= 0 or b7 >= 32 then
             return nil
         end
-        local ends = ((((((b7 * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256) + b1
-        state = { prev = prev, curr = curr, ends = ends }
+        ends = ((((((b7 * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256) + b1
     end
     local now = now_ms()
-    if state and algo.expires_at(state, quota) - now > fast.span then
-        return nil
-    end
-    local d, charged = algo.check(state, now, quota, fast.cost)
-    if charged and hit then
-        local ends = charged.ends
-        if fast.ends ~= ends then
-            local out = {}
-            RL.put_i64(out, ends)
-            fast.ends_text = out[1]
-            fast.ends = ends
+    local elapsed
+    if ends then
+        local expires = ends
+        if curr > 0 then
+            expires = ends + w
         end
-        local expires = algo.expires_at(charged, quota)
-        if expires <= now then
+        if expires - now > w * 2 then
             return nil
         end
-        call('SET', key, fast.prefix .. varint(charged.prev) .. varint(charged.curr)
-            .. fast.ends_text, 'PXAT', format('%d', expires))
-    elseif hit and state and call('PEXPIRETIME', key) < 0 then
+        if now < ends then
+            elapsed = now - (ends - w)
+            if elapsed < 0 then
+                elapsed = 0
+            end
+        elseif now < ends + w then
+            prev, curr, ends, elapsed = curr, 0, ends + w, now - ends
+        else
+            ends = nil
+        end
+    end
+    if ends == nil then
+        prev, curr = 0, 0
+        ends = now - now % w + w
+        elapsed = now - (ends - w)
+    end
+    -- The most units that fit now, possibly negative.
+    local allowance = div_floor(fast.capacity_ms - mul(prev, w - elapsed), w) - curr
+    if cost <= allowance then
+        local remaining = allowance - cost
+        if remaining > limit then
+            remaining = limit
+        elseif remaining < 0 then
+            remaining = 0
+        end
+        local expires = ends + w
+        if hit then
+            if fast.ends ~= ends then
+                local out = {}
+                RL.put_i64(out, ends)
+                fast.ends_text = out[1]
+                fast.ends = ends
+            end
+            call('SET', key, fast.prefix .. varint(prev) .. varint(curr + cost) .. fast.ends_text,
+                'PXAT', format('%d', expires))
+        end
+        return { 1, limit, remaining, expires - now, 0 }
+    end
+    if hit and value and call('PEXPIRETIME', key) < 0 then
         -- A denied hit on a key that lost its expiry gets it back: the general path's.
         return nil
     end
-    local allowed, retry = 0, d.retry
-    if d.allowed then
-        allowed, retry = 1, 0
+    local retry = RL.NEVER
+    if cost <= limit then
+        retry = nil
+        local start = ends - w
+        local spare = limit - curr - cost
+        if spare >= 0 and prev > 0 then
+            local keep = div_floor(mul(spare, w), prev)
+            if keep > 0 then
+                if keep > w then
+                    keep = w
+                end
+                retry = start + w - keep - now
+            end
+        end
+        if retry == nil then
+            local keep = w
+            if curr > 0 then
+                keep = div_floor(mul(limit - cost, w), curr)
+            end
+            if keep > w then
+                keep = w
+            end
+            retry = ends + w - keep - now
+        end
     end
-    return { allowed, d.limit, d.remaining, d.reset, retry }
+    local remaining = allowance
+    if remaining > limit then
+        remaining = limit
+    elseif remaining < 0 then
+        remaining = 0
+    end
+    local reset = 0
+    if prev ~= 0 or curr ~= 0 then
+        reset = ends - now
+        if curr > 0 then
+            reset = reset + w
+        end
+    end
+    return { 0, limit, remaining, reset, retry }
 end
 
 -- Token bucket and GCRA (bucket.lua's arithmetic, in locals): times in ticks of 1/L ns
 -- are pairs (ms, t), 0 <= t < P. `r` is the quota's rate (bucket.lua's rate_of).
-local NS_PER_MS = 1000000
 
--- floor(a / b) for exact integers a >= 0 and b >= 1 (RL.div_floor), and a * b refused
--- beyond 2^53 (RL.mul), written out: they run a few times a call.
+-- Whole units that fit on top of a fill (ms, t), within 0..burst.
 local function units_left(r, fill_ms, fill_t)
     local ms, t = r.tol_ms - fill_ms, r.tol_t - fill_t
     if t < 0 then
@@ -185,18 +284,7 @@ local function units_left(r, fill_ms, fill_t)
     if ms < 0 then
         return 0
     end
-    local x = ms * r.l
-    if x > MAX_EXACT then
-        error('too large')
-    end
-    x = x + floor(t / NS_PER_MS)
-    local w = r.w
-    local n = floor(x / w)
-    if n * w > x then
-        n = n - 1
-    elseif (n + 1) * w <= x then
-        n = n + 1
-    end
+    local n = div_floor(mul(ms, r.l) + floor(t / NS_PER_MS), r.w)
     if n > r.b then
         return r.b
     end
@@ -312,7 +400,7 @@ local function fast_rule(rule)
         fast.run = fixed
     elseif algo.name == 'sliding' then
         fast.run = sliding
-        fast.span = algo.span(quota)
+        fast.capacity_ms = RL.mul(quota.limit, quota.window)
         local out = {}
         RL.put_byte(out, RL.FORMAT_V1)
         RL.put_byte(out, algo.id)
