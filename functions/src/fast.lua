@@ -71,23 +71,6 @@ local function now_ms()
     return last_seconds_ms + floor(time[2] / 1000)
 end
 
--- Decimal text of an integer 0 <= n < 2^53; the counts below 1000 (the common stored
--- counts) from a table made once instead of string.format each call.
-local SMALL
-
-local function decimal(n)
-    if n < 1000 then
-        if SMALL == nil then
-            SMALL = {}
-            for i = 0, 999 do
-                SMALL[i] = format('%d', i)
-            end
-        end
-        return SMALL[n]
-    end
-    return format('%d', n)
-end
-
 -- The text of a window's end (the same for every call of the window), kept on the rule.
 local function end_text(fast, ends)
     if fast.ends ~= ends then
@@ -116,7 +99,7 @@ local function fixed(fast, key, value, hit)
     local total = count + cost
     if total <= limit then
         if hit then
-            call('SET', key, decimal(total), 'PXAT', end_text(fast, ends))
+            call('SET', key, format('%d', total), 'PXAT', end_text(fast, ends))
         end
         return { 1, limit, limit - total, ends - now, 0 }
     end
@@ -154,87 +137,39 @@ local function mul(a, b)
     return x
 end
 
--- Sliding window counter: the tiers form of one tier, its quota the rule's (the prefix);
--- sliding.lua's check with the state rolled to `now` in locals.
-local function sliding(fast, key, value, hit)
+-- Sliding window counter: the tiers form of one tier, its quota the rule's (the prefix).
+-- The stored (prev, curr, ends): 0, 0, nil for no key; false when not in that form.
+local function sliding_read(fast, value)
+    if not value then
+        return 0, 0, nil
+    end
+    local prefix = fast.prefix
+    if sub(value, 1, #prefix) ~= prefix then
+        return false
+    end
+    local prev, at = varint_at(value, #prefix + 1)
+    local curr
+    if prev then
+        curr, at = varint_at(value, at)
+    end
+    if curr == nil or at + 7 ~= #value then
+        return false
+    end
+    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(value, at, at + 7)
+    -- A window end from 1970 to 2^53 ms; anything else is the general path's to judge.
+    if b8 ~= 0 or b7 >= 32 then
+        return false
+    end
+    return prev, curr,
+        ((((((b7 * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256) + b1
+end
+
+-- The reply to a denied hit or look on the state rolled to `now` (sliding.lua's).
+local function sliding_denied(fast, now, prev, curr, ends, allowance)
     local w, limit, cost = fast.window, fast.limit, fast.cost
-    local prev, curr, ends = 0, 0, nil
-    if value then
-        local prefix = fast.prefix
-        if sub(value, 1, #prefix) ~= prefix then
-            return nil
-        end
-        local at
-        prev, at = varint_at(value, #prefix + 1)
-        if prev then
-            curr, at = varint_at(value, at)
-        end
-        if curr == nil or at + 7 ~= #value then
-            return nil
-        end
-        local b1, b2, b3, b4, b5, b6, b7, b8 = byte(value, at, at + 7)
-        -- A window end from 1970 to 2^53 ms; anything else is the general path's to judge.
-        if b8 ~= 0 or b7 >= 32 then
-            return nil
-        end
-        ends = ((((((b7 * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 256 + b2) * 256) + b1
-    end
-    local now = now_ms()
-    local elapsed
-    if ends then
-        local expires = ends
-        if curr > 0 then
-            expires = ends + w
-        end
-        if expires - now > w * 2 then
-            return nil
-        end
-        if now < ends then
-            elapsed = now - (ends - w)
-            if elapsed < 0 then
-                elapsed = 0
-            end
-        elseif now < ends + w then
-            prev, curr, ends, elapsed = curr, 0, ends + w, now - ends
-        else
-            ends = nil
-        end
-    end
-    if ends == nil then
-        prev, curr = 0, 0
-        ends = now - now % w + w
-        elapsed = now - (ends - w)
-    end
-    -- The most units that fit now, possibly negative.
-    local allowance = div_floor(fast.capacity_ms - mul(prev, w - elapsed), w) - curr
-    if cost <= allowance then
-        local remaining = allowance - cost
-        if remaining > limit then
-            remaining = limit
-        elseif remaining < 0 then
-            remaining = 0
-        end
-        local expires = ends + w
-        if hit then
-            if fast.ends ~= ends then
-                local out = {}
-                RL.put_i64(out, ends)
-                fast.ends_text = out[1]
-                fast.ends = ends
-            end
-            call('SET', key, fast.prefix .. varint(prev) .. varint(curr + cost) .. fast.ends_text,
-                'PXAT', format('%d', expires))
-        end
-        return { 1, limit, remaining, expires - now, 0 }
-    end
-    if hit and value and call('PEXPIRETIME', key) < 0 then
-        -- A denied hit on a key that lost its expiry gets it back: the general path's.
-        return nil
-    end
     local retry = RL.NEVER
     if cost <= limit then
         retry = nil
-        local start = ends - w
         local spare = limit - curr - cost
         if spare >= 0 and prev > 0 then
             local keep = div_floor(mul(spare, w), prev)
@@ -242,7 +177,7 @@ local function sliding(fast, key, value, hit)
                 if keep > w then
                     keep = w
                 end
-                retry = start + w - keep - now
+                retry = ends - keep - now
             end
         end
         if retry == nil then
@@ -272,6 +207,67 @@ local function sliding(fast, key, value, hit)
     return { 0, limit, remaining, reset, retry }
 end
 
+-- sliding.lua's check, with the state rolled over to the window `now` counts in.
+local function sliding(fast, key, value, hit)
+    local prev, curr, ends = sliding_read(fast, value)
+    if prev == false then
+        return nil
+    end
+    local w, limit, cost = fast.window, fast.limit, fast.cost
+    local now = now_ms()
+    local elapsed
+    if ends then
+        local expires = ends
+        if curr > 0 then
+            expires = ends + w
+        end
+        if expires - now > w * 2 then
+            return nil
+        end
+        if now < ends then
+            elapsed = now - (ends - w)
+            if elapsed < 0 then
+                elapsed = 0
+            end
+        elseif now < ends + w then
+            prev, curr, ends, elapsed = curr, 0, ends + w, now - ends
+        else
+            ends = nil
+        end
+    end
+    if ends == nil then
+        prev, curr = 0, 0
+        ends = now - now % w + w
+        elapsed = now - (ends - w)
+    end
+    -- The most units that fit now, possibly negative.
+    local allowance = div_floor(fast.capacity_ms - mul(prev, w - elapsed), w) - curr
+    if cost > allowance then
+        if hit and value and call('PEXPIRETIME', key) < 0 then
+            -- A denied hit on a key that lost its expiry gets it back: the general path's.
+            return nil
+        end
+        return sliding_denied(fast, now, prev, curr, ends, allowance)
+    end
+    local remaining = allowance - cost
+    if remaining > limit then
+        remaining = limit
+    elseif remaining < 0 then
+        remaining = 0
+    end
+    if hit then
+        if fast.ends ~= ends then
+            local out = {}
+            RL.put_i64(out, ends)
+            fast.ends_text = out[1]
+            fast.ends = ends
+        end
+        call('SET', key, fast.prefix .. varint(prev) .. varint(curr + cost) .. fast.ends_text,
+            'PXAT', format('%d', ends + w))
+    end
+    return { 1, limit, remaining, ends + w - now, 0 }
+end
+
 -- Token bucket and GCRA (bucket.lua's arithmetic, in locals): times in ticks of 1/L ns
 -- are pairs (ms, t), 0 <= t < P. `r` is the quota's rate (bucket.lua's rate_of).
 
@@ -291,49 +287,55 @@ local function units_left(r, fill_ms, fill_t)
     return n
 end
 
--- The short form with the rule's quota (its prefix), the TAT's ms in the key's expiry;
--- bucket.lua's check with its pairs of (ms, ticks) in locals.
-local function bucket(fast, key, value, hit)
-    local r = fast.rate
-    local l, p = r.l, r.p
-    local now
-    local fill_ms, fill_t = 0, 0
-    if value then
-        local short = 0
-        if value ~= fast.bare then
-            local prefix = fast.prefix
-            if sub(value, 1, #prefix) ~= prefix then
-                return nil
-            end
-            local after
-            short, after = varint_at(value, #prefix + 1)
-            if short == nil or short < 1 or short >= NS_PER_MS or after ~= #value + 1 then
-                return nil
-            end
-        end
-        local at = call('PEXPIRETIME', key)
-        now = now_ms()
-        if at < 0 or at - now > fast.span then
+-- The short form with the rule's quota (its prefix), the TAT's ms in the key's expiry:
+-- `now` and how far the TAT is ahead of it (ms, ticks); nil when not in that form.
+local function bucket_fill(fast, key, value)
+    if not value then
+        return now_ms(), 0, 0
+    end
+    local short = 0
+    if value ~= fast.bare then
+        local prefix = fast.prefix
+        if sub(value, 1, #prefix) ~= prefix then
             return nil
         end
-        -- The TAT (ms, ns) the short number and the expiry stand for, in ticks: the grid
-        -- point within the ns rounded up.
-        local ms, t = at, 0
-        if short ~= 0 then
-            ms, t = at - 1, (NS_PER_MS - short) * l
-            local on_grid = t - t % r.grid
-            if t - on_grid < l then
-                t = on_grid
-            end
+        local after
+        short, after = varint_at(value, #prefix + 1)
+        if short == nil or short < 1 or short >= NS_PER_MS or after ~= #value + 1 then
+            return nil
         end
-        ms = ms - now
-        if ms > 0 or (ms == 0 and t > 0) then
-            fill_ms, fill_t = ms, t
-        end
-    else
-        now = now_ms()
     end
-    local b = r.b
+    local at = call('PEXPIRETIME', key)
+    local now = now_ms()
+    if at < 0 or at - now > fast.span then
+        return nil
+    end
+    -- The TAT (ms, ns) the short number and the expiry stand for, in ticks: the grid point
+    -- within the ns rounded up.
+    local r = fast.rate
+    local ms, t = at, 0
+    if short ~= 0 then
+        ms, t = at - 1, (NS_PER_MS - short) * r.l
+        local on_grid = t - t % r.grid
+        if t - on_grid < r.l then
+            t = on_grid
+        end
+    end
+    ms = ms - now
+    if ms > 0 or (ms == 0 and t > 0) then
+        return now, ms, t
+    end
+    return now, 0, 0
+end
+
+-- bucket.lua's check, its pairs of (ms, ticks) in locals.
+local function bucket(fast, key, value, hit)
+    local now, fill_ms, fill_t = bucket_fill(fast, key, value)
+    if now == nil then
+        return nil
+    end
+    local r = fast.rate
+    local l, p, b = r.l, r.p, r.b
     local fill_reset = fill_ms
     if fill_t > 0 then
         fill_reset = fill_ms + 1
