@@ -158,7 +158,11 @@ fn common_calls_read_the_key_and_the_clock_once() {
         }
         // A key another rule wrote (another algorithm for the fixed window, whose plain
         // count records no limit; another limit for the others): read by both paths.
-        for (algo, writer) in [("fixed", "sliding"), ("sliding", "sliding"), ("gcra", "gcra")] {
+        for (algo, writer) in [
+            ("fixed", "sliding"),
+            ("sliding", "sliding"),
+            ("gcra", "gcra"),
+        ] {
             let key = format!("fast:reads:other:{algo}");
             fhit(&mut server.conn(), &key, &["1000", "1h", "ALGO", writer]);
             let (gets, _) = reads_of(&server, &key, &["999", "1h", "ALGO", algo], 1);
