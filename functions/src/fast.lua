@@ -57,6 +57,15 @@ local function varint_at(s, pos)
     return nil
 end
 
+-- The reply, one table for every call: the server turns it into the client's reply as the
+-- function returns, and a new table a call would only be garbage to collect.
+local REPLY = {}
+
+local function decided(allowed, limit, remaining, reset, retry)
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = allowed, limit, remaining, reset, retry
+    return REPLY
+end
+
 -- The server's clock in ms. TIME's seconds change once a second: their conversion is kept.
 local last_seconds, last_seconds_ms = nil, 0
 
@@ -101,7 +110,7 @@ local function fixed(fast, key, value, hit)
         if hit then
             call('SET', key, format('%d', total), 'PXAT', end_text(fast, ends))
         end
-        return { 1, limit, limit - total, ends - now, 0 }
+        return decided(1, limit, limit - total, ends - now, 0)
     end
     local reset, retry = 0, ends - now
     if count ~= 0 then
@@ -114,7 +123,7 @@ local function fixed(fast, key, value, hit)
     if remaining < 0 then
         remaining = 0
     end
-    return { 0, limit, remaining, reset, retry }
+    return decided(0, limit, remaining, reset, retry)
 end
 
 -- floor(a / b) for exact integers and b >= 1, corrected for the division's rounding
@@ -204,7 +213,7 @@ local function sliding_denied(fast, now, prev, curr, ends, allowance)
             reset = reset + w
         end
     end
-    return { 0, limit, remaining, reset, retry }
+    return decided(0, limit, remaining, reset, retry)
 end
 
 -- sliding.lua's check, with the state rolled over to the window `now` counts in.
@@ -265,7 +274,7 @@ local function sliding(fast, key, value, hit)
         call('SET', key, fast.prefix .. varint(prev) .. varint(curr + cost) .. fast.ends_text,
             'PXAT', format('%d', ends + w))
     end
-    return { 1, limit, remaining, ends + w - now, 0 }
+    return decided(1, limit, remaining, ends + w - now, 0)
 end
 
 -- Token bucket and GCRA (bucket.lua's arithmetic, in locals): times in ticks of 1/L ns
@@ -341,7 +350,7 @@ local function bucket(fast, key, value, hit)
         fill_reset = fill_ms + 1
     end
     if fast.cost > b then
-        return { 0, b, units_left(r, fill_ms, fill_t), fill_reset, RL.NEVER }
+        return decided(0, b, units_left(r, fill_ms, fill_t), fill_reset, RL.NEVER)
     end
     local ms, t = fill_ms + fast.cost_ms, fill_t + fast.cost_t
     if t >= p then
@@ -356,7 +365,7 @@ local function bucket(fast, key, value, hit)
         if wait_t > 0 then
             wait_ms = wait_ms + 1
         end
-        return { 0, b, units_left(r, fill_ms, fill_t), fill_reset, wait_ms }
+        return decided(0, b, units_left(r, fill_ms, fill_t), fill_reset, wait_ms)
     end
     -- The new TAT, stored as whole ms and ns rounded up, and read back from that.
     local tat, ns = now + ms, floor(t / l)
@@ -386,7 +395,7 @@ local function bucket(fast, key, value, hit)
         end
         call('SET', key, stored, 'PXAT', format('%d', expires))
     end
-    return { 1, b, units_left(r, after_ms, after_t), reset, 0 }
+    return decided(1, b, units_left(r, after_ms, after_t), reset, 0)
 end
 
 -- What the fast path needs of a parsed rule, or false when the rule is not one it takes.
