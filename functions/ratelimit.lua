@@ -2557,18 +2557,25 @@ end
 -- Token bucket and GCRA (bucket.lua's arithmetic, in locals): times in ticks of 1/L ns
 -- are pairs (ms, t), 0 <= t < P. `r` is the quota's rate (bucket.lua's rate_of).
 
--- Whole units that fit on top of a fill (ms, t), within 0..burst.
-local function units_left(r, fill_ms, fill_t)
-    local ms, t = r.tol_ms - fill_ms, r.tol_t - fill_t
+-- Whole units that fit on top of a fill (ms, t), within 0..burst. The product stays
+-- exact: ms <= burst * W / L, and the rate (bucket.lua's rate_of) bounds burst * W.
+local function units_left(f, fill_ms, fill_t)
+    local ms, t = f.tol_ms - fill_ms, f.tol_t - fill_t
     if t < 0 then
-        ms, t = ms - 1, t + r.p
+        ms, t = ms - 1, t + f.p
     end
     if ms < 0 then
         return 0
     end
-    local n = div_floor(mul(ms, r.l) + floor(t / NS_PER_MS), r.w)
-    if n > r.b then
-        return r.b
+    local x, w = ms * f.l + floor(t / NS_PER_MS), f.w
+    local n = floor(x / w)
+    if n * w > x then
+        n = n - 1
+    elseif (n + 1) * w <= x then
+        n = n + 1
+    end
+    if n > f.b then
+        return f.b
     end
     return n
 end
@@ -2598,12 +2605,12 @@ local function bucket_fill(fast, key, value)
     end
     -- The TAT (ms, ns) the short number and the expiry stand for, in ticks: the grid point
     -- within the ns rounded up.
-    local r = fast.rate
     local ms, t = at, 0
     if short ~= 0 then
-        ms, t = at - 1, (NS_PER_MS - short) * r.l
-        local on_grid = t - t % r.grid
-        if t - on_grid < r.l then
+        local l = fast.l
+        ms, t = at - 1, (NS_PER_MS - short) * l
+        local on_grid = t - t % fast.grid
+        if t - on_grid < l then
             t = on_grid
         end
     end
@@ -2620,20 +2627,19 @@ local function bucket(fast, key, value, hit)
     if now == nil then
         return nil
     end
-    local r = fast.rate
-    local l, p, b = r.l, r.p, r.b
+    local l, p, b = fast.l, fast.p, fast.b
     local fill_reset = fill_ms
     if fill_t > 0 then
         fill_reset = fill_ms + 1
     end
     if fast.cost > b then
-        return decided(0, b, units_left(r, fill_ms, fill_t), fill_reset, RL.NEVER)
+        return decided(0, b, units_left(fast, fill_ms, fill_t), fill_reset, RL.NEVER)
     end
     local ms, t = fill_ms + fast.cost_ms, fill_t + fast.cost_t
     if t >= p then
         ms, t = ms + 1, t - p
     end
-    local tol_ms, tol_t = r.tol_ms, r.tol_t
+    local tol_ms, tol_t = fast.tol_ms, fast.tol_t
     if ms > tol_ms or (ms == tol_ms and t > tol_t) then
         local wait_ms, wait_t = ms - tol_ms, t - tol_t
         if wait_t < 0 then
@@ -2642,7 +2648,7 @@ local function bucket(fast, key, value, hit)
         if wait_t > 0 then
             wait_ms = wait_ms + 1
         end
-        return decided(0, b, units_left(r, fill_ms, fill_t), fill_reset, wait_ms)
+        return decided(0, b, units_left(fast, fill_ms, fill_t), fill_reset, wait_ms)
     end
     -- The new TAT, stored as whole ms and ns rounded up, and read back from that.
     local tat, ns = now + ms, floor(t / l)
@@ -2653,7 +2659,7 @@ local function bucket(fast, key, value, hit)
         tat, ns = tat + 1, ns - NS_PER_MS
     end
     local after_t = ns * l
-    local on_grid = after_t - after_t % r.grid
+    local on_grid = after_t - after_t % fast.grid
     if after_t - on_grid < l then
         after_t = on_grid
     end
@@ -2672,7 +2678,7 @@ local function bucket(fast, key, value, hit)
         end
         call('SET', key, stored, 'PXAT', format('%d', expires))
     end
-    return decided(1, b, units_left(r, after_ms, after_t), reset, 0)
+    return decided(1, b, units_left(fast, after_ms, after_t), reset, 0)
 end
 
 -- What the fast path needs of a parsed rule, or false when the rule is not one it takes.
@@ -2702,7 +2708,9 @@ local function fast_rule(rule)
         fast.span = algo.span(quota)
         -- The quota's rate, worked out (and kept on the quota) by a look at no key.
         algo.view(nil, 0, quota)
-        fast.rate = quota.rate
+        local r = quota.rate
+        fast.l, fast.w, fast.b, fast.p, fast.grid = r.l, r.w, r.b, r.p, r.grid
+        fast.tol_ms, fast.tol_t = r.tol_ms, r.tol_t
         local x = RL.mul(rule.cost, quota.window)
         fast.cost_ms, fast.cost_t = RL.div_floor(x, quota.limit), (x % quota.limit) * NS_PER_MS
         -- The value with no short number, and the start of one with it (the tag's bit 1).
