@@ -2783,15 +2783,8 @@ local function answer(command, step, key, args)
     return fast.run(fast, key, value, step == 'hit')
 end
 
--- `answer` under pcall: an error (a key of another type, a number too large) is the
--- general path's to report, with its own texts.
-function RL.fast_single(command, step, key, args)
-    local ok, reply = pcall(answer, command, step, key, args)
-    if ok then
-        return reply
-    end
-    return nil
-end
+-- The fast path's answer (commands.lua's `single` calls it under pcall: it may raise).
+RL.fast_single = answer
 
 -- ==== commands.lua ====
 -- commands.lua: the functions, registered last. Calling convention:
@@ -2868,8 +2861,8 @@ function RL.is_lease(_value)
     return false
 end
 
--- RL.HIT, RL.PEEK and RL.REFUND on one key: the fast path (fast.lua) first, unguarded
--- as it catches its own errors, then the general path for what it leaves.
+-- RL.HIT, RL.PEEK and RL.REFUND on one key: the fast path (fast.lua) first, then the
+-- general path for what it leaves.
 local function single(command, step)
     local general = guarded(function(keys, args)
         if #keys ~= 1 then
@@ -2887,9 +2880,13 @@ local function single(command, step)
     end)
     local fast = RL.fast_single
     return function(keys, args)
-        local reply = keys[2] == nil and keys[1] ~= nil and fast(command, step, keys[1], args)
-        if reply then
-            return reply
+        if keys[2] == nil and keys[1] ~= nil then
+            -- An error of the fast path (a key of another type, a number too large) is the
+            -- general path's to report, with its texts.
+            local ok, reply = pcall(fast, command, step, keys[1], args)
+            if ok and reply then
+                return reply
+            end
         end
         return general(keys, args)
     end

@@ -72,8 +72,8 @@ function RL.is_lease(_value)
     return false
 end
 
--- RL.HIT, RL.PEEK and RL.REFUND on one key: the fast path (fast.lua) first, unguarded
--- as it catches its own errors, then the general path for what it leaves.
+-- RL.HIT, RL.PEEK and RL.REFUND on one key: the fast path (fast.lua) first, then the
+-- general path for what it leaves.
 local function single(command, step)
     local general = guarded(function(keys, args)
         if #keys ~= 1 then
@@ -91,9 +91,13 @@ local function single(command, step)
     end)
     local fast = RL.fast_single
     return function(keys, args)
-        local reply = keys[2] == nil and keys[1] ~= nil and fast(command, step, keys[1], args)
-        if reply then
-            return reply
+        if keys[2] == nil and keys[1] ~= nil then
+            -- An error of the fast path (a key of another type, a number too large) is the
+            -- general path's to report, with its texts.
+            local ok, reply = pcall(fast, command, step, keys[1], args)
+            if ok and reply then
+                return reply
+            end
         end
         return general(keys, args)
     end
