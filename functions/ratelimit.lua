@@ -2739,6 +2739,14 @@ local function learn(command, args)
     -- A rule whose numbers the library cannot hold exactly is the general path's to refuse.
     ok, fast = pcall(fast_rule, rule)
     fast = ok and fast
+    local length = 0
+    for i = 1, #args do
+        length = length + #args[i]
+    end
+    if length > 256 then
+        -- Long arguments (a rule padded with zeros) are not kept, as args.lua does not.
+        return fast
+    end
     if count >= 1000 then
         rules, count = {}, 0
     end
