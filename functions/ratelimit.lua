@@ -2599,7 +2599,14 @@ local function bucket_fill(fast, key, value)
         end
     end
     local at = call('PEXPIRETIME', key)
-    local now = now_ms()
+    -- now_ms, written out: a bucket's hit on a live key is the common call.
+    local time = call('TIME')
+    local seconds = time[1]
+    if seconds ~= last_seconds then
+        last_seconds_ms = tonumber(seconds) * 1000
+        last_seconds = seconds
+    end
+    local now = last_seconds_ms + floor(time[2] / 1000)
     if at < 0 or at - now > fast.span then
         return nil
     end
@@ -2621,7 +2628,8 @@ local function bucket_fill(fast, key, value)
     return now, 0, 0
 end
 
--- bucket.lua's check, its pairs of (ms, ticks) in locals.
+-- bucket.lua's check, its pairs of (ms, ticks) in locals; the reply filled in place (as
+-- `decided` does, without the call).
 local function bucket(fast, key, value, hit)
     local now, fill_ms, fill_t = bucket_fill(fast, key, value)
     if now == nil then
@@ -2633,7 +2641,9 @@ local function bucket(fast, key, value, hit)
         fill_reset = fill_ms + 1
     end
     if fast.cost > b then
-        return decided(0, b, units_left(fast, fill_ms, fill_t), fill_reset, RL.NEVER)
+        REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] =
+            0, b, units_left(fast, fill_ms, fill_t), fill_reset, RL.NEVER
+        return REPLY
     end
     local ms, t = fill_ms + fast.cost_ms, fill_t + fast.cost_t
     if t >= p then
@@ -2648,7 +2658,9 @@ local function bucket(fast, key, value, hit)
         if wait_t > 0 then
             wait_ms = wait_ms + 1
         end
-        return decided(0, b, units_left(fast, fill_ms, fill_t), fill_reset, wait_ms)
+        REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] =
+            0, b, units_left(fast, fill_ms, fill_t), fill_reset, wait_ms
+        return REPLY
     end
     -- The new TAT, stored as whole ms and ns rounded up, and read back from that.
     local tat, ns = now + ms, floor(t / l)
@@ -2678,7 +2690,9 @@ local function bucket(fast, key, value, hit)
         end
         call('SET', key, stored, 'PXAT', format('%d', expires))
     end
-    return decided(1, b, units_left(fast, after_ms, after_t), reset, 0)
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] =
+        1, b, units_left(fast, after_ms, after_t), reset, 0
+        return REPLY
 end
 
 -- What the fast path needs of a parsed rule, or false when the rule is not one it takes.
