@@ -32,7 +32,7 @@ local function varint(n)
     end
     local out = {}
     RL.put_varint(out, n)
-    return out[1]
+    return table.concat(out)
 end
 
 -- The varint at `pos` of `s` and the position after it; nil when it is not one or is not
@@ -277,7 +277,7 @@ local function sliding(fast, key, value, hit)
         if fast.ends ~= ends then
             local out = {}
             RL.put_i64(out, ends)
-            fast.ends_text = out[1]
+            fast.ends_text = table.concat(out)
             fast.ends = ends
         end
         call('SET', key, fast.prefix .. varint(prev) .. varint(curr + cost) .. fast.ends_text,
