@@ -31,6 +31,7 @@ SOURCES = [
     "log.lua",
     "limiter.lua",
     "multi.lua",
+    "fast.lua",
     "commands.lua",
     "lease_layout.lua",
     "leases.lua",

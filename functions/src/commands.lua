@@ -72,9 +72,10 @@ function RL.is_lease(_value)
     return false
 end
 
--- RL.HIT, RL.PEEK and RL.REFUND on one key.
+-- RL.HIT, RL.PEEK and RL.REFUND on one key: the fast path (fast.lua) first, then the
+-- general path for what it leaves.
 local function single(command, step)
-    return guarded(function(keys, args)
+    local general = guarded(function(keys, args)
         if #keys ~= 1 then
             RL.arity(command)
         end
@@ -88,6 +89,18 @@ local function single(command, step)
         RL.apply(keys[1], outcome.write)
         return RL.values(outcome.decision)
     end)
+    local fast = RL.fast_single
+    return function(keys, args)
+        if keys[2] == nil and keys[1] ~= nil then
+            -- An error of the fast path (a key of another type, a number too large) is the
+            -- general path's to report, with its texts.
+            local ok, reply = pcall(fast, command, step, keys[1], args)
+            if ok and reply then
+                return reply
+            end
+        end
+        return general(keys, args)
+    end
 end
 
 local function reset(keys, args)

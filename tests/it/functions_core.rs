@@ -272,6 +272,21 @@ fn set_maxmemory(con: &mut redis::Connection, bytes: u64) {
         .expect("CONFIG SET maxmemory");
 }
 
+/// A reply without its reset_after_ms, which moves with the ms each backend ran in: in
+/// every array of five integers (RL.REFUND's, and each key's in RL.MREFUND's), the fourth.
+fn but_reset(reply: Value) -> Value {
+    match reply {
+        Value::Array(mut fields)
+            if fields.len() == 5 && fields.iter().all(|f| matches!(f, Value::Int(_))) =>
+        {
+            fields[3] = Value::Nil;
+            Value::Array(fields)
+        }
+        Value::Array(fields) => Value::Array(fields.into_iter().map(but_reset).collect()),
+        other => other,
+    }
+}
+
 #[test]
 fn over_maxmemory_hits_are_refused_and_refunds_and_resets_still_run_as_in_the_module() {
     each_flavor(|flavor| {
@@ -297,7 +312,11 @@ fn over_maxmemory_hits_are_refused_and_refunds_and_resets_still_run_as_in_the_mo
         let library_refund: Value = fcall_cmd("rl_refund", &["l"], &["5", "1h"])
             .query(&mut con)
             .expect("rl_refund over maxmemory");
-        assert_eq!(library_refund, module_refund, "{flavor:?}");
+        assert_eq!(
+            but_reset(library_refund),
+            but_reset(module_refund),
+            "{flavor:?}"
+        );
         let module_several: Value = redis::cmd("RL.MREFUND")
             .arg(1)
             .arg("m")
@@ -309,7 +328,11 @@ fn over_maxmemory_hits_are_refused_and_refunds_and_resets_still_run_as_in_the_mo
         let library_several: Value = fcall_cmd("rl_mrefund", &["l"], &["SPEC", "5", "1h"])
             .query(&mut con)
             .expect("rl_mrefund over maxmemory");
-        assert_eq!(library_several, module_several, "{flavor:?}");
+        assert_eq!(
+            but_reset(library_several),
+            but_reset(module_several),
+            "{flavor:?}"
+        );
         let reset: i64 = fcall_cmd("rl_reset", &["l2"], &[])
             .query(&mut con)
             .expect("rl_reset over maxmemory");

@@ -13,6 +13,7 @@ mod configs;
 mod dist;
 mod doc_examples;
 mod functions_core;
+mod functions_fast;
 mod functions_leases;
 mod functions_same_ms;
 mod functions_take;
