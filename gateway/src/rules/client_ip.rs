@@ -133,17 +133,28 @@ pub(crate) fn push_ip(out: &mut String, ip: IpAddr) {
         let _ = write!(out, "{ip}");
         return;
     };
+    // At most "255.255.255.255", built in place and appended once.
+    let mut text = [0u8; 15];
+    let mut len = 0;
     for (i, octet) in v4.octets().into_iter().enumerate() {
         if i > 0 {
-            out.push('.');
+            text[len] = b'.';
+            len += 1;
         }
         if octet >= 100 {
-            out.push(char::from(b'0' + octet / 100));
+            text[len] = b'0' + octet / 100;
+            len += 1;
         }
         if octet >= 10 {
-            out.push(char::from(b'0' + octet / 10 % 10));
+            text[len] = b'0' + octet / 10 % 10;
+            len += 1;
         }
-        out.push(char::from(b'0' + octet % 10));
+        text[len] = b'0' + octet % 10;
+        len += 1;
+    }
+    // Digits and dots only, so always valid UTF-8; appended as one slice, not char by char.
+    if let Ok(text) = std::str::from_utf8(&text[..len]) {
+        out.push_str(text);
     }
 }
 
