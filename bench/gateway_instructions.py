@@ -10,7 +10,10 @@ by Redis as one RL.HIT. An idle interval as long as the requests took is counted
 subtracted: the heartbeat and the timers run whatever the load.
 
     python3 bench/gateway_instructions.py [--baseline-gateway PATH] [--requests N]
-        [--output FILE]
+        [--output FILE] [--keep-profiles DIR]
+
+--keep-profiles DIR copies each gateway's callgrind dumps (the requests' and the idle
+interval's) into DIR before they are removed, for `callgrind_annotate --inclusive=yes`.
 
 Python 3 standard library only. Writes bench/GATEWAY-INSTRUCTIONS-RESULTS.md by default."""
 
@@ -58,10 +61,14 @@ def callgrind(pid: int, option: str) -> None:
                    capture_output=True, timeout=300)
 
 
-def total_instructions(workdir: Path) -> int:
-    """The sum of the `totals:` lines of every dump, each dump removed once read."""
+def total_instructions(workdir: Path, keep: Optional[Path] = None) -> int:
+    """The sum of the `totals:` lines of every dump, each dump removed once read (copied
+    into `keep` first, when given, named by the dump's own name)."""
     total = 0
-    for dump in workdir.glob("callgrind.out*"):
+    for dump in sorted(workdir.glob("callgrind.out*")):
+        if keep is not None:
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(dump, keep.parent / f"{keep.name}.{dump.name}")
         for line in dump.read_text(errors="replace").splitlines():
             if line.startswith("totals:"):
                 total += int(line.split()[1])
@@ -85,8 +92,9 @@ def send(connection: http.client.HTTPConnection, count: int) -> None:
             raise RuntimeError(f"the gateway answered {response.status}, not 200")
 
 
-def measure(gateway: Path, requests: int) -> float:
-    """Instructions per allowed request of `gateway`, the idle interval's subtracted."""
+def measure(gateway: Path, requests: int, keep: Optional[Path] = None) -> float:
+    """Instructions per allowed request of `gateway`, the idle interval's subtracted; with
+    `keep` (a directory and a file name prefix), its dumps are copied there."""
     processes = Processes()
     workdir = Path(tempfile.mkdtemp(prefix="rl-gw-instr-"))
     try:
@@ -118,12 +126,12 @@ def measure(gateway: Path, requests: int) -> float:
         if hit_calls(redis) - before != requests:
             raise RuntimeError("a request was not decided by one RL.HIT")
         callgrind(server.pid, "--dump")
-        loaded = total_instructions(workdir)
+        loaded = total_instructions(workdir, keep and keep.with_name(keep.name + "-requests"))
         callgrind(server.pid, "--instr=on")
         time.sleep(busy)
         callgrind(server.pid, "--instr=off")
         callgrind(server.pid, "--dump")
-        idle = total_instructions(workdir)
+        idle = total_instructions(workdir, keep and keep.with_name(keep.name + "-idle"))
         return (loaded - idle) / requests
     finally:
         processes.stop_all()
@@ -160,6 +168,8 @@ def main() -> int:
                         help="an rl-gateway release binary of another commit")
     parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--keep-profiles", type=Path, metavar="DIR",
+                        help="copy the callgrind dumps into DIR (for callgrind_annotate)")
     options = parser.parse_args()
     gateways = {"this checkout": RELEASE / "rl-gateway"}
     if options.baseline_gateway is not None:
@@ -169,7 +179,10 @@ def main() -> int:
         if not binary.is_file():
             log(f"{binary} is missing: run `make build` first")
             return 1
-        results[name] = measure(binary, options.requests)
+        keep = None
+        if options.keep_profiles is not None:
+            keep = options.keep_profiles / ("baseline" if "baseline" in name else "this")
+        results[name] = measure(binary, options.requests, keep)
         log(f"{name}: {results[name]:,.0f} instructions per request")
     options.output.write_text("\n".join(report(results, options.requests)))
     log(f"wrote {options.output}")

@@ -8,7 +8,6 @@
 use crate::rules::{Limit, Rule};
 use crate::verdict::{Verdict, NEVER};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
-use std::fmt::Write;
 
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -31,9 +30,30 @@ fn tier_name(out: &mut String, rule: &Rule, index: usize, count: usize) {
     out.push('"');
     out.push_str(&rule.name);
     if count > 1 {
-        let _ = write!(out, "-{}", index + 1);
+        out.push('-');
+        push_decimal(out, index as u64 + 1);
     }
     out.push('"');
+}
+
+/// Appends `n` in decimal, as `Display` writes it. These fields are written for every
+/// request of a limited route, and the formatting machinery costs several times as much
+/// for the same digits.
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Digits only, so always valid UTF-8; appended as one slice, not char by char.
+    if let Ok(digits) = std::str::from_utf8(&digits[start..]) {
+        out.push_str(digits);
+    }
 }
 
 /// Adds the rate-limit fields for every limit of `shown` (each rule with its verdict, in
@@ -112,22 +132,22 @@ fn push_items(policy: &mut String, state: &mut String, rule: &Rule, verdict: &Ve
             state.push_str(", ");
         }
         tier_name(policy, rule, index, tiers.len());
-        let _ = write!(policy, ";q={}", tier.limit);
+        policy.push_str(";q=");
+        push_decimal(policy, tier.limit);
         // A policy stored in Redis has windows the gateway does not know, and a calendar
         // window has no one length; `w` is optional.
         if let Some(window) = windows
             .get(index)
             .filter(|w| windows.len() == tiers.len() && w.period.is_none())
         {
-            let _ = write!(policy, ";w={}", seconds_up(window.window_ms));
+            policy.push_str(";w=");
+            push_decimal(policy, seconds_up(window.window_ms));
         }
         tier_name(state, rule, index, tiers.len());
-        let _ = write!(
-            state,
-            ";r={};t={}",
-            tier.remaining,
-            seconds_up(tier.reset_after_ms)
-        );
+        state.push_str(";r=");
+        push_decimal(state, tier.remaining);
+        state.push_str(";t=");
+        push_decimal(state, seconds_up(tier.reset_after_ms));
     }
 }
 
@@ -148,6 +168,27 @@ mod tests {
              [[rule]]\nname = \"api\"\npath = \"/a\"\nlimits = {limits}\n"
         );
         Rule::clone(&parse(&text).unwrap().rules.rules[0])
+    }
+
+    #[test]
+    fn decimals_are_written_as_display_writes_them() {
+        let values = [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            12_345,
+            1 << 32,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for n in values {
+            let mut out = String::from(";q=");
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!(";q={n}"));
+        }
     }
 
     #[test]

@@ -147,11 +147,13 @@ impl LocalLimits {
     /// window still runs (an ended one counts nothing any more). The keys keep their local
     /// state: an outage that comes back within a window goes on from it, rather than
     /// granting a fresh share at every flap. `None` (cheaply) when there is nothing to tell.
-    pub(crate) fn take_unsynced(&self, now_ms: i64) -> Option<Vec<Unsynced>> {
+    pub(crate) fn take_unsynced(&self, now_ms: impl FnOnce() -> i64) -> Option<Vec<Unsynced>> {
         // A load first: this runs at every answer, and a swap would write the shared line.
+        // The clock is read only past it, for the same reason.
         if !self.unsynced.load(Relaxed) || !self.unsynced.swap(false, Relaxed) {
             return None;
         }
+        let now_ms = now_ms();
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
         keys.retain(|_, entry| entry.state.expires_at_ms().is_none_or(|at| at > now_ms));
         let taken = keys
@@ -336,26 +338,26 @@ mod tests {
     fn what_was_admitted_is_taken_once_for_redis() {
         let local = LocalLimits::new(100, None);
         let rule = rule(10, 60_000, None);
-        assert!(local.take_unsynced(NOW).is_none(), "nothing yet");
+        assert!(local.take_unsynced(|| NOW).is_none(), "nothing yet");
         admitted(&local, &rule, "a", 3, NOW);
         admitted(&local, &rule, "b", 20, NOW);
         local.refund(&rule, "a", None, NOW);
         let mut taken: Vec<(String, u64)> = local
-            .take_unsynced(NOW)
+            .take_unsynced(|| NOW)
             .expect("units to tell")
             .into_iter()
             .map(|u| (u.key, u.units))
             .collect();
         taken.sort();
         assert_eq!(taken, [("a".into(), 2), ("b".into(), 10)]);
-        assert!(local.take_unsynced(NOW).is_none(), "taken once");
+        assert!(local.take_unsynced(|| NOW).is_none(), "taken once");
         assert_eq!(
             admitted(&local, &rule, "b", 5, NOW),
             0,
             "the local state stays: a second outage in the window grants nothing new"
         );
         admitted(&local, &rule, "c", 1, NOW);
-        let ended = local.take_unsynced(NOW + 120_000).expect("a flag");
+        let ended = local.take_unsynced(|| NOW + 120_000).expect("a flag");
         assert!(ended.is_empty(), "a window over counts nothing");
         assert!(local.is_empty(), "and its keys are dropped");
     }

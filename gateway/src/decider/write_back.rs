@@ -13,7 +13,7 @@ impl<T: Transport> Decider<T> {
     /// answered, and by the heartbeat, so that every gateway of a fleet writes back within
     /// one beat of Redis's return, whatever its breaker says.
     pub(crate) fn write_back_local(&self) {
-        if let Some(unsynced) = self.local.take_unsynced(super::local_limits::now_ms()) {
+        if let Some(unsynced) = self.local.take_unsynced(super::local_limits::now_ms) {
             tokio::spawn(write_back(self.backend.clone(), unsynced));
         }
     }

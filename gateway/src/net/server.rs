@@ -5,8 +5,9 @@
 //!
 //! A listener serves until its [`Shutdown`] says stop: then it closes (new connections are
 //! refused), its idle connections close, and those with a request in flight finish it
-//! (hyper's graceful shutdown, told through hyper-util's `GracefulShutdown`) for up to
-//! the drain time, after which what is left is cut.
+//! (hyper's graceful shutdown) for up to the drain time, after which what is left is cut.
+//! One watch channel tells every connection both (see [`Told`]), so that a connection
+//! looks at one signal, not two, each time it wakes.
 
 use crate::app::Gateway;
 use crate::front::http::Body;
@@ -21,7 +22,6 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -56,9 +56,9 @@ pub async fn serve<F, Fut>(
     F: Fn(Arc<Gateway>, SocketAddr, Request<Incoming>) -> Fut + Copy + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
-    let graceful = GracefulShutdown::new();
-    // Told after the drain time: the connections still open drop what they serve.
-    let (cut, cut_told) = watch::channel(false);
+    // Each connection holds a receiver: their count is the connections open, and the
+    // channel closes when the last one ends.
+    let (told, _) = watch::channel(Told::Serve);
     let admission = Admission::new(&gateway);
     loop {
         let accepted = tokio::select! {
@@ -84,28 +84,38 @@ pub async fn serve<F, Fut>(
             peer,
             gateway: gateway.clone(),
             places,
-            watcher: graceful.watcher(),
-            cut: cut_told.clone(),
+            told: told.subscribe(),
         };
         tokio::spawn(connection.serve(handle));
     }
     // Closed: from now on connections are refused by the system.
     drop(listener);
-    drain(graceful, cut, &shutdown).await;
+    drain(told, &shutdown).await;
+}
+
+/// What a listener tells its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Told {
+    /// Serve requests.
+    Serve,
+    /// The listener closed: finish the request in flight, take no other.
+    Drain,
+    /// The drain time is over: drop what is served (its lease is given back).
+    Cut,
 }
 
 /// Waits for the connections of a stopped listener to end, and cuts those still open after
 /// the drain time.
-async fn drain(graceful: GracefulShutdown, cut: watch::Sender<bool>, shutdown: &Shutdown) {
+async fn drain(told: watch::Sender<Told>, shutdown: &Shutdown) {
     let name = shutdown.name;
-    let open = graceful.count();
+    let open = told.receiver_count();
     log!(
         "{name} listener closed; draining its {open} open connections for up to {} s",
         shutdown.drain.as_secs_f64()
     );
-    let drained = graceful.shutdown();
-    tokio::pin!(drained);
-    if tokio::time::timeout(shutdown.drain, &mut drained)
+    // `send_replace`: the value changes even when no connection is open to see it.
+    told.send_replace(Told::Drain);
+    if tokio::time::timeout(shutdown.drain, told.closed())
         .await
         .is_ok()
     {
@@ -116,8 +126,8 @@ async fn drain(graceful: GracefulShutdown, cut: watch::Sender<bool>, shutdown: &
         "{name} listener: the drain time is over, cutting the connections still open \
          (their leases are given back)"
     );
-    let _ = cut.send(true);
-    drained.await;
+    told.send_replace(Told::Cut);
+    told.closed().await;
 }
 
 /// The caps on connections: in all, and per client.
@@ -183,8 +193,7 @@ struct Connection {
     peer: SocketAddr,
     gateway: Arc<Gateway>,
     places: Places,
-    watcher: Watcher,
-    cut: watch::Receiver<bool>,
+    told: watch::Receiver<Told>,
 }
 
 impl Connection {
@@ -200,8 +209,7 @@ impl Connection {
             peer,
             gateway,
             places,
-            watcher,
-            mut cut,
+            mut told,
         } = self;
         let _places = places;
         let _ = stream.set_nodelay(true);
@@ -225,13 +233,37 @@ impl Connection {
             .header_read_timeout(limits.head_timeout + limits.idle_timeout)
             .max_header_size(max_header_bytes)
             .serve_connection(TokioIo::new(WatchedIo::new(stream, watch.clone())), service);
-        tokio::select! {
-            _ = watcher.watch(connection) => {}
-            // Dropping the connection closes it: idle or stuck in a head, it has no
-            // response in progress to cut short.
-            () = watch.expired(limits) => {}
-            // The drain time is over: what it serves is dropped, its lease given back.
-            _ = cut.wait_for(|cut| *cut) => {}
+        tokio::pin!(connection);
+        let expired = watch.expired(limits);
+        tokio::pin!(expired);
+        // Whether the listener can still tell something: not once its sender is gone.
+        let mut listening = true;
+        loop {
+            tokio::select! {
+                // In this order, without drawing a random one each time: nearly every
+                // wake is the connection's own.
+                biased;
+                _ = connection.as_mut() => return,
+                // Dropping the connection closes it: idle or stuck in a head, it has no
+                // response in progress to cut short.
+                () = &mut expired => return,
+                changed = told.changed(), if listening => {
+                    let now = changed.map(|()| *told.borrow_and_update());
+                    match now {
+                        Ok(Told::Serve) => {}
+                        // The drain time is over: what it serves is dropped, its lease
+                        // given back.
+                        Ok(Told::Cut) => return,
+                        Ok(Told::Drain) => connection.as_mut().graceful_shutdown(),
+                        // The listener is gone without a word: drain, as hyper-util's
+                        // watcher did.
+                        Err(_) => {
+                            listening = false;
+                            connection.as_mut().graceful_shutdown();
+                        }
+                    }
+                }
+            }
         }
     }
 }

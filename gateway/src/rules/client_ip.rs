@@ -124,9 +124,59 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
     Some(ip.to_canonical())
 }
 
+/// Appends `ip` to `out` as `Display` writes it. An IPv4 address, the common case and one
+/// written for each request (its key, its `X-Forwarded-For`), is written digit by digit:
+/// the formatting machinery costs about ten times as much for the same text.
+pub(crate) fn push_ip(out: &mut String, ip: IpAddr) {
+    let IpAddr::V4(v4) = ip else {
+        use std::fmt::Write;
+        let _ = write!(out, "{ip}");
+        return;
+    };
+    // At most "255.255.255.255", built in place and appended once.
+    let mut text = [0u8; 15];
+    let mut len = 0;
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            text[len] = b'.';
+            len += 1;
+        }
+        if octet >= 100 {
+            text[len] = b'0' + octet / 100;
+            len += 1;
+        }
+        if octet >= 10 {
+            text[len] = b'0' + octet / 10 % 10;
+            len += 1;
+        }
+        text[len] = b'0' + octet % 10;
+        len += 1;
+    }
+    // Digits and dots only, so always valid UTF-8; appended as one slice, not char by char.
+    if let Ok(text) = std::str::from_utf8(&text[..len]) {
+        out.push_str(text);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn push_ip_writes_what_display_writes() {
+        let mut addresses: Vec<IpAddr> = ["::1", "2001:db8::8a2e:370:7334", "::ffff:1.2.3.4"]
+            .iter()
+            .map(|s| ip(s))
+            .collect();
+        for octet in 0..=255u8 {
+            addresses.push(IpAddr::from([octet, 255 - octet, octet / 7, 10]));
+        }
+        for address in addresses {
+            let mut out = String::from("ip:");
+            push_ip(&mut out, address);
+            assert_eq!(out, format!("ip:{address}"));
+        }
+    }
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()

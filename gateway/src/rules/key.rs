@@ -95,9 +95,9 @@ impl KeyBuilder {
         self
     }
 
-    /// A value the gateway made (an IP address), as it is shown.
-    pub(crate) fn shown(&mut self, value: impl std::fmt::Display) -> &mut Self {
-        let _ = write!(self.key, "{value}");
+    /// An IP address the gateway found, as it is shown.
+    pub(crate) fn ip(&mut self, ip: std::net::IpAddr) -> &mut Self {
+        crate::rules::client_ip::push_ip(&mut self.key, ip);
         self
     }
 
@@ -190,7 +190,7 @@ impl Rule {
         };
         match subject {
             Some((tag, value)) => key.raw(tag).part(value, MAX_KEY_PART),
-            None => key.raw("ip:").shown(request.client_ip),
+            None => key.raw("ip:").ip(request.client_ip),
         };
         key.raw("}:").raw(&self.name);
         if self.concurrency.is_some() {

@@ -221,7 +221,9 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
     if !headers.contains_key(&X_FORWARDED_FOR) {
         // The common case, the first proxy: the peer alone, without building a chain.
-        if let Ok(value) = HeaderValue::from_str(&peer.to_string()) {
+        let mut text = String::with_capacity(15);
+        crate::rules::client_ip::push_ip(&mut text, peer);
+        if let Ok(value) = HeaderValue::from_str(&text) {
             headers.insert(X_FORWARDED_FOR.clone(), value);
         }
         return;

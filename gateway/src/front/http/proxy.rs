@@ -61,19 +61,27 @@ impl Gateway {
         let forwarded = upstream
             .forward(request, peer, &rules.fail_open_header, fail_open_mark)
             .await;
-        let mut response = match forwarded {
-            Ok(response) => self.streamed(response, lease).await,
+        let response = match forwarded {
+            Ok(response) => response,
             Err(error) => {
                 release(&mut lease, ReleaseCause::Error);
                 return self.upstream_failed(error, peer);
             }
         };
+        // The response is not moved into a future of its own: only the lease's wait is.
+        if hyper::body::Body::is_end_stream(response.body()) {
+            self.release_before_answering(&mut lease).await;
+        }
+        let mut response = response.map(|body| Either::Left(Leased::new(body, lease)));
         let Judgement {
             applying, stacked, ..
         } = judgement;
-        let verdicts = self
-            .settle(&applying, stacked.outcomes, response.status().as_u16())
-            .await;
+        let status = response.status().as_u16();
+        // The common case, every rule counting this status, needs no refund and no wait.
+        let verdicts = match applying.iter().all(|applied| applied.rule.counts(status)) {
+            true => counted(stacked.outcomes),
+            false => self.settle(&applying, stacked.outcomes, status).await,
+        };
         let (shown, binding) = shown_allowed(&applying, &verdicts);
         let legacy = rules.legacy_headers;
         headers::add_all(response.headers_mut(), &shown, binding, legacy, false);
@@ -110,23 +118,15 @@ impl Gateway {
         Ok((method, path))
     }
 
-    /// The upstream's response, its body streamed with the request's lease, which is given
-    /// back when the body ends.
-    async fn streamed(
-        &self,
-        response: Response<Incoming>,
-        mut lease: Option<LeaseGuard>,
-    ) -> Response<Body> {
-        // hyper writes an answer with no body (204, 304, a HEAD's) without asking the body,
-        // so its end cannot be held back: the release is waited for here, as `Leased` waits
-        // for it at a body's end (for `deadline_ms` at most), so that the client's next
-        // request does not meet this lease.
-        if hyper::body::Body::is_end_stream(response.body()) {
-            if let Some(settled) = lease.take().and_then(|mut l| l.release(ReleaseCause::End)) {
-                let _ = tokio::time::timeout(self.decider.deadline(), settled).await;
-            }
+    /// Gives back the lease of a response without a body. hyper writes an answer with no
+    /// body (204, 304, a HEAD's) without asking the body, so its end cannot be held back:
+    /// the release is waited for here, as `Leased` waits for it at a body's end (for
+    /// `deadline_ms` at most), so that the client's next request does not meet this lease.
+    /// Otherwise the body, streamed, holds the lease and gives it back when it ends.
+    async fn release_before_answering(&self, lease: &mut Option<LeaseGuard>) {
+        if let Some(settled) = lease.take().and_then(|mut l| l.release(ReleaseCause::End)) {
+            let _ = tokio::time::timeout(self.decider.deadline(), settled).await;
         }
-        response.map(|body| Either::Left(Leased::new(body, lease)))
     }
 
     /// The answer when forwarding failed, and what it is counted as.
@@ -202,6 +202,18 @@ impl Gateway {
             _ => None,
         }
     }
+}
+
+/// What [`Gateway::settle`] answers when every rule counts the status: each allowed
+/// rule's verdict, `None` for the others.
+fn counted(outcomes: impl IntoIterator<Item = RuleOutcome>) -> SmallVec<[Option<Verdict>; 2]> {
+    outcomes
+        .into_iter()
+        .map(|outcome| match outcome {
+            RuleOutcome::Allowed(verdict) => Some(verdict),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Starts giving back the request's lease, if it holds one.
