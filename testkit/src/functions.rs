@@ -104,6 +104,52 @@ pub type Seen = (Value, Option<Vec<u8>>, i64);
 pub const PROBE: &str = "functions-core:clock-probe";
 pub const PROBE_WINDOW_MS: i64 = 366 * 86_400_000;
 
+/// Adds the module's clock probe to `pipe`.
+fn probe(pipe: &mut redis::Pipeline) {
+    pipe.cmd("RL.HIT")
+        .arg(PROBE)
+        .arg("9007199254740991")
+        .arg("366d");
+}
+
+/// Adds to `pipe` what puts `key` back as `before` says (value and absolute expiry, -1 for
+/// none, no value for no key), its reply ignored.
+fn restore(pipe: &mut redis::Pipeline, key: &str, before: &(Option<Vec<u8>>, i64)) {
+    match before {
+        (None, _) => pipe.cmd("DEL").arg(key).ignore(),
+        (Some(value), -1) => pipe.cmd("SET").arg(key).arg(value).ignore(),
+        (Some(value), at) => pipe
+            .cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PXAT")
+            .arg(*at)
+            .ignore(),
+    };
+}
+
+/// Whether a transaction's clocks all read one ms: `TIME` at `replies[first]` and
+/// `replies[last]`, the module's probe at `first + 1` and `probe_after`.
+fn in_one_ms(replies: &[Value], first: usize, probe_after: usize, last: usize) -> bool {
+    let time = |v: &Value| -> i64 {
+        let (secs, micros): (i64, i64) = redis::from_redis_value(v.clone()).expect("TIME");
+        secs * 1_000 + micros / 1_000
+    };
+    let start = time(&replies[first]);
+    let end = start - start.rem_euclid(PROBE_WINDOW_MS) + PROBE_WINDOW_MS;
+    let module_clock = |v: &Value| -> i64 {
+        let reply: Vec<i64> = redis::from_redis_value(v.clone()).expect("probe");
+        end - reply[3]
+    };
+    [
+        module_clock(&replies[first + 1]),
+        module_clock(&replies[probe_after]),
+        time(&replies[last]),
+    ]
+    .iter()
+    .all(|&clock| clock == start)
+}
+
 /// Runs `command` on three keys in one transaction during which the server's clock stays
 /// in one ms (retried until it does, so every call saw the same `now`): `m` by the module,
 /// `l` by the library, and `x` by the module or the library as `library_on_x` says.
@@ -125,27 +171,11 @@ pub fn same_ms(
 ) -> [Seen; 3] {
     let (module, library) = names(command);
     let args: Vec<&str> = args.split_whitespace().collect();
-    let probe = |pipe: &mut redis::Pipeline| {
-        pipe.cmd("RL.HIT")
-            .arg(PROBE)
-            .arg("9007199254740991")
-            .arg("366d");
-    };
     for _ in 0..1_000 {
         let mut pipe = redis::pipe();
         pipe.atomic().ignore_errors();
         for key in keys {
-            match before {
-                (None, _) => pipe.cmd("DEL").arg(key).ignore(),
-                (Some(value), -1) => pipe.cmd("SET").arg(key).arg(value).ignore(),
-                (Some(value), at) => pipe
-                    .cmd("SET")
-                    .arg(key)
-                    .arg(value)
-                    .arg("PXAT")
-                    .arg(*at)
-                    .ignore(),
-            };
+            restore(&mut pipe, key, before);
         }
         pipe.cmd("TIME");
         probe(&mut pipe);
@@ -170,23 +200,7 @@ pub fn same_ms(
         probe(&mut pipe);
         pipe.cmd("TIME");
         let replies: Vec<Value> = pipe.query(con).expect("EXEC");
-        let time = |v: &Value| -> i64 {
-            let (secs, micros): (i64, i64) = redis::from_redis_value(v.clone()).expect("TIME");
-            secs * 1_000 + micros / 1_000
-        };
-        let start = time(&replies[0]);
-        let end = start - start.rem_euclid(PROBE_WINDOW_MS) + PROBE_WINDOW_MS;
-        let module_clock = |v: &Value| -> i64 {
-            let reply: Vec<i64> = redis::from_redis_value(v.clone()).expect("probe");
-            end - reply[3]
-        };
-        let clocks = [
-            start,
-            module_clock(&replies[1]),
-            module_clock(&replies[11]),
-            time(&replies[12]),
-        ];
-        if clocks.iter().all(|&c| c == start) {
+        if in_one_ms(&replies, 0, 11, 12) {
             let seen = |n: usize| -> Seen {
                 let value = redis::from_redis_value(replies[5 + 2 * n].clone()).expect("GET");
                 let expiry =
@@ -260,23 +274,10 @@ pub fn same_ms_several(
         let mut pipe = redis::pipe();
         pipe.atomic();
         for (n, key) in keys.iter().enumerate() {
-            match &before[n % 2] {
-                (None, _) => pipe.cmd("DEL").arg(key).ignore(),
-                (Some(value), -1) => pipe.cmd("SET").arg(key).arg(value).ignore(),
-                (Some(value), at) => pipe
-                    .cmd("SET")
-                    .arg(key)
-                    .arg(value)
-                    .arg("PXAT")
-                    .arg(*at)
-                    .ignore(),
-            };
+            restore(&mut pipe, key, &before[n % 2]);
         }
         pipe.cmd("TIME");
-        pipe.cmd("RL.HIT")
-            .arg(PROBE)
-            .arg("9007199254740991")
-            .arg("366d");
+        probe(&mut pipe);
         pipe.cmd(&module).arg(2).arg(&keys[..2]).arg(&args);
         pipe.cmd("FCALL")
             .arg(&library)
@@ -286,29 +287,10 @@ pub fn same_ms_several(
         for key in keys {
             pipe.cmd("GET").arg(key).cmd("PEXPIRETIME").arg(key);
         }
-        pipe.cmd("RL.HIT")
-            .arg(PROBE)
-            .arg("9007199254740991")
-            .arg("366d");
+        probe(&mut pipe);
         pipe.cmd("TIME");
         let r: Vec<Value> = pipe.query(con).expect("EXEC");
-        let time = |v: &Value| -> i64 {
-            let (secs, micros): (i64, i64) = redis::from_redis_value(v.clone()).expect("TIME");
-            secs * 1_000 + micros / 1_000
-        };
-        let start = time(&r[0]);
-        let end = start - start.rem_euclid(PROBE_WINDOW_MS) + PROBE_WINDOW_MS;
-        let module_clock = |v: &Value| -> i64 {
-            let reply: Vec<i64> = redis::from_redis_value(v.clone()).expect("probe");
-            end - reply[3]
-        };
-        let clocks = [
-            start,
-            module_clock(&r[1]),
-            module_clock(&r[12]),
-            time(&r[13]),
-        ];
-        if clocks.iter().all(|&c| c == start) {
+        if in_one_ms(&r, 0, 12, 13) {
             let held = |n: usize| -> Held {
                 (
                     redis::from_redis_value(r[4 + 2 * n].clone()).expect("GET"),
