@@ -303,23 +303,31 @@ const OTHER_VERSION: &str = "#!lua name=ratelimit\n\
     callback=function() return '0.0.1-other' end, flags={'no-writes'}}\n\
     redis.register_function('rl_hit', function() return {1, 9, 9, 0, 0} end)\n";
 
+/// Loads [`OTHER_VERSION`] into `redis`.
+fn load_other_version(redis: &Server) {
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(OTHER_VERSION)
+        .query(&mut redis.conn())
+        .expect("FUNCTION LOAD the other version");
+}
+
+/// A gateway in front of `upstream` deciding [`RULES`] on `redis`, with `extra` lines in
+/// its `[redis]` section.
+fn with_rules(upstream: &Upstream, redis: &Server, extra: &str) -> Gateway {
+    Gateway::start(
+        &upstream.server_line(),
+        &format!("{}{RULES}", redis_section(redis.port(), extra)),
+    )
+}
+
 #[test]
 fn a_library_of_another_version_is_never_used_nor_replaced() {
     each_flavor(|flavor| {
         let redis = ServerConfig::managed(flavor).start();
-        let _: String = redis::cmd("FUNCTION")
-            .arg("LOAD")
-            .arg(OTHER_VERSION)
-            .query(&mut redis.conn())
-            .expect("FUNCTION LOAD the other version");
+        load_other_version(&redis);
         let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}{RULES}",
-                redis_section(redis.port(), "functions_load = \"if-missing\"")
-            ),
-        );
+        let gateway = with_rules(&upstream, &redis, "functions_load = \"if-missing\"");
         let body = wait_not_ready(&gateway, "0.0.1-other", &format!("{flavor:?}"));
         assert!(body.contains(env!("CARGO_PKG_VERSION")), "{body}");
         assert!(
@@ -344,19 +352,9 @@ fn a_library_of_another_version_is_never_used_nor_replaced() {
 fn backend_functions_with_another_version_calls_neither_it_nor_the_module() {
     each_flavor(|flavor| {
         let redis = ServerConfig::new(flavor).start();
-        let _: String = redis::cmd("FUNCTION")
-            .arg("LOAD")
-            .arg(OTHER_VERSION)
-            .query(&mut redis.conn())
-            .expect("FUNCTION LOAD the other version");
+        load_other_version(&redis);
         let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}{RULES}",
-                redis_section(redis.port(), "backend = \"functions\"")
-            ),
-        );
+        let gateway = with_rules(&upstream, &redis, "backend = \"functions\"");
         wait_not_ready(&gateway, "0.0.1-other", &format!("{flavor:?}"));
         let resp = gateway.get("/api/items");
         assert_eq!(resp.status, 503, "{flavor:?}: {resp:?}");
@@ -376,13 +374,7 @@ fn if_missing_loads_the_gateways_own_library() {
     each_flavor(|flavor| {
         let redis = ServerConfig::managed(flavor).start();
         let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}{RULES}",
-                redis_section(redis.port(), "functions_load = \"if-missing\"")
-            ),
-        );
+        let gateway = with_rules(&upstream, &redis, "functions_load = \"if-missing\"");
         wait_ready(&gateway, &format!("{flavor:?}"));
         assert_eq!(
             version_on(&mut redis.conn()).expect("rl_version"),
@@ -423,13 +415,7 @@ fn backend_module_wants_the_module_even_where_the_library_is() {
     each_flavor(|flavor| {
         let redis = managed_with_library(flavor);
         let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}{RULES}",
-                redis_section(redis.port(), "backend = \"module\"")
-            ),
-        );
+        let gateway = with_rules(&upstream, &redis, "backend = \"module\"");
         wait_not_ready(&gateway, "RL.HIT unknown", &format!("{flavor:?}"));
         assert_eq!(redis.command_calls("FCALL"), None, "{flavor:?}");
     });
@@ -566,13 +552,7 @@ fn after_a_restart_the_server_is_probed_again_and_if_missing_loads_it_again() {
     each_flavor(|flavor| {
         let redis = ServerConfig::managed(flavor).start();
         let upstream = Upstream::start();
-        let gateway = Gateway::start(
-            &upstream.server_line(),
-            &format!(
-                "{}{RULES}",
-                redis_section(redis.port(), "functions_load = \"if-missing\"")
-            ),
-        );
+        let gateway = with_rules(&upstream, &redis, "functions_load = \"if-missing\"");
         wait_ready(&gateway, &format!("{flavor:?}"));
         // Restarted empty (no RDB, so no library): the gateway finds it and loads it again.
         let redis = redis.shutdown("NOSAVE").start();
