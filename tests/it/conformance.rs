@@ -1,0 +1,210 @@
+//! One behavioural suite for both backends: the scenarios of `tests/conformance/*.toml`
+//! (calls in the module's syntax and the replies expected) run against the module's
+//! commands and against the Functions library's, on Redis 7.0 and Valkey 8.1, each scenario
+//! on fresh keys of a primary whose replica must then hold the same bytes; a few more
+//! through a 3-primary cluster, routed by key. The library runs on a server started without
+//! the module and with `enable-module-command no`, as on a managed service.
+
+mod reply;
+mod runner;
+mod table;
+
+use reply::Got;
+use runner::{library_functions, run_all, server_name, Backend, Outcome, Target};
+use std::collections::BTreeSet;
+use table::{Expect, Only, Scenario};
+use testkit::cluster::Cluster;
+use testkit::policy::policy_config;
+use testkit::*;
+
+fn scenarios() -> Vec<Scenario> {
+    table::load_all(workspace_root())
+}
+
+/// The bundled library, as `FUNCTION LOAD` takes it.
+fn library_source() -> String {
+    let path = workspace_root().join("functions/ratelimit.lua");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn load_library(con: &mut redis::Connection, source: &str) -> BTreeSet<String> {
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(source)
+        .query(con)
+        .expect("FUNCTION LOAD REPLACE");
+    library_functions(con)
+}
+
+/// A server as a managed service offers it: no module, and no way to load one.
+fn managed(flavor: Flavor) -> ServerConfig {
+    ServerConfig::new(flavor)
+        .without_module()
+        .arg("enable-module-command", "no")
+}
+
+/// Runs every scenario on `backend` on a primary (with its replica) of each flavour.
+fn run_backend(backend: Backend, scenarios: &[Scenario]) -> Outcome {
+    let mut outcome = Outcome::default();
+    each_flavor(|flavor| {
+        // The module's with what RL.POLICY SET needs on Redis 7.0.
+        let config = || match backend {
+            Backend::Module => policy_config(flavor),
+            Backend::Functions => managed(flavor),
+        };
+        let (config, replica) = (config(), config());
+        let (primary, replica) = primary_with_replica_configs(config, replica);
+        let mut con = primary.conn();
+        let library = match backend {
+            Backend::Module => BTreeSet::new(),
+            Backend::Functions => load_library(&mut con, &library_source()),
+        };
+        let mut target = Target {
+            backend,
+            server: server_name(flavor),
+            con: &mut con,
+            replica: Some(&replica),
+            library,
+            tag: "c".into(),
+            mutate: None,
+        };
+        outcome.absorb(run_all(&mut target, scenarios));
+    });
+    outcome
+}
+
+#[test]
+fn conformance_module() {
+    run_backend(Backend::Module, &scenarios()).assert_passed();
+}
+
+#[test]
+fn conformance_functions() {
+    run_backend(Backend::Functions, &scenarios()).assert_passed();
+}
+
+/// Whether a scenario can run through a cluster client: RL.POLICY is keyless (the cluster
+/// tests of policies send it to every primary), so its scenarios stay on one server.
+fn routable(scenario: &Scenario) -> bool {
+    scenario.steps.iter().all(|step| {
+        step.only == Only::Both
+            && !step
+                .call
+                .first()
+                .is_some_and(|c| c.eq_ignore_ascii_case("RL.POLICY"))
+    })
+}
+
+#[test]
+fn conformance_in_a_cluster_routed_by_key() {
+    let scenarios: Vec<Scenario> = scenarios().into_iter().filter(routable).collect();
+    let source = library_source();
+    let mut outcome = Outcome::default();
+    each_flavor(|flavor| {
+        let cluster = Cluster::start(flavor, 3, 0);
+        let mut library = BTreeSet::new();
+        for primary in cluster.primaries() {
+            library = load_library(&mut primary.conn(), &source);
+        }
+        let mut con = cluster.client();
+        for (backend, tag) in [(Backend::Module, "m"), (Backend::Functions, "f")] {
+            let mut target = Target {
+                backend,
+                server: format!("{} cluster", server_name(flavor)),
+                con: &mut con,
+                replica: None,
+                library: library.clone(),
+                tag: tag.into(),
+                mutate: None,
+            };
+            outcome.absorb(run_all(&mut target, &scenarios));
+        }
+        // The scenarios' tags spread their keys over the slots: every primary served some.
+        for primary in cluster.primaries() {
+            let keys: i64 = redis::cmd("DBSIZE")
+                .query(&mut primary.conn())
+                .expect("DBSIZE");
+            assert!(
+                keys > 0,
+                "{flavor:?}: primary {} holds no key",
+                primary.port()
+            );
+        }
+    });
+    outcome.assert_passed();
+}
+
+/// What the self-test changes: every array of five integers (a decision, RL.LEASES) gets
+/// one more `remaining` (or `free`) than the server answered.
+fn one_more_remaining(got: &mut Got) {
+    if let Got::Array(items) = got {
+        if items.len() == 5 && items.iter().all(|i| matches!(i, Got::Int(_))) {
+            if let Got::Int(n) = &mut items[2] {
+                *n += 1;
+            }
+        }
+        items.iter_mut().for_each(one_more_remaining);
+    }
+}
+
+/// Whether the table expects an array of five integers somewhere in this reply.
+fn expects_five(expect: &Expect) -> bool {
+    match expect {
+        Expect::Array(items) => {
+            (items.len() == 5 && !items.iter().any(|i| matches!(i, Expect::Array(_))))
+                || items.iter().any(expects_five)
+        }
+        _ => false,
+    }
+}
+
+/// The suite can fail: with a backend whose replies carry one more `remaining`, exactly the
+/// scenarios that expect a decision fail, and each failure names the scenario, the step,
+/// the backend, the server, the call, the expected and the actual reply.
+#[test]
+fn conformance_fails_when_a_reply_changes() {
+    let scenarios = scenarios();
+    let flavor = Flavor::Valkey;
+    let server = ServerConfig::new(flavor).start();
+    let mut con = server.conn();
+    let mut target = Target {
+        backend: Backend::Module,
+        server: server_name(flavor),
+        con: &mut con,
+        replica: None,
+        library: BTreeSet::new(),
+        tag: "x".into(),
+        mutate: Some(one_more_remaining),
+    };
+    let outcome = run_all(&mut target, &scenarios);
+    let failed: BTreeSet<&str> = scenarios
+        .iter()
+        .filter(|s| {
+            outcome
+                .failures
+                .iter()
+                .any(|f| f.contains(&format!("{:?}", s.name)))
+        })
+        .map(|s| s.name.as_str())
+        .collect();
+    let deciding: BTreeSet<&str> = scenarios
+        .iter()
+        .filter(|s| s.steps.iter().any(|step| expects_five(&step.reply)))
+        .map(|s| s.name.as_str())
+        .collect();
+    assert!(deciding.len() > 20, "{deciding:?}");
+    assert_eq!(failed, deciding, "{:#?}", outcome.failures);
+    let first = &outcome.failures[0];
+    for part in [
+        "scenario",
+        "step",
+        "backend module",
+        "Valkey",
+        "call:",
+        "expected:",
+        "actual:",
+    ] {
+        assert!(first.contains(part), "{part:?} missing in:\n{first}");
+    }
+}

@@ -1,0 +1,362 @@
+//! Runs the table's scenarios on one backend of one server (or cluster): the module's
+//! commands as written, or the library's functions (`RL.HIT key ...` becomes `FCALL rl_hit
+//! 1 key ...`, `RL.MHIT numkeys ...` becomes `FCALL rl_mhit numkeys ...`). Each scenario
+//! gets fresh keys; each reply is matched against the table with the server's clock read
+//! before and after the call; with a replica, the replica must then hold the primary's
+//! exact bytes and expiries of every key the scenario named.
+
+use super::reply::{check, Clock, Got};
+use super::table::{Expect, Only, Scenario, Step};
+use redis::{Connection, ConnectionLike};
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+use testkit::{Flavor, Server};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Module,
+    Functions,
+}
+
+/// Where the scenarios run.
+pub struct Target<'a> {
+    pub backend: Backend,
+    /// The server, as a failure names it: `Redis 7.0`, `Valkey 8.1 cluster`.
+    pub server: String,
+    pub con: &'a mut dyn ConnectionLike,
+    pub replica: Option<&'a Server>,
+    /// The library's functions present on the server (read with FUNCTION LIST).
+    pub library: BTreeSet<String>,
+    /// Starts every key's hash tag, so that two targets sharing a server never share keys.
+    pub tag: String,
+    /// Changes every reply before it is matched: how the suite is shown to fail.
+    pub mutate: Option<fn(&mut Got)>,
+}
+
+/// What a run found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub passed: Vec<String>,
+    pub pending: Vec<String>,
+    /// One message per failed scenario, naming everything needed to reproduce it.
+    pub failures: Vec<String>,
+}
+
+impl Outcome {
+    pub fn absorb(&mut self, other: Outcome) {
+        self.passed.extend(other.passed);
+        self.pending.extend(other.pending);
+        self.failures.extend(other.failures);
+    }
+
+    /// Prints what passed and what is pending, and fails with every failure.
+    pub fn assert_passed(&self) {
+        println!("{} scenario runs passed", self.passed.len());
+        for pending in &self.pending {
+            println!("PENDING {pending}");
+        }
+        assert!(
+            self.failures.is_empty(),
+            "{} scenario runs failed:\n\n{}",
+            self.failures.len(),
+            self.failures.join("\n\n")
+        );
+    }
+}
+
+impl Target<'_> {
+    fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Module => "module",
+            Backend::Functions => "functions",
+        }
+    }
+}
+
+/// `Redis 7.0`, `Valkey 8.1`: the flavour and its version.
+pub fn server_name(flavor: Flavor) -> String {
+    let (major, minor) = flavor.version();
+    format!("{flavor:?} {major}.{minor}")
+}
+
+/// Runs every scenario on `target`, each on keys of its own.
+pub fn run_all(target: &mut Target, scenarios: &[Scenario]) -> Outcome {
+    let mut outcome = Outcome::default();
+    for (index, scenario) in scenarios.iter().enumerate() {
+        let title = format!(
+            "scenario {:?} ({}), backend {} on {}",
+            scenario.name,
+            scenario.file,
+            target.backend_name(),
+            target.server
+        );
+        if target.backend == Backend::Functions && !scenario.pending.is_empty() {
+            let missing: Vec<&String> = scenario
+                .pending
+                .iter()
+                .filter(|f| !target.library.contains(*f))
+                .collect();
+            if missing.is_empty() {
+                outcome.failures.push(format!(
+                    "{title}: the library offers {:?} now: remove the scenario's `pending` \
+                     mark so that it runs",
+                    scenario.pending
+                ));
+            } else {
+                outcome
+                    .pending
+                    .push(format!("{title}: the library lacks {missing:?}"));
+            }
+            continue;
+        }
+        let tag = format!("{}{index}", target.tag);
+        match run_scenario(target, scenario, &tag) {
+            Ok(()) => outcome.passed.push(title),
+            Err(failure) => outcome.failures.push(format!("{title}\n{failure}")),
+        }
+    }
+    outcome
+}
+
+/// The server's clock in ms.
+pub fn time_ms(con: &mut dyn ConnectionLike) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
+    secs * 1_000 + micros / 1_000
+}
+
+/// Waits until no edge of these epoch-aligned windows falls within the next few seconds,
+/// so that a scenario's counts are not cut by a new window in its middle.
+fn stay_clear_of_edges(con: &mut dyn ConnectionLike, windows_ms: &BTreeSet<i64>) {
+    const MARGIN_MS: i64 = 3_000;
+    for &window in windows_ms {
+        let into = time_ms(con).rem_euclid(window);
+        if window > MARGIN_MS && into > window - MARGIN_MS {
+            std::thread::sleep(Duration::from_millis((window - into + 20) as u64));
+        }
+    }
+}
+
+fn run_scenario(target: &mut Target, scenario: &Scenario, tag: &str) -> Result<(), String> {
+    stay_clear_of_edges(target.con, &scenario.windows_ms());
+    let start_ms = time_ms(target.con);
+    let mut captures: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut keys: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for (n, step) in scenario.steps.iter().enumerate() {
+        if step.only == Only::Module && target.backend != Backend::Module {
+            continue;
+        }
+        let words = substitute(&step.call, tag, &captures, &mut keys)
+            .map_err(|e| format!("  step {}: {e}", n + 1))?;
+        let args = translate(target.backend, &words);
+        let before_ms = time_ms(target.con);
+        let mut got = Got::of(command(&args).query::<redis::Value>(target.con));
+        let after_ms = time_ms(target.con);
+        if let Some(mutate) = target.mutate {
+            mutate(&mut got);
+        }
+        let expect = &resolve(expected(target.backend, step), tag, &captures, &mut keys)
+            .map_err(|e| format!("  step {}: {e}", n + 1))?;
+        let clock = Clock {
+            start_ms,
+            before_ms,
+            after_ms,
+        };
+        if let Err(why) = check(expect, &got, &clock, &mut captures) {
+            return Err(format!(
+                "  step {}: {}\n  call:     {}\n  expected: {expect}\n  actual:   {got}\n  \
+                 mismatch: {why}",
+                n + 1,
+                show(
+                    &step
+                        .call
+                        .iter()
+                        .map(|w| w.as_bytes().to_vec())
+                        .collect::<Vec<_>>()
+                ),
+                show(&args),
+            ));
+        }
+    }
+    if let Some(replica) = target.replica {
+        same_on_replica(target.con, replica, &keys)?;
+    }
+    Ok(())
+}
+
+fn expected(backend: Backend, step: &Step) -> &Expect {
+    match (backend, &step.functions) {
+        (Backend::Functions, Some(other)) => other,
+        _ => &step.reply,
+    }
+}
+
+/// An error text of the table may name the scenario's keys: `ERR key '{key}' ...`.
+fn resolve(
+    expect: &Expect,
+    tag: &str,
+    captures: &HashMap<String, Vec<u8>>,
+    keys: &mut BTreeSet<Vec<u8>>,
+) -> Result<Expect, String> {
+    Ok(match expect {
+        Expect::Error(text) if text.contains('{') => {
+            let words = substitute(&[text.clone()], tag, captures, keys)?;
+            Expect::Error(String::from_utf8_lossy(&words.concat()).into_owned())
+        }
+        other => other.clone(),
+    })
+}
+
+fn command(args: &[Vec<u8>]) -> redis::Cmd {
+    let mut cmd = redis::Cmd::new();
+    for arg in args {
+        cmd.arg(arg.as_slice());
+    }
+    cmd
+}
+
+/// Replaces `{key}`, `{key2}`, ... by the scenario's keys (noting them in `keys`) and
+/// `{name}` by a value a matcher kept.
+fn substitute(
+    words: &[String],
+    tag: &str,
+    captures: &HashMap<String, Vec<u8>>,
+    keys: &mut BTreeSet<Vec<u8>>,
+) -> Result<Vec<Vec<u8>>, String> {
+    words
+        .iter()
+        .map(|word| {
+            let mut out = Vec::new();
+            let mut rest = word.as_str();
+            while let Some(open) = rest.find('{') {
+                let close = rest[open..]
+                    .find('}')
+                    .map(|c| open + c)
+                    .ok_or_else(|| format!("{word:?}: an unclosed {{"))?;
+                out.extend_from_slice(rest[..open].as_bytes());
+                let name = &rest[open + 1..close];
+                if name.starts_with("key") && name[3..].chars().all(|c| c.is_ascii_digit()) {
+                    let key = format!("rl:{{{tag}}}:{name}").into_bytes();
+                    keys.insert(key.clone());
+                    out.extend_from_slice(&key);
+                } else {
+                    let value = captures
+                        .get(name)
+                        .ok_or_else(|| format!("{word:?}: nothing was kept as {name:?}"))?;
+                    out.extend_from_slice(value);
+                }
+                rest = &rest[close + 1..];
+            }
+            out.extend_from_slice(rest.as_bytes());
+            Ok(out)
+        })
+        .collect()
+}
+
+/// The several-keys commands, whose numkeys the library's functions take as FCALL's.
+const SEVERAL_KEYS: [&str; 3] = ["RL.MHIT", "RL.MPEEK", "RL.MREFUND"];
+
+/// The call on `backend`: as written for the module; for the library, `RL.X` becomes
+/// `FCALL rl_x 1 key rest...` (`FCALL rl_x numkeys keys... rest...` for the several-keys
+/// commands). Other commands (SET, LPUSH, GET, ...) run as written on both.
+pub fn translate(backend: Backend, words: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let Some((name, rest)) = words.split_first() else {
+        return Vec::new();
+    };
+    let upper = String::from_utf8_lossy(name).to_ascii_uppercase();
+    let Some(command) = upper.strip_prefix("RL.") else {
+        return words.to_vec();
+    };
+    if backend == Backend::Module {
+        return words.to_vec();
+    }
+    let function = format!("rl_{}", command.to_ascii_lowercase()).into_bytes();
+    let mut out = vec![b"FCALL".to_vec(), function];
+    if !SEVERAL_KEYS.contains(&upper.as_str()) {
+        out.push(if rest.is_empty() { b"0" } else { b"1" }.to_vec());
+    }
+    out.extend(rest.iter().cloned());
+    out
+}
+
+/// The words of a call, printable.
+pub fn show(words: &[Vec<u8>]) -> String {
+    words
+        .iter()
+        .map(|w| {
+            let text = String::from_utf8_lossy(w);
+            if text.is_empty() || text.contains(char::is_whitespace) {
+                format!("{text:?}")
+            } else {
+                text.into_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Waits for the replica to have every write of `con`, then compares each key's DUMP and
+/// PEXPIRETIME there with the primary's.
+fn same_on_replica(
+    con: &mut dyn ConnectionLike,
+    replica: &Server,
+    keys: &BTreeSet<Vec<u8>>,
+) -> Result<(), String> {
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(10_000)
+        .query(con)
+        .expect("WAIT");
+    if acked != 1 {
+        return Err("  the replica did not acknowledge the scenario's writes".into());
+    }
+    let mut on_replica = replica.conn();
+    for key in keys {
+        let primary = dump(con, key);
+        let copy = dump(&mut on_replica, key);
+        if primary != copy {
+            return Err(format!(
+                "  replication: key {} differs: primary {primary:?}, replica {copy:?}",
+                String::from_utf8_lossy(key)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A key's serialized value and absolute expiry.
+fn dump(con: &mut dyn ConnectionLike, key: &[u8]) -> (Option<Vec<u8>>, i64) {
+    let value: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query(con).expect("DUMP");
+    let expiry: i64 = redis::cmd("PEXPIRETIME")
+        .arg(key)
+        .query(con)
+        .expect("PEXPIRETIME");
+    (value, expiry)
+}
+
+/// The names of the functions of library `ratelimit` on the server.
+pub fn library_functions(con: &mut Connection) -> BTreeSet<String> {
+    let listing: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg("ratelimit")
+        .query(con)
+        .expect("FUNCTION LIST");
+    let mut names = BTreeSet::new();
+    collect_names(&listing, &mut names);
+    names
+}
+
+/// In FUNCTION LIST's RESP2 reply each function is a flat array `name <name> description
+/// ... flags [...]`: every string after a `name` is a function's name.
+fn collect_names(value: &redis::Value, out: &mut BTreeSet<String>) {
+    if let redis::Value::Array(items) = value {
+        for pair in items.windows(2) {
+            if let [redis::Value::BulkString(key), redis::Value::BulkString(name)] = pair {
+                if key == b"name" {
+                    out.insert(String::from_utf8_lossy(name).into_owned());
+                }
+            }
+        }
+        items.iter().for_each(|item| collect_names(item, out));
+    }
+}
