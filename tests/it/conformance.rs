@@ -21,9 +21,15 @@ fn scenarios() -> Vec<Scenario> {
     table::load_all(workspace_root())
 }
 
-/// The bundled library, as `FUNCTION LOAD` takes it.
+/// The bundled library, as `FUNCTION LOAD` takes it; `RL_FUNCTIONS_BUNDLE` names another
+/// file (a changed copy, to see the suite fail).
 fn library_source() -> String {
-    let path = workspace_root().join("functions/ratelimit.lua");
+    let path = std::env::var_os("RL_FUNCTIONS_BUNDLE")
+        .filter(|p| !p.is_empty())
+        .map_or_else(
+            || workspace_root().join("functions/ratelimit.lua"),
+            Into::into,
+        );
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

@@ -216,7 +216,7 @@ fn resolve(
 ) -> Result<Expect, String> {
     Ok(match expect {
         Expect::Error(text) if text.contains('{') => {
-            let words = substitute(&[text.clone()], tag, captures, keys)?;
+            let words = substitute(std::slice::from_ref(text), tag, captures, keys)?;
             Expect::Error(String::from_utf8_lossy(&words.concat()).into_owned())
         }
         other => other.clone(),
@@ -249,7 +249,7 @@ fn substitute(
                     .find('}')
                     .map(|c| open + c)
                     .ok_or_else(|| format!("{word:?}: an unclosed {{"))?;
-                out.extend_from_slice(rest[..open].as_bytes());
+                out.extend_from_slice(&rest.as_bytes()[..open]);
                 let name = &rest[open + 1..close];
                 if name.starts_with("key") && name[3..].chars().all(|c| c.is_ascii_digit()) {
                     let key = format!("rl:{{{tag}}}:{name}").into_bytes();
