@@ -38,6 +38,8 @@ pub struct Target<'a> {
 pub struct Outcome {
     pub passed: Vec<String>,
     pub pending: Vec<String>,
+    /// How many scenario runs had their stored bytes compared with the first target's.
+    pub compared: usize,
     /// One message per failed scenario, naming everything needed to reproduce it.
     pub failures: Vec<String>,
 }
@@ -46,12 +48,17 @@ impl Outcome {
     pub fn absorb(&mut self, other: Outcome) {
         self.passed.extend(other.passed);
         self.pending.extend(other.pending);
+        self.compared += other.compared;
         self.failures.extend(other.failures);
     }
 
     /// Prints what passed and what is pending, and fails with every failure.
     pub fn assert_passed(&self) {
-        println!("{} scenario runs passed", self.passed.len());
+        println!(
+            "{} scenario runs passed, {} of them with their stored bytes compared",
+            self.passed.len(),
+            self.compared
+        );
         for pending in &self.pending {
             println!("PENDING {pending}");
         }
@@ -81,29 +88,99 @@ pub fn server_name(flavor: Flavor) -> String {
 
 /// Runs every scenario on `target`, each on keys of its own.
 pub fn run_all(target: &mut Target, scenarios: &[Scenario]) -> Outcome {
+    run_side_by_side(std::slice::from_mut(target), scenarios)
+}
+
+/// Runs each scenario on every target in turn (each on keys of its own), then, where the
+/// scenario's state depends on window edges only (no `~` time, no lease id), compares what
+/// the targets stored: the same values and expiries under the same key names.
+pub fn run_side_by_side(targets: &mut [Target], scenarios: &[Scenario]) -> Outcome {
     let mut outcome = Outcome::default();
     for (index, scenario) in scenarios.iter().enumerate() {
-        let title = format!(
-            "scenario {:?} ({}), backend {} on {}",
-            scenario.name,
-            scenario.file,
-            target.backend_name(),
-            target.server
-        );
-        let tag = format!("{}{index}", target.tag);
-        if target.backend == Backend::Functions && !scenario.pending.is_empty() {
-            match pending(target, scenario, &tag) {
-                Ok(why) => outcome.pending.push(format!("{title}: {why}")),
-                Err(why) => outcome.failures.push(format!("{title}: {why}")),
+        // Clear of edges for all the runs together, so that they share their windows.
+        stay_clear_of_edges(targets[0].con, &scenario.windows_ms(), 6_000);
+        let mut stored = Vec::new();
+        for target in targets.iter_mut() {
+            let title = format!(
+                "scenario {:?} ({}), backend {} on {}",
+                scenario.name,
+                scenario.file,
+                target.backend_name(),
+                target.server
+            );
+            let tag = format!("{}{index}", target.tag);
+            if target.backend == Backend::Functions && !scenario.pending.is_empty() {
+                match pending(target, scenario, &tag) {
+                    Ok(why) => outcome.pending.push(format!("{title}: {why}")),
+                    Err(why) => outcome.failures.push(format!("{title}: {why}")),
+                }
+                continue;
             }
-            continue;
+            match run_scenario(target, scenario, &tag) {
+                Ok(keys) => {
+                    stored.push((title.clone(), stored_state(target.con, &keys)));
+                    outcome.passed.push(title);
+                }
+                Err(failure) => outcome.failures.push(format!("{title}\n{failure}")),
+            }
         }
-        match run_scenario(target, scenario, &tag) {
-            Ok(()) => outcome.passed.push(title),
-            Err(failure) => outcome.failures.push(format!("{title}\n{failure}")),
+        // A scenario that documents a difference (an error of the library's own, a step
+        // for the module only) has nothing to compare.
+        let alike = scenario
+            .steps
+            .iter()
+            .all(|s| s.functions.is_none() && s.only == Only::Both);
+        if alike && scenario.clock_free() {
+            if let [(first, a), rest @ ..] = stored.as_slice() {
+                outcome.compared += rest.len();
+                for (other, b) in rest.iter().filter(|(_, b)| b != a) {
+                    outcome.failures.push(format!(
+                        "{other}\n  stores other bytes than {first}:\n  {}\n  against {}",
+                        show_stored(b),
+                        show_stored(a)
+                    ));
+                }
+            }
         }
     }
     outcome
+}
+
+/// A key's name without the scenario's tag, its type, its value (a string's bytes, else
+/// DUMP's) and its absolute expiry; one per key the scenario named.
+type Stored = Vec<(String, String, Option<Vec<u8>>, i64)>;
+
+fn show_stored(stored: &Stored) -> String {
+    let keys: Vec<String> = stored
+        .iter()
+        .map(|(name, kind, value, expiry)| {
+            let value = value
+                .as_ref()
+                .map(|v| String::from_utf8_lossy(v).into_owned());
+            format!("{name}: {kind} {value:?} expiring at {expiry}")
+        })
+        .collect();
+    keys.join("; ")
+}
+
+fn stored_state(con: &mut dyn ConnectionLike, keys: &BTreeSet<Vec<u8>>) -> Stored {
+    keys.iter()
+        .map(|key| {
+            let text = String::from_utf8_lossy(key);
+            let name = text
+                .rsplit_once("}:")
+                .map_or(&*text, |(_, n)| n)
+                .to_string();
+            let kind: String = redis::cmd("TYPE").arg(key).query(con).expect("TYPE");
+            let read = if kind == "string" { "GET" } else { "DUMP" };
+            let value: Option<Vec<u8>> = redis::cmd(read).arg(key).query(con).expect(read);
+            let expiry: i64 = redis::cmd("PEXPIRETIME")
+                .arg(key)
+                .query(con)
+                .expect("PEXPIRETIME");
+            (name, kind, value, expiry)
+        })
+        .collect()
 }
 
 /// A scenario marked pending on the library: a mark `rl_x` holds while the library lacks
@@ -125,7 +202,7 @@ fn pending(target: &mut Target, scenario: &Scenario, tag: &str) -> Result<String
         ));
     }
     match run_scenario(target, scenario, tag) {
-        Ok(()) => Err(format!(
+        Ok(_) => Err(format!(
             "passes now: remove {features:?} from the scenario's `pending` mark"
         )),
         Err(failure) => {
@@ -143,18 +220,22 @@ pub fn time_ms(con: &mut dyn ConnectionLike) -> i64 {
 
 /// Waits until no edge of these epoch-aligned windows falls within the next few seconds,
 /// so that a scenario's counts are not cut by a new window in its middle.
-fn stay_clear_of_edges(con: &mut dyn ConnectionLike, windows_ms: &BTreeSet<i64>) {
-    const MARGIN_MS: i64 = 3_000;
+fn stay_clear_of_edges(con: &mut dyn ConnectionLike, windows_ms: &BTreeSet<i64>, margin_ms: i64) {
     for &window in windows_ms {
         let into = time_ms(con).rem_euclid(window);
-        if window > MARGIN_MS && into > window - MARGIN_MS {
+        if window > margin_ms && into > window - margin_ms {
             std::thread::sleep(Duration::from_millis((window - into + 20) as u64));
         }
     }
 }
 
-fn run_scenario(target: &mut Target, scenario: &Scenario, tag: &str) -> Result<(), String> {
-    stay_clear_of_edges(target.con, &scenario.windows_ms());
+/// Runs one scenario's steps; the keys it named, or why it failed.
+fn run_scenario(
+    target: &mut Target,
+    scenario: &Scenario,
+    tag: &str,
+) -> Result<BTreeSet<Vec<u8>>, String> {
+    stay_clear_of_edges(target.con, &scenario.windows_ms(), 3_000);
     let start_ms = time_ms(target.con);
     let mut captures: HashMap<String, Vec<u8>> = HashMap::new();
     let mut keys: BTreeSet<Vec<u8>> = BTreeSet::new();
@@ -197,7 +278,7 @@ fn run_scenario(target: &mut Target, scenario: &Scenario, tag: &str) -> Result<(
     if let Some(replica) = target.replica {
         same_on_replica(target.con, replica, &keys)?;
     }
-    Ok(())
+    Ok(keys)
 }
 
 fn expected(backend: Backend, step: &Step) -> &Expect {

@@ -97,7 +97,27 @@ impl Scenario {
     }
 }
 
+impl Scenario {
+    /// Whether what the scenario stores depends on window edges only: no step expects a
+    /// time counted from a call (`~`) or a lease id, which the state would hold.
+    pub fn clock_free(&self) -> bool {
+        self.steps.iter().all(|step| {
+            std::iter::once(&step.reply)
+                .chain(step.functions.as_ref())
+                .all(Expect::clock_free)
+        })
+    }
+}
+
 impl Expect {
+    fn clock_free(&self) -> bool {
+        match self {
+            Expect::Since { .. } | Expect::Id(_) => false,
+            Expect::Array(items) => items.iter().all(Expect::clock_free),
+            _ => true,
+        }
+    }
+
     fn collect_windows(&self, out: &mut BTreeSet<i64>) {
         match self {
             Expect::Edge { window_ms, .. } | Expect::End { window_ms } => {
