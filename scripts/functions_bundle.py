@@ -26,6 +26,7 @@ SOURCES = [
     "fixed.lua",
     "limiter.lua",
     "commands.lua",
+    "leases.lua",
 ]
 
 HEADER = """#!lua name=ratelimit

@@ -232,6 +232,10 @@ function RL.period_named(_name)
     return nil
 end
 
-function RL.zone_named(_name)
+-- The zone `TZ` names: only UTC, which needs no tz database; any other name is refused.
+function RL.zone_named(name)
+    if name ~= nil and (RL.is_word(name, 'UTC') or RL.is_word(name, 'ETC/UTC')) then
+        return 'UTC'
+    end
     return nil
 end

@@ -95,7 +95,7 @@ end
 
 local function reset(keys, args)
     if #keys ~= 1 or #args ~= 0 then
-        RL.arity('rl.reset')
+        RL.arity('RL.RESET')
     end
     local value, expiry = RL.open_key(keys[1])
     if value == nil then
@@ -120,7 +120,10 @@ end
 register('rl_version', function()
     return RL.VERSION
 end, true)
-register('rl_hit', single('rl.hit', 'hit'))
-register('rl_peek', single('rl.peek', 'peek'), true)
-register('rl_refund', single('rl.refund', 'refund'))
+register('rl_hit', single('RL.HIT', 'hit'))
+register('rl_peek', single('RL.PEEK', 'peek'), true)
+register('rl_refund', single('RL.REFUND', 'refund'))
 register('rl_reset', guarded(reset))
+
+-- For the files registered after this one (leases.lua).
+RL.guarded, RL.register = guarded, register

@@ -29,6 +29,7 @@ pub mod cluster;
 pub mod doc_blocks;
 pub mod docs;
 pub mod fixtures;
+pub mod functions;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 pub mod policy;

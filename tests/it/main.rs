@@ -13,6 +13,8 @@ mod configs;
 mod conformance;
 mod dist;
 mod doc_examples;
+mod functions_core;
+mod functions_leases;
 mod leases;
 mod leases_integrity;
 mod leases_scripts_and_replicas;
