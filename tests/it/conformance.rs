@@ -24,13 +24,11 @@ fn scenarios() -> Vec<Scenario> {
 /// The bundled library, as `FUNCTION LOAD` takes it; `RL_FUNCTIONS_BUNDLE` names another
 /// file (a changed copy, to see the suite fail).
 fn library_source() -> String {
-    let path = std::env::var_os("RL_FUNCTIONS_BUNDLE")
-        .filter(|p| !p.is_empty())
-        .map_or_else(
-            || workspace_root().join("functions/ratelimit.lua"),
-            Into::into,
-        );
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    match std::env::var_os("RL_FUNCTIONS_BUNDLE").filter(|p| !p.is_empty()) {
+        Some(path) => std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("RL_FUNCTIONS_BUNDLE {}: {e}", path.to_string_lossy())),
+        None => testkit::functions::bundle(),
+    }
 }
 
 fn load_library(con: &mut redis::Connection, source: &str) -> BTreeSet<String> {
@@ -41,13 +39,6 @@ fn load_library(con: &mut redis::Connection, source: &str) -> BTreeSet<String> {
         .query(con)
         .expect("FUNCTION LOAD REPLACE");
     library_functions(con)
-}
-
-/// A server as a managed service offers it: no module, and no way to load one.
-fn managed(flavor: Flavor) -> ServerConfig {
-    ServerConfig::new(flavor)
-        .without_module()
-        .arg("enable-module-command", "no")
 }
 
 /// A primary with its replica and a connection to it, for one backend.
@@ -61,7 +52,7 @@ fn pair(backend: Backend, flavor: Flavor) -> Pair {
     // The module's with what RL.POLICY SET needs on Redis 7.0.
     let config = || match backend {
         Backend::Module => policy_config(flavor),
-        Backend::Functions => managed(flavor),
+        Backend::Functions => ServerConfig::managed(flavor),
     };
     let (primary, replica) = primary_with_replica_configs(config(), config());
     let library = match backend {
