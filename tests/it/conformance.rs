@@ -51,13 +51,13 @@ struct Pair {
 fn pair(backend: Backend, flavor: Flavor) -> Pair {
     // The module's with what RL.POLICY SET needs on Redis 7.0.
     let config = || match backend {
-        Backend::Module => policy_config(flavor),
+        Backend::Module | Backend::InTurn { .. } => policy_config(flavor),
         Backend::Functions => ServerConfig::managed(flavor),
     };
     let (primary, replica) = primary_with_replica_configs(config(), config());
     let library = match backend {
         Backend::Module => BTreeSet::new(),
-        Backend::Functions => load_library(&mut primary.conn(), &library_source()),
+        _ => load_library(&mut primary.conn(), &library_source()),
     };
     Pair {
         primary,
@@ -103,6 +103,23 @@ fn conformance_module() {
 #[test]
 fn conformance_functions_beside_the_module() {
     let outcome = run_backends(&[Backend::Module, Backend::Functions], &scenarios());
+    outcome.assert_passed();
+    assert!(outcome.compared > 0, "no stored bytes were compared");
+}
+
+/// The module and the library on one server, each scenario's calls going to one and the
+/// other in turn on the same keys (starting with either): each reads and continues what the
+/// other wrote, with the replies and the bytes of the module alone.
+#[test]
+fn conformance_backends_in_turn_on_the_same_keys() {
+    let backends = [
+        Backend::Module,
+        Backend::InTurn { module_first: true },
+        Backend::InTurn {
+            module_first: false,
+        },
+    ];
+    let outcome = run_backends(&backends, &scenarios());
     outcome.assert_passed();
     assert!(outcome.compared > 0, "no stored bytes were compared");
 }

@@ -16,6 +16,11 @@ use testkit::{Flavor, Server};
 pub enum Backend {
     Module,
     Functions,
+    /// A server with both: the scenario's RL calls go to the module and the library in
+    /// turn, on the same keys, so that each reads what the other wrote.
+    InTurn {
+        module_first: bool,
+    },
 }
 
 /// Where the scenarios run.
@@ -76,6 +81,10 @@ impl Target<'_> {
         match self.backend {
             Backend::Module => "module",
             Backend::Functions => "functions",
+            Backend::InTurn { module_first: true } => "module and functions in turn",
+            Backend::InTurn {
+                module_first: false,
+            } => "functions and module in turn",
         }
     }
 }
@@ -109,10 +118,15 @@ pub fn run_side_by_side(targets: &mut [Target], scenarios: &[Scenario]) -> Outco
                 target.server
             );
             let tag = format!("{}{index}", target.tag);
-            if target.backend == Backend::Functions && !scenario.pending.is_empty() {
-                match pending(target, scenario, &tag) {
-                    Ok(why) => outcome.pending.push(format!("{title}: {why}")),
-                    Err(why) => outcome.failures.push(format!("{title}: {why}")),
+            if target.backend != Backend::Module && !scenario.pending.is_empty() {
+                match target.backend {
+                    Backend::Functions => match pending(target, scenario, &tag) {
+                        Ok(why) => outcome.pending.push(format!("{title}: {why}")),
+                        Err(why) => outcome.failures.push(format!("{title}: {why}")),
+                    },
+                    _ => outcome
+                        .pending
+                        .push(format!("{title}: waits for the library's backend")),
                 }
                 continue;
             }
@@ -239,20 +253,22 @@ fn run_scenario(
     let start_ms = time_ms(target.con);
     let mut captures: HashMap<String, Vec<u8>> = HashMap::new();
     let mut keys: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut turn = 0;
     for (n, step) in scenario.steps.iter().enumerate() {
-        if step.only == Only::Module && target.backend != Backend::Module {
+        let backend = step_backend(target.backend, step, &mut turn);
+        if step.only == Only::Module && backend != Backend::Module {
             continue;
         }
         let words = substitute(&step.call, tag, &captures, &mut keys)
             .map_err(|e| format!("  step {}: {e}", n + 1))?;
-        let args = translate(target.backend, &words);
+        let args = translate(backend, &words);
         let before_ms = time_ms(target.con);
         let mut got = Got::of(command(&args).query::<redis::Value>(target.con));
         let after_ms = time_ms(target.con);
         if let Some(mutate) = target.mutate {
             mutate(&mut got);
         }
-        let expect = &resolve(expected(target.backend, step), tag, &captures, &mut keys)
+        let expect = &resolve(expected(backend, step), tag, &captures, &mut keys)
             .map_err(|e| format!("  step {}: {e}", n + 1))?;
         let clock = Clock {
             start_ms,
@@ -279,6 +295,27 @@ fn run_scenario(
         same_on_replica(target.con, replica, &keys)?;
     }
     Ok(keys)
+}
+
+/// Which backend runs a step: the target's, or in turn, each RL call to the next backend;
+/// a step where the table gives the library a reply of its own, or none, is the module's.
+fn step_backend(target: Backend, step: &Step, turn: &mut usize) -> Backend {
+    let Backend::InTurn { module_first } = target else {
+        return target;
+    };
+    let rl_call = step
+        .call
+        .first()
+        .is_some_and(|c| c.to_ascii_uppercase().starts_with("RL."));
+    if !rl_call || step.functions.is_some() || step.only == Only::Module {
+        return Backend::Module;
+    }
+    *turn += 1;
+    if (*turn % 2 == 1) == module_first {
+        Backend::Module
+    } else {
+        Backend::Functions
+    }
 }
 
 fn expected(backend: Backend, step: &Step) -> &Expect {
