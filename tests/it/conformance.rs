@@ -7,10 +7,12 @@
 
 mod reply;
 mod runner;
+mod state;
 mod table;
 
 use reply::Got;
-use runner::{library_functions, run_all, run_side_by_side, server_name, Backend, Outcome, Target};
+use runner::{run_all, run_side_by_side, server_name, Backend, Outcome, Target};
+use state::library_functions;
 use std::collections::BTreeSet;
 use table::{Expect, Only, Scenario};
 use testkit::cluster::Cluster;

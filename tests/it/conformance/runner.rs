@@ -6,8 +6,9 @@
 //! exact bytes and expiries of every key the scenario named.
 
 use super::reply::{check, Clock, Got};
+use super::state::{same_on_replica, show_stored, stored_state};
 use super::table::{Expect, Only, Scenario, Step};
-use redis::{Connection, ConnectionLike};
+use redis::ConnectionLike;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 use testkit::{Flavor, Server};
@@ -158,43 +159,6 @@ pub fn run_side_by_side(targets: &mut [Target], scenarios: &[Scenario]) -> Outco
         }
     }
     outcome
-}
-
-/// A key's name without the scenario's tag, its type, its value (a string's bytes, else
-/// DUMP's) and its absolute expiry; one per key the scenario named.
-type Stored = Vec<(String, String, Option<Vec<u8>>, i64)>;
-
-fn show_stored(stored: &Stored) -> String {
-    let keys: Vec<String> = stored
-        .iter()
-        .map(|(name, kind, value, expiry)| {
-            let value = value
-                .as_ref()
-                .map(|v| String::from_utf8_lossy(v).into_owned());
-            format!("{name}: {kind} {value:?} expiring at {expiry}")
-        })
-        .collect();
-    keys.join("; ")
-}
-
-fn stored_state(con: &mut dyn ConnectionLike, keys: &BTreeSet<Vec<u8>>) -> Stored {
-    keys.iter()
-        .map(|key| {
-            let text = String::from_utf8_lossy(key);
-            let name = text
-                .rsplit_once("}:")
-                .map_or(&*text, |(_, n)| n)
-                .to_string();
-            let kind: String = redis::cmd("TYPE").arg(key).query(con).expect("TYPE");
-            let read = if kind == "string" { "GET" } else { "DUMP" };
-            let value: Option<Vec<u8>> = redis::cmd(read).arg(key).query(con).expect(read);
-            let expiry: i64 = redis::cmd("PEXPIRETIME")
-                .arg(key)
-                .query(con)
-                .expect("PEXPIRETIME");
-            (name, kind, value, expiry)
-        })
-        .collect()
 }
 
 /// A scenario marked pending on the library: a mark `rl_x` holds while the library lacks
@@ -427,71 +391,4 @@ pub fn show(words: &[Vec<u8>]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// Waits for the replica to have every write of `con`, then compares each key's DUMP and
-/// PEXPIRETIME there with the primary's.
-fn same_on_replica(
-    con: &mut dyn ConnectionLike,
-    replica: &Server,
-    keys: &BTreeSet<Vec<u8>>,
-) -> Result<(), String> {
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(10_000)
-        .query(con)
-        .expect("WAIT");
-    if acked != 1 {
-        return Err("  the replica did not acknowledge the scenario's writes".into());
-    }
-    let mut on_replica = replica.conn();
-    for key in keys {
-        let primary = dump(con, key);
-        let copy = dump(&mut on_replica, key);
-        if primary != copy {
-            return Err(format!(
-                "  replication: key {} differs: primary {primary:?}, replica {copy:?}",
-                String::from_utf8_lossy(key)
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A key's serialized value and absolute expiry.
-fn dump(con: &mut dyn ConnectionLike, key: &[u8]) -> (Option<Vec<u8>>, i64) {
-    let value: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query(con).expect("DUMP");
-    let expiry: i64 = redis::cmd("PEXPIRETIME")
-        .arg(key)
-        .query(con)
-        .expect("PEXPIRETIME");
-    (value, expiry)
-}
-
-/// The names of the functions of library `ratelimit` on the server.
-pub fn library_functions(con: &mut Connection) -> BTreeSet<String> {
-    let listing: redis::Value = redis::cmd("FUNCTION")
-        .arg("LIST")
-        .arg("LIBRARYNAME")
-        .arg("ratelimit")
-        .query(con)
-        .expect("FUNCTION LIST");
-    let mut names = BTreeSet::new();
-    collect_names(&listing, &mut names);
-    names
-}
-
-/// In FUNCTION LIST's RESP2 reply each function is a flat array `name <name> description
-/// ... flags [...]`: every string after a `name` is a function's name.
-fn collect_names(value: &redis::Value, out: &mut BTreeSet<String>) {
-    if let redis::Value::Array(items) = value {
-        for pair in items.windows(2) {
-            if let [redis::Value::BulkString(key), redis::Value::BulkString(name)] = pair {
-                if key == b"name" {
-                    out.insert(String::from_utf8_lossy(name).into_owned());
-                }
-            }
-        }
-        items.iter().for_each(|item| collect_names(item, out));
-    }
 }
