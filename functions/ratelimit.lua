@@ -157,8 +157,8 @@ function RL.read_positive(r)
     return v
 end
 
--- 8 little-endian bytes, a signed time.
-function RL.read_i64(r)
+-- 8 little-endian bytes as two 32-bit halves: the high one signed, the low one not.
+function RL.read_i64_parts(r)
     if r.pos + 7 > #r.s then
         return nil
     end
@@ -169,8 +169,16 @@ function RL.read_i64(r)
     if hi >= 2147483648 then
         hi = hi - 4294967296
     end
+    return hi, lo
+end
+
+-- 8 little-endian bytes, a signed time in ms; beyond 2^53 either way is refused.
+function RL.read_i64(r)
+    local hi, lo = RL.read_i64_parts(r)
+    if hi == nil then
+        return nil
+    end
     if hi >= 2097152 or hi < -2097152 then
-        -- Beyond 2^53 either way.
         RL.too_large()
     end
     return RL.exact(hi * 4294967296 + lo)
@@ -191,16 +199,20 @@ function RL.put_varint(out, value)
     out[#out + 1] = string.char(unpack(bytes))
 end
 
--- Appends `value` as 8 little-endian bytes.
-function RL.put_i64(out, value)
-    local lo = value % 4294967296
-    local hi = (value - lo) / 4294967296
+-- Appends hi * 2^32 + lo as 8 little-endian bytes (hi signed, 0 <= lo < 2^32).
+function RL.put_i64_parts(out, hi, lo)
     if hi < 0 then
         hi = hi + 4294967296
     end
     out[#out + 1] = string.char(lo % 256, math.floor(lo / 256) % 256, math.floor(lo / 65536) % 256,
         math.floor(lo / 16777216) % 256, hi % 256, math.floor(hi / 256) % 256,
         math.floor(hi / 65536) % 256, math.floor(hi / 16777216) % 256)
+end
+
+-- Appends `value` (an exact integer) as 8 little-endian bytes.
+function RL.put_i64(out, value)
+    local lo = value % 4294967296
+    RL.put_i64_parts(out, (value - lo) / 4294967296, lo)
 end
 
 function RL.put_byte(out, b)
@@ -761,6 +773,410 @@ end
 
 RL.add_algorithm(Fixed)
 
+-- ==== sliding.lua ====
+-- sliding.lua: the sliding window counter (core/src/sliding_window.rs). State { prev, curr,
+-- ends }: the previous and current windows' counts and the current window's end. The
+-- estimate prev * (W - elapsed) / W + curr is decided in exact integers, which here means
+-- products below 2^53: limit x window (ms) beyond that is refused (RL.mul).
+
+local Sliding = { id = 2, name = 'sliding', has_burst = false }
+
+-- a * b for exact integers, refused when the product is no longer exact.
+function RL.mul(a, b)
+    return RL.exact(a * b)
+end
+
+-- floor(a / b) for exact integers a and b >= 1, corrected for the division's rounding.
+function RL.div_floor(a, b)
+    local q = math.floor(a / b)
+    if q * b > a then
+        q = q - 1
+    elseif (q + 1) * b <= a then
+        q = q + 1
+    end
+    return q
+end
+
+-- The state as it stands at `now`: rolled over to the window `now` counts in.
+local function seen_at(state, now, w)
+    if state ~= nil then
+        local prev, curr = math.max(state.prev, 0), math.max(state.curr, 0)
+        if now < state.ends then
+            return { prev = prev, curr = curr, ends = state.ends,
+                elapsed = math.max(now - (state.ends - w), 0), w = w }
+        end
+        if now < state.ends + w then
+            return { prev = curr, curr = 0, ends = state.ends + w, elapsed = now - state.ends, w = w }
+        end
+    end
+    local ends = now - now % w + w
+    return { prev = 0, curr = 0, ends = ends, elapsed = now - (ends - w), w = w }
+end
+
+local function weighted_prev(s)
+    return RL.mul(s.prev, s.w - s.elapsed)
+end
+
+-- The most units that fit now, possibly negative.
+local function allowance(s, limit)
+    return RL.div_floor(RL.mul(limit, s.w) - weighted_prev(s), s.w) - s.curr
+end
+
+local function remaining(s, limit)
+    return math.max(math.min(allowance(s, limit), limit), 0)
+end
+
+local function expires_at(s)
+    if s.curr > 0 then
+        return s.ends + s.w
+    end
+    return s.ends
+end
+
+local function reset_after(s, now)
+    if s.prev == 0 and s.curr == 0 then
+        return 0
+    end
+    return expires_at(s) - now
+end
+
+local function retry_after(s, now, limit, cost)
+    local w = s.w
+    local start = s.ends - w
+    local spare = limit - s.curr - cost
+    if spare >= 0 and s.prev > 0 then
+        local keep = RL.div_floor(RL.mul(spare, w), s.prev)
+        local e = w - math.min(keep, w)
+        if e < w then
+            return start + e - now
+        end
+    end
+    local keep = w
+    if s.curr > 0 then
+        keep = RL.div_floor(RL.mul(limit - cost, w), s.curr)
+    end
+    return s.ends + w - math.min(keep, w) - now
+end
+
+function Sliding.capacity(quota)
+    return quota.limit
+end
+
+function Sliding.span(quota)
+    return quota.window * 2
+end
+
+function Sliding.view(state, now, quota)
+    local s = seen_at(state, now, quota.window)
+    return remaining(s, quota.limit), reset_after(s, now)
+end
+
+function Sliding.check(state, now, quota, cost)
+    local s = seen_at(state, now, quota.window)
+    if cost <= allowance(s, quota.limit) then
+        local charged = { prev = s.prev, curr = s.curr + cost, ends = s.ends, elapsed = s.elapsed, w = s.w }
+        return { allowed = true, limit = quota.limit, remaining = remaining(charged, quota.limit),
+            reset = reset_after(charged, now), retry = 0 },
+            { prev = charged.prev, curr = charged.curr, ends = charged.ends }
+    end
+    local retry = RL.NEVER
+    if cost <= quota.limit then
+        retry = retry_after(s, now, quota.limit, cost)
+    end
+    return { allowed = false, limit = quota.limit, remaining = remaining(s, quota.limit),
+        reset = reset_after(s, now), retry = retry }, nil
+end
+
+function Sliding.refund(state, now, quota, amount)
+    if state == nil then
+        return nil
+    end
+    local s = seen_at(state, now, quota.window)
+    if s.curr <= 0 then
+        return nil
+    end
+    return { prev = s.prev, curr = s.curr - math.min(s.curr, amount), ends = s.ends }
+end
+
+function Sliding.used(state, now, quota)
+    local s = seen_at(state, now, quota.window)
+    local weighted = weighted_prev(s)
+    return -RL.div_floor(-weighted, s.w) + s.curr
+end
+
+function Sliding.seeded(used, now, quota)
+    return { prev = math.max(used, 0), curr = 0, ends = now + quota.window }
+end
+
+function Sliding.expires_at(state, quota)
+    if state.curr > 0 then
+        return state.ends + quota.window
+    end
+    return state.ends
+end
+
+function Sliding.encode(state, out)
+    RL.put_varint(out, state.prev)
+    RL.put_varint(out, state.curr)
+    RL.put_i64(out, state.ends)
+end
+
+function Sliding.decode(r)
+    local prev = RL.read_varint(r)
+    local curr = prev and RL.read_varint(r)
+    local ends = curr and RL.read_i64(r)
+    if ends == nil then
+        return nil
+    end
+    return { prev = prev, curr = curr, ends = ends }
+end
+
+RL.add_algorithm(Sliding)
+
+-- ==== bucket.lua ====
+-- bucket.lua: GCRA and the token bucket, one arithmetic (core/src/bucket.rs). The state is
+-- the theoretical arrival time (TAT) in ns since the epoch, which no double holds exactly
+-- (about 1.7e18), so it is kept as { ms, ns } (TAT = ms * 10^6 + ns, 0 <= ns < 10^6).
+--
+-- The module computes in ticks of 1/L ns (L the limit), so that the interval T = window / L
+-- is exact. Here a time in ticks is a pair { ms, t }: whole ms and the ticks below the ms,
+-- 0 <= t < P = L * 10^6. Every product stays below 2^53 when (burst + 1) * window (ms) + L
+-- does and P * 2 does; a rule beyond that is refused (RL.too_large).
+
+local NS_PER_MS = 1000000
+
+local function gcd(a, b)
+    while b ~= 0 do
+        a, b = b, a % b
+    end
+    return a
+end
+
+-- Tick times and durations: { ms, t }.
+local function norm(ms, t, p)
+    if t >= p then
+        return { ms = ms + 1, t = t - p }
+    elseif t < 0 then
+        return { ms = ms - 1, t = t + p }
+    end
+    return { ms = ms, t = t }
+end
+
+local function add(a, b, p)
+    return norm(a.ms + b.ms, a.t + b.t, p)
+end
+
+local function sub(a, b, p)
+    return norm(a.ms - b.ms, a.t - b.t, p)
+end
+
+local function less_eq(a, b)
+    return a.ms < b.ms or (a.ms == b.ms and a.t <= b.t)
+end
+
+local function positive(a)
+    return a.ms > 0 or (a.ms == 0 and a.t > 0)
+end
+
+local ZERO = { ms = 0, t = 0 }
+
+-- The quota in ticks.
+local function rate_of(quota)
+    local l, w, b = quota.limit, quota.window, quota.burst
+    if (b + 1) * w + l > RL.MAX_EXACT or l * NS_PER_MS * 2 > RL.MAX_EXACT then
+        RL.too_large()
+    end
+    local r = { l = l, w = w, b = b, p = l * NS_PER_MS, grid = gcd(l, w) * NS_PER_MS }
+    -- `units` intervals as a duration: units * W ms / L.
+    function r.units(units)
+        local x = RL.mul(units, w)
+        return { ms = RL.div_floor(x, l), t = (x % l) * NS_PER_MS }
+    end
+    r.tolerance = r.units(b)
+    return r
+end
+
+-- The TAT a stored state stands for, in ticks: the grid point within the ns rounded up.
+local function load(r, state)
+    local t = state.ns * r.l
+    local on_grid = t - t % r.grid
+    if t - on_grid < r.l then
+        t = on_grid
+    end
+    return { ms = state.ms, t = t }
+end
+
+-- The state that stores `tat`, and the TAT it reads back as.
+local function store(r, tat)
+    local ns = RL.ceil_div(tat.t, r.l)
+    local state = { ms = tat.ms, ns = ns }
+    if ns >= NS_PER_MS then
+        state = { ms = tat.ms + 1, ns = ns - NS_PER_MS }
+    end
+    return state, load(r, state)
+end
+
+local function fill_of(r, state, now)
+    if state == nil then
+        return ZERO
+    end
+    local fill = sub(load(r, state), now, r.p)
+    if positive(fill) then
+        return fill
+    end
+    return ZERO
+end
+
+-- Whole units of duration `d` (>= 0), rounded down: floor(d / T).
+local function units_floor(r, d)
+    return RL.div_floor(RL.mul(d.ms, r.l) + math.floor(d.t / NS_PER_MS), r.w)
+end
+
+local function remaining(r, fill)
+    local left = sub(r.tolerance, fill, r.p)
+    if left.ms < 0 then
+        return 0
+    end
+    return math.min(units_floor(r, left), r.b)
+end
+
+local function ceil_ms(d)
+    if d.t > 0 then
+        return d.ms + 1
+    end
+    return d.ms
+end
+
+local function new_bucket(id, name)
+    local B = { id = id, name = name, has_burst = true }
+
+    function B.capacity(quota)
+        return quota.burst
+    end
+
+    function B.span(quota)
+        return RL.ceil_div(RL.mul(quota.burst, quota.window), quota.limit)
+    end
+
+    function B.check(state, now_ms, quota, cost)
+        local r = rate_of(quota)
+        local now = { ms = now_ms, t = 0 }
+        local fill = fill_of(r, state, now)
+        if cost > r.b then
+            return { allowed = false, limit = r.b, remaining = remaining(r, fill),
+                reset = ceil_ms(fill), retry = RL.NEVER }, nil
+        end
+        local needed = add(fill, r.units(cost), r.p)
+        if less_eq(needed, r.tolerance) then
+            local next, tat = store(r, add(now, needed, r.p))
+            local after = sub(tat, now, r.p)
+            return { allowed = true, limit = r.b, remaining = remaining(r, after),
+                reset = ceil_ms(after), retry = 0 }, next
+        end
+        return { allowed = false, limit = r.b, remaining = remaining(r, fill), reset = ceil_ms(fill),
+            retry = ceil_ms(sub(needed, r.tolerance, r.p)) }, nil
+    end
+
+    function B.view(state, now_ms, quota)
+        local r = rate_of(quota)
+        local fill = fill_of(r, state, { ms = now_ms, t = 0 })
+        return remaining(r, fill), ceil_ms(fill)
+    end
+
+    function B.refund(state, now_ms, quota, amount)
+        if state == nil then
+            return nil
+        end
+        local r = rate_of(quota)
+        local now = { ms = now_ms, t = 0 }
+        local fill = fill_of(r, state, now)
+        if not positive(fill) then
+            return nil
+        end
+        local next
+        if amount >= B.used(state, now_ms, quota) then
+            next = store(r, now)
+        else
+            next = store(r, add(now, sub(fill, r.units(amount), r.p), r.p))
+        end
+        if next.ms == state.ms and next.ns == state.ns then
+            return nil
+        end
+        return next
+    end
+
+    -- Units the state counts: ceil(fill / T); a fill too long to compute counts as huge.
+    function B.used(state, now_ms, quota)
+        local r = rate_of(quota)
+        local fill = fill_of(r, state, { ms = now_ms, t = 0 })
+        if fill.ms * r.l > RL.MAX_EXACT then
+            return RL.MAX_EXACT
+        end
+        local n = fill.ms * r.l + math.floor(fill.t / NS_PER_MS)
+        if fill.t % NS_PER_MS > 0 then
+            return RL.div_floor(n, r.w) + 1
+        end
+        return RL.ceil_div(n, r.w)
+    end
+
+    function B.seeded(used, now_ms, quota)
+        local r = rate_of(quota)
+        return (store(r, add({ ms = now_ms, t = 0 }, r.units(math.max(used, 0)), r.p)))
+    end
+
+    function B.expires_at(state, _quota)
+        if state.ns > 0 then
+            return state.ms + 1
+        end
+        return state.ms
+    end
+
+    function B.to_short(state, expires_at)
+        local short = (expires_at - state.ms) * NS_PER_MS - state.ns
+        if short >= 0 and short < NS_PER_MS then
+            return short
+        end
+        return nil
+    end
+
+    function B.from_short(short, expires_at)
+        if short < 0 or short >= NS_PER_MS then
+            return nil
+        end
+        if short == 0 then
+            return { ms = expires_at, ns = 0 }
+        end
+        return { ms = expires_at - 1, ns = NS_PER_MS - short }
+    end
+
+    -- The TAT in ns as 8 little-endian bytes, from its two parts without rounding:
+    -- 2^32 = 4294 * 10^6 + 967296.
+    function B.encode(state, out)
+        local ms_low = state.ms % 4294967296
+        local ms_high = (state.ms - ms_low) / 4294967296
+        local low = ms_low * NS_PER_MS + state.ns
+        local lo = low % 4294967296
+        local hi = ms_high * NS_PER_MS + (low - lo) / 4294967296
+        RL.put_i64_parts(out, hi, lo)
+    end
+
+    function B.decode(r)
+        local hi, lo = RL.read_i64_parts(r)
+        if hi == nil then
+            return nil
+        end
+        local below = hi * 967296 + lo
+        local ns = below % NS_PER_MS
+        return { ms = hi * 4294 + (below - ns) / NS_PER_MS, ns = ns }
+    end
+
+    RL.add_algorithm(B)
+    return B
+end
+
+new_bucket(4, 'token')
+new_bucket(5, 'gcra')
+
 -- ==== limiter.lua ====
 -- limiter.lua: what a stored value means, and the tiered check, refund and renewal
 -- (core/src/limiter/): every tier counts or none does; a key whose parameters changed
@@ -934,7 +1350,8 @@ local function combine(decisions, allowed)
             if wait == RL.NEVER then
                 wait = math.huge
             end
-            if binding == nil or wait > binding.wait then
+            -- The last of equal waits, as the module picks it.
+            if binding == nil or wait >= binding.wait then
                 binding = { d = d, wait = wait }
             end
         end
@@ -1077,6 +1494,191 @@ function RL.is_state(stored, expiry)
     return RL.decode_tiers(owner, form) ~= nil
 end
 
+-- ==== multi.lua ====
+-- multi.lua: several keys in one call, all or nothing (RL.MHIT, RL.MPEEK, RL.MREFUND; see
+-- core/src/args/multi.rs and core/src/limiter/multi.rs):
+--   FCALL rl_mhit numkeys key [key ...] SPEC rule [SPEC rule ...]
+-- numkeys and the keys are FCALL's own, so the server checks that they are there.
+
+local MAX_KEYS = 16
+local MAX_RULE_WORDS = 2 * RL.MAX_TIERS + 6
+
+local function is_spec(word)
+    return RL.is_word(word, 'SPEC')
+end
+
+-- The error for key `index` (from 0): the module's `ERR SPEC i (key 'k'): reason`.
+local function spec_error(index, key, message)
+    local reason = string.gsub(message, '^ERR ', '', 1)
+    RL.fail('ERR SPEC ' .. index .. " (key '" .. RL.excerpt(key) .. "'): " .. reason)
+end
+
+-- One key's rule: the words up to the next SPEC, parsed as RL.HIT's arguments.
+local function parse_rule(words, index, key)
+    local ok, rule = pcall(RL.parse_limits, 'SPEC', words, 1)
+    if ok then
+        if #words > MAX_RULE_WORDS then
+            spec_error(index, key, "ERR unknown option '" .. RL.excerpt(words[MAX_RULE_WORDS + 1])
+                .. "' (expected ALGO, BURST, COST, TZ or ANCHOR)")
+        end
+        return rule
+    end
+    local message = tostring(rule)
+    if string.find(message, "^ERR wrong number of arguments") then
+        message = 'a SPEC needs limit window [limit window ...] or POLICY name'
+    end
+    spec_error(index, key, message)
+end
+
+-- The keys' rules, one per key, from ARGV (SPEC rule [SPEC rule ...]).
+local function parse_multi(keys, args)
+    local numkeys = #keys
+    if numkeys < 1 or numkeys > MAX_KEYS then
+        RL.fail('ERR numkeys must be an integer from 1 to ' .. MAX_KEYS)
+    end
+    local spec_among_keys
+    for i = numkeys, 1, -1 do
+        if is_spec(keys[i]) then
+            spec_among_keys = i - 1
+        end
+    end
+    local function for_want_of_specs(message)
+        if spec_among_keys ~= nil then
+            RL.fail('ERR numkeys is ' .. numkeys .. ' but SPEC comes after ' .. spec_among_keys
+                .. ' keys: is numkeys too large? (a key named SPEC needs a SPEC of its own)')
+        end
+        RL.fail(message)
+    end
+    for second = 1, numkeys do
+        for first = 1, second - 1 do
+            if keys[first] == keys[second] then
+                RL.fail("ERR key '" .. RL.excerpt(keys[second]) .. "' is given twice (indexes "
+                    .. (first - 1) .. ' and ' .. (second - 1)
+                    .. '): name each key once, with the sum of its costs')
+            end
+        end
+    end
+    local spec_count = 'ERR give one SPEC per key, in key order (' .. numkeys .. ' keys)'
+    if not is_spec(args[1]) then
+        for_want_of_specs('ERR each key needs a rule: numkeys key [key ...] SPEC rule [SPEC rule ...]')
+    end
+    local rules = {}
+    local i = 2
+    while true do
+        local index = #rules
+        if index == numkeys then
+            for_want_of_specs(spec_count)
+        end
+        local words = {}
+        local ended = true
+        while args[i] ~= nil do
+            local word = args[i]
+            i = i + 1
+            local policy_name = #words == 1 and RL.is_word(words[1], 'POLICY')
+            if is_spec(word) and not policy_name then
+                ended = false
+                break
+            end
+            words[#words + 1] = word
+            if #words > MAX_RULE_WORDS then
+                break
+            end
+        end
+        rules[#rules + 1] = parse_rule(words, index, keys[index + 1])
+        if ended and args[i] == nil then
+            break
+        end
+    end
+    if #rules ~= numkeys then
+        for_want_of_specs(spec_count)
+    end
+    return rules
+end
+
+-- The first key with the least remaining.
+local function least_remaining(outcomes)
+    local best = 1
+    for i, o in ipairs(outcomes) do
+        if o.decision.remaining < outcomes[best].decision.remaining then
+            best = i
+        end
+    end
+    return best
+end
+
+-- The first denying key with the longest wait (never waits longest).
+local function longest_wait(outcomes)
+    local function wait(o)
+        if o.decision.retry == RL.NEVER then
+            return math.huge
+        end
+        return o.decision.retry
+    end
+    local best
+    for i, o in ipairs(outcomes) do
+        if not o.decision.allowed and (best == nil or wait(o) > wait(outcomes[best])) then
+            best = i
+        end
+    end
+    return best or 1
+end
+
+-- RL.run for key `i`, an error naming the key's SPEC.
+local function run_key(keys, i, rule, step, value, expiry, now)
+    local ok, outcome = pcall(RL.run, rule, step, value, expiry, now)
+    if not ok then
+        spec_error(i - 1, keys[i], tostring(outcome))
+    end
+    return outcome
+end
+
+-- step: 'hit' | 'peek' | 'refund'.
+local function several(step)
+    return function(keys, args)
+        local rules = parse_multi(keys, args)
+        -- Every key's type is checked (GET fails on another type) before anything else.
+        local values, expiries = {}, {}
+        for i, key in ipairs(keys) do
+            values[i], expiries[i] = RL.open_key(key)
+        end
+        local now = RL.now_ms()
+        local outcomes = {}
+        local allowed = true
+        for i, rule in ipairs(rules) do
+            outcomes[i] = run_key(keys, i, rule, step, values[i], expiries[i], now)
+            allowed = allowed and outcomes[i].decision.allowed
+        end
+        local refund = step == 'refund'
+        if not allowed and not refund then
+            -- Nothing is counted anywhere: a key that would allow (or renew) answers as held.
+            for i, rule in ipairs(rules) do
+                if outcomes[i].decision.allowed or outcomes[i].write ~= nil then
+                    outcomes[i] = run_key(keys, i, rule, 'held', values[i], expiries[i], now)
+                end
+                outcomes[i].write = nil
+            end
+        end
+        local binding
+        if allowed or refund then
+            binding = least_remaining(outcomes)
+        else
+            binding = longest_wait(outcomes)
+        end
+        local replies = {}
+        for i, key in ipairs(keys) do
+            RL.apply(key, outcomes[i].write)
+            replies[i] = RL.values(outcomes[i].decision)
+        end
+        local all = 0
+        if allowed then
+            all = 1
+        end
+        return { all, binding - 1, replies }
+    end
+end
+
+RL.several = several
+
 -- ==== commands.lua ====
 -- commands.lua: the functions, registered last. Calling convention:
 --   FCALL rl_<command> <numkeys> <keys...> <the module command's other arguments>
@@ -1204,6 +1806,9 @@ register('rl_hit', single('RL.HIT', 'hit'))
 register('rl_peek', single('RL.PEEK', 'peek'), true)
 register('rl_refund', single('RL.REFUND', 'refund'))
 register('rl_reset', guarded(reset))
+register('rl_mhit', guarded(RL.several('hit')))
+register('rl_mpeek', guarded(RL.several('peek')), true)
+register('rl_mrefund', guarded(RL.several('refund')))
 
 -- For the files registered after this one (leases.lua).
 RL.guarded, RL.register = guarded, register

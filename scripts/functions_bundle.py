@@ -24,7 +24,10 @@ SOURCES = [
     "encoding.lua",
     "args.lua",
     "fixed.lua",
+    "sliding.lua",
+    "bucket.lua",
     "limiter.lua",
+    "multi.lua",
     "commands.lua",
     "leases.lua",
 ]

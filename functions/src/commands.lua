@@ -124,6 +124,9 @@ register('rl_hit', single('RL.HIT', 'hit'))
 register('rl_peek', single('RL.PEEK', 'peek'), true)
 register('rl_refund', single('RL.REFUND', 'refund'))
 register('rl_reset', guarded(reset))
+register('rl_mhit', guarded(RL.several('hit')))
+register('rl_mpeek', guarded(RL.several('peek')), true)
+register('rl_mrefund', guarded(RL.several('refund')))
 
 -- For the files registered after this one (leases.lua).
 RL.guarded, RL.register = guarded, register

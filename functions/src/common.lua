@@ -151,8 +151,8 @@ function RL.read_positive(r)
     return v
 end
 
--- 8 little-endian bytes, a signed time.
-function RL.read_i64(r)
+-- 8 little-endian bytes as two 32-bit halves: the high one signed, the low one not.
+function RL.read_i64_parts(r)
     if r.pos + 7 > #r.s then
         return nil
     end
@@ -163,8 +163,16 @@ function RL.read_i64(r)
     if hi >= 2147483648 then
         hi = hi - 4294967296
     end
+    return hi, lo
+end
+
+-- 8 little-endian bytes, a signed time in ms; beyond 2^53 either way is refused.
+function RL.read_i64(r)
+    local hi, lo = RL.read_i64_parts(r)
+    if hi == nil then
+        return nil
+    end
     if hi >= 2097152 or hi < -2097152 then
-        -- Beyond 2^53 either way.
         RL.too_large()
     end
     return RL.exact(hi * 4294967296 + lo)
@@ -185,16 +193,20 @@ function RL.put_varint(out, value)
     out[#out + 1] = string.char(unpack(bytes))
 end
 
--- Appends `value` as 8 little-endian bytes.
-function RL.put_i64(out, value)
-    local lo = value % 4294967296
-    local hi = (value - lo) / 4294967296
+-- Appends hi * 2^32 + lo as 8 little-endian bytes (hi signed, 0 <= lo < 2^32).
+function RL.put_i64_parts(out, hi, lo)
     if hi < 0 then
         hi = hi + 4294967296
     end
     out[#out + 1] = string.char(lo % 256, math.floor(lo / 256) % 256, math.floor(lo / 65536) % 256,
         math.floor(lo / 16777216) % 256, hi % 256, math.floor(hi / 256) % 256,
         math.floor(hi / 65536) % 256, math.floor(hi / 16777216) % 256)
+end
+
+-- Appends `value` (an exact integer) as 8 little-endian bytes.
+function RL.put_i64(out, value)
+    local lo = value % 4294967296
+    RL.put_i64_parts(out, (value - lo) / 4294967296, lo)
 end
 
 function RL.put_byte(out, b)

@@ -170,7 +170,8 @@ local function combine(decisions, allowed)
             if wait == RL.NEVER then
                 wait = math.huge
             end
-            if binding == nil or wait > binding.wait then
+            -- The last of equal waits, as the module picks it.
+            if binding == nil or wait >= binding.wait then
                 binding = { d = d, wait = wait }
             end
         end

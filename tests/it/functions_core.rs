@@ -21,21 +21,60 @@ fn names(command: &str) -> (String, String) {
     )
 }
 
-/// Runs `command` on three keys in one transaction whose server clock reads the same ms
-/// before and after (retried until it does, so every call saw the same `now`): `m` by the
-/// module, `l` by the library, and `x` by the module or the library as `library_on_x`
-/// says. Returns the three replies (raw, errors included).
+/// What one key answered and then held: the reply (raw, errors included), the value and
+/// its absolute expiry.
+type Seen = (Value, Option<Vec<u8>>, i64);
+
+/// The module's clock, read through a fixed window of 366 days on `PROBE`: its
+/// `reset_after_ms` is the window's end minus the module's `now`.
+const PROBE: &str = "functions-core:clock-probe";
+const PROBE_WINDOW_MS: i64 = 366 * 86_400_000;
+
+/// Runs `command` on three keys in one transaction during which the server's clock stays
+/// in one ms (retried until it does, so every call saw the same `now`): `m` by the module,
+/// `l` by the library, and `x` by the module or the library as `library_on_x` says.
+/// Returns each key's reply and what it held right after, read in the transaction.
+///
+/// Every attempt first puts the three keys back as they were before the step (`before`:
+/// the value and absolute expiry, -1 for none), so an attempt whose clock moved leaves
+/// nothing behind.
+///
+/// Valkey answers `TIME` inside a transaction (and a function's `TIME`) with the time the
+/// transaction started, while the module reads the running clock: the transaction is
+/// taken when `TIME` and the module's clock, read before and after the calls, agree.
 fn same_ms(
     con: &mut Connection,
     (command, args): Step<'_>,
     keys: [&str; 3],
     library_on_x: bool,
-) -> [Value; 3] {
+    before: &(Option<Vec<u8>>, i64),
+) -> [Seen; 3] {
     let (module, library) = names(command);
     let args: Vec<&str> = args.split_whitespace().collect();
+    let probe = |pipe: &mut redis::Pipeline| {
+        pipe.cmd("RL.HIT")
+            .arg(PROBE)
+            .arg("9007199254740991")
+            .arg("366d");
+    };
     for _ in 0..1_000 {
         let mut pipe = redis::pipe();
-        pipe.atomic().cmd("TIME");
+        pipe.atomic();
+        for key in keys {
+            match before {
+                (None, _) => pipe.cmd("DEL").arg(key).ignore(),
+                (Some(value), -1) => pipe.cmd("SET").arg(key).arg(value).ignore(),
+                (Some(value), at) => pipe
+                    .cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("PXAT")
+                    .arg(*at)
+                    .ignore(),
+            };
+        }
+        pipe.cmd("TIME");
+        probe(&mut pipe);
         pipe.cmd(&module).arg(keys[0]).arg(&args);
         pipe.cmd("FCALL")
             .arg(&library)
@@ -51,21 +90,43 @@ fn same_ms(
         } else {
             pipe.cmd(&module).arg(keys[2]).arg(&args);
         }
+        for key in keys {
+            pipe.cmd("GET").arg(key).cmd("PEXPIRETIME").arg(key);
+        }
+        probe(&mut pipe);
         pipe.cmd("TIME");
         let replies: Vec<Value> = pipe.query(con).expect("EXEC");
-        let ms = |v: &Value| -> i64 {
+        let time = |v: &Value| -> i64 {
             let (secs, micros): (i64, i64) = redis::from_redis_value(v.clone()).expect("TIME");
             secs * 1_000 + micros / 1_000
         };
-        if ms(&replies[0]) == ms(&replies[4]) {
-            return [replies[1].clone(), replies[2].clone(), replies[3].clone()];
+        let start = time(&replies[0]);
+        let end = start - start.rem_euclid(PROBE_WINDOW_MS) + PROBE_WINDOW_MS;
+        let module_clock = |v: &Value| -> i64 {
+            let reply: Vec<i64> = redis::from_redis_value(v.clone()).expect("probe");
+            end - reply[3]
+        };
+        let clocks = [
+            start,
+            module_clock(&replies[1]),
+            module_clock(&replies[11]),
+            time(&replies[12]),
+        ];
+        if clocks.iter().all(|&c| c == start) {
+            let seen = |n: usize| -> Seen {
+                let value = redis::from_redis_value(replies[5 + 2 * n].clone()).expect("GET");
+                let expiry =
+                    redis::from_redis_value(replies[6 + 2 * n].clone()).expect("PEXPIRETIME");
+                (replies[2 + n].clone(), value, expiry)
+            };
+            return [seen(0), seen(1), seen(2)];
         }
     }
     panic!("no transaction ran within one ms in 1000 tries");
 }
 
 /// Runs `steps` on the three keys of [`same_ms`] (the backend on `x` alternating) and
-/// asserts that after each step the replies, the stored bytes and the expiries are equal.
+/// asserts that each step's replies, and the stored bytes and expiries after it, are equal.
 fn assert_same_as_the_module(con: &mut Connection, tag: &str, steps: &[Step<'_>]) {
     let keys = [
         format!("{tag}:module"),
@@ -73,14 +134,18 @@ fn assert_same_as_the_module(con: &mut Connection, tag: &str, steps: &[Step<'_>]
         format!("{tag}:mixed"),
     ];
     let keys = [keys[0].as_str(), keys[1].as_str(), keys[2].as_str()];
+    let mut before = (None, -2);
     for (n, step) in steps.iter().enumerate() {
-        let replies = same_ms(con, *step, keys, n % 2 == 0);
-        let context = format!("{tag}, step {n} {step:?}: {replies:?}");
-        assert_eq!(replies[0], replies[1], "library reply, {context}");
-        assert_eq!(replies[0], replies[2], "mixed reply, {context}");
-        let stored: Vec<_> = keys.iter().map(|k| stored(con, k.as_bytes())).collect();
-        assert_eq!(stored[0], stored[1], "library bytes and expiry, {context}");
-        assert_eq!(stored[0], stored[2], "mixed bytes and expiry, {context}");
+        if step.0 == "persist" {
+            // The key loses its expiry (PERSIST): both backends count its units again.
+            before.1 = -1;
+            continue;
+        }
+        let [module, library, mixed] = same_ms(con, *step, keys, n % 2 == 0, &before);
+        let context = format!("{tag}, step {n} {step:?}");
+        assert_eq!(module, library, "module, library: {context}");
+        assert_eq!(module, mixed, "module, mixed: {context}");
+        before = (module.1, module.2);
     }
 }
 
@@ -152,6 +217,60 @@ fn fixed_windows_answer_store_and_expire_as_the_module_does() {
             ("hit", "1 1s"),
         ];
         assert_same_as_the_module(&mut con, "fixed", steps);
+    });
+}
+
+/// Every bucket and sliding shape: single tiers (the short form for the buckets, with and
+/// without the ns below the ms), tiers, BURST, COST, refunds, looks, a lost expiry and
+/// changes of rule and of algorithm, which renew the key from its usage.
+#[test]
+fn every_algorithm_answers_stores_and_expires_as_the_module_does() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        let minutes = window_clear_of_edges(&mut con) / 60_000;
+        for algo in ["sliding", "token", "gcra", "fixed"] {
+            let burst = if algo == "token" || algo == "gcra" {
+                " BURST 4"
+            } else {
+                ""
+            };
+            let rules = [
+                format!("3 1s ALGO {algo}"),
+                format!("3 1ms ALGO {algo}"),
+                format!("7 250ms ALGO {algo}{burst}"),
+                format!("5 {minutes}m 9 {}m ALGO {algo}", minutes * 2),
+                format!("1000000 1s ALGO {algo}"),
+            ];
+            for (n, rule) in rules.iter().enumerate() {
+                let cost = format!("{rule} COST 2");
+                let big = format!("{rule} COST 99");
+                let other = if algo == "gcra" { "token" } else { "gcra" };
+                let switched = format!("3 1s ALGO {other}");
+                let steps: Vec<Step<'_>> = vec![
+                    ("peek", rule),
+                    ("refund", rule),
+                    ("hit", rule),
+                    ("hit", &cost),
+                    ("peek", &cost),
+                    ("hit", rule),
+                    ("hit", rule),
+                    ("hit", &big),
+                    ("refund", &cost),
+                    ("hit", rule),
+                    ("persist", ""),
+                    ("peek", rule),
+                    ("hit", rule),
+                    ("hit", "2 1s ALGO fixed"),
+                    ("hit", rule),
+                    ("hit", &switched),
+                    ("peek", rule),
+                    ("hit", rule),
+                    ("refund", rule),
+                ];
+                assert_same_as_the_module(&mut con, &format!("{algo}:{n}"), &steps);
+            }
+        }
     });
 }
 
@@ -343,5 +462,174 @@ fn a_replica_holds_the_bytes_the_library_wrote() {
             .query(&mut rcon)
             .expect("rl_peek on the replica");
         assert_eq!(look[..3], [1, 5, 3]);
+    });
+}
+
+/// A key's value and absolute expiry (-1 none, -2 no key).
+type Held = (Option<Vec<u8>>, i64);
+
+/// Runs `RL.M<command>` on `m1 m2` and `FCALL rl_m<command>` on `l1 l2` with `args` after
+/// the keys, in one transaction during which the clock stays in one ms (as [`same_ms`],
+/// the keys first put back as `before`); returns both replies and what the four keys hold.
+fn same_ms_several(
+    con: &mut Connection,
+    command: &str,
+    args: &str,
+    before: &[Held; 2],
+) -> ((Value, Value), [Held; 4]) {
+    let (module, library) = names(&format!("m{command}"));
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let keys = ["several:m1", "several:m2", "several:l1", "several:l2"];
+    for _ in 0..1_000 {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (n, key) in keys.iter().enumerate() {
+            match &before[n % 2] {
+                (None, _) => pipe.cmd("DEL").arg(key).ignore(),
+                (Some(value), -1) => pipe.cmd("SET").arg(key).arg(value).ignore(),
+                (Some(value), at) => pipe
+                    .cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("PXAT")
+                    .arg(*at)
+                    .ignore(),
+            };
+        }
+        pipe.cmd("TIME");
+        pipe.cmd("RL.HIT")
+            .arg(PROBE)
+            .arg("9007199254740991")
+            .arg("366d");
+        pipe.cmd(&module).arg(2).arg(&keys[..2]).arg(&args);
+        pipe.cmd("FCALL")
+            .arg(&library)
+            .arg(2)
+            .arg(&keys[2..])
+            .arg(&args);
+        for key in keys {
+            pipe.cmd("GET").arg(key).cmd("PEXPIRETIME").arg(key);
+        }
+        pipe.cmd("RL.HIT")
+            .arg(PROBE)
+            .arg("9007199254740991")
+            .arg("366d");
+        pipe.cmd("TIME");
+        let r: Vec<Value> = pipe.query(con).expect("EXEC");
+        let time = |v: &Value| -> i64 {
+            let (secs, micros): (i64, i64) = redis::from_redis_value(v.clone()).expect("TIME");
+            secs * 1_000 + micros / 1_000
+        };
+        let start = time(&r[0]);
+        let end = start - start.rem_euclid(PROBE_WINDOW_MS) + PROBE_WINDOW_MS;
+        let module_clock = |v: &Value| -> i64 {
+            let reply: Vec<i64> = redis::from_redis_value(v.clone()).expect("probe");
+            end - reply[3]
+        };
+        let clocks = [
+            start,
+            module_clock(&r[1]),
+            module_clock(&r[12]),
+            time(&r[13]),
+        ];
+        if clocks.iter().all(|&c| c == start) {
+            let held = |n: usize| -> Held {
+                (
+                    redis::from_redis_value(r[4 + 2 * n].clone()).expect("GET"),
+                    redis::from_redis_value(r[5 + 2 * n].clone()).expect("PEXPIRETIME"),
+                )
+            };
+            return (
+                (r[2].clone(), r[3].clone()),
+                [held(0), held(1), held(2), held(3)],
+            );
+        }
+    }
+    panic!("no transaction ran within one ms in 1000 tries");
+}
+
+#[test]
+fn several_keys_answer_and_store_as_the_module_does() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        let minutes = window_clear_of_edges(&mut con) / 60_000;
+        let a = format!("SPEC 3 {minutes}m");
+        let b = "SPEC 2 1s ALGO gcra BURST 3";
+        let c = format!("SPEC 4 {minutes}m 6 {}m ALGO sliding", minutes * 2);
+        let steps: Vec<(&str, String)> = vec![
+            ("peek", format!("{a} {b}")),
+            ("refund", format!("{a} {b}")),
+            ("hit", format!("{a} {b}")),
+            ("hit", format!("{a} COST 2 {b}")),
+            // The first key is full: nothing is counted in the second.
+            ("hit", format!("{a} {b}")),
+            ("peek", format!("{a} {b} COST 9")),
+            ("refund", format!("{a} COST 2 {b}")),
+            ("hit", format!("{a} {b} COST 3")),
+            ("hit", format!("{b} {c}")),
+            ("hit", format!("{c} {c} COST 4")),
+            ("refund", format!("{c} COST 2 {c}")),
+        ];
+        let mut before: [Held; 2] = [(None, -2), (None, -2)];
+        for (n, (command, args)) in steps.iter().enumerate() {
+            let ((module, library), held) = same_ms_several(&mut con, command, args, &before);
+            let context = format!("step {n} {command} {args}");
+            assert_eq!(module, library, "{context}");
+            assert_eq!(held[..2], held[2..], "{context}");
+            before = [held[0].clone(), held[1].clone()];
+        }
+    });
+}
+
+#[test]
+fn several_keys_bad_input_gets_the_module_errors() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        redis::cmd("SET")
+            .arg("text")
+            .arg("hello")
+            .exec(&mut con)
+            .expect("SET");
+        redis::cmd("HSET")
+            .arg("hash")
+            .arg("f")
+            .arg("v")
+            .exec(&mut con)
+            .expect("HSET");
+        let cases: &[(&[&str], &str)] = &[
+            (&["a", "b"], "SPEC 1 1s"),
+            (&["a", "b"], "1 1s"),
+            (&["a", "b"], "SPEC 1 1s SPEC 1 1s SPEC 1 1s"),
+            (&["a", "a"], "SPEC 1 1s SPEC 1 1s"),
+            (&["a", "SPEC"], "1 1s SPEC 1 1s"),
+            (&["a"], "SPEC"),
+            (&["a"], "SPEC 0 1s"),
+            (&["a", "b"], "SPEC 1 1s SPEC 5 1m COSTS 2"),
+            (&["a", "b"], "SPEC 1 1s SPEC"),
+            (&["a", "text"], "SPEC 1 1s SPEC 1 1s"),
+            (&["a", "hash"], "SPEC 1 1s SPEC 1 1s"),
+            (&["a"], "SPEC 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s 1 1s"),
+            (
+                &[
+                    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p",
+                    "q",
+                ],
+                "SPEC 1 1s",
+            ),
+        ];
+        for (keys, args) in cases {
+            let args: Vec<&str> = args.split_whitespace().collect();
+            for command in ["hit", "peek", "refund"] {
+                let (module, library) = names(&format!("m{command}"));
+                let expected = error_text(
+                    &mut con,
+                    redis::cmd(&module).arg(keys.len()).arg(*keys).arg(&args),
+                );
+                let got = error_text(&mut con, &fcall_cmd(&library, keys, &args));
+                assert_eq!(got, expected, "{command} {keys:?} {args:?}");
+            }
+        }
     });
 }
