@@ -39,6 +39,7 @@ unit: ## Unit and property tests of the pure core, the module, the gateway, and 
 	cargo test -p redis-ratelimit --lib
 	cargo test -p rl-gateway --lib --bins
 	python3 -m unittest discover -s bench/lib -t .
+	python3 -m unittest discover -s scripts -p 'test_functions_bundle.py'
 
 integration: ## Integration tests against real Redis 7.0 and Valkey 8.1 servers (module and gateway)
 	cargo build --lib
@@ -57,6 +58,13 @@ integration-newer: ## The integration suites again on Redis 8.6 and Valkey 9.1, 
 		cargo test --test it -- --test-threads=2
 	REDIS_SERVER=$$(scripts/newer-servers.sh --path redis) VALKEY_SERVER=$$(scripts/newer-servers.sh --path valkey) \
 		cargo test -p rl-gateway --test it -- --test-threads=2 $(GATEWAY_NOT_ON_NEWER)
+
+.PHONY: functions functions-load
+functions: ## Write functions/ratelimit.lua (the Functions library) from functions/src/*.lua
+	python3 scripts/functions_bundle.py
+
+functions-load: ## Install the Functions library into the server at REDIS_URL (e.g. redis://127.0.0.1:6379)
+	scripts/functions-load.sh "$(REDIS_URL)"
 
 .PHONY: config-reference
 config-reference: ## Rewrite the tables of the gateway's configuration reference (docs/src/gateway/configuration.md, rules.md) from its schema

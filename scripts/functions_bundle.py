@@ -23,6 +23,7 @@ SOURCES = [
     "common.lua",
     "encoding.lua",
     "args.lua",
+    "calendar.lua",
     "fixed.lua",
     "sliding.lua",
     "bucket.lua",

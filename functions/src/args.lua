@@ -33,6 +33,8 @@ RL.ERR = {
     anchor_without = 'ERR ANCHOR applies to a month window',
     policy = 'ERR POLICY needs the module: named policies live in its RDB data, which the '
         .. 'functions library cannot read; pass the rule (limit window ...) instead',
+    log = 'ERR ALGO log needs the module: the functions library has no sliding log (use ALGO '
+        .. 'sliding, or the module)',
     tz = 'ERR TZ other than UTC needs the module: the functions library has no time zone '
         .. 'database (use TZ UTC, or the module)',
 }
@@ -127,6 +129,9 @@ local function parse_options(args, i)
         local option = string.upper(args[i])
         local value = args[i + 1]
         if option == 'ALGO' then
+            if value ~= nil and string.lower(value) == 'log' then
+                RL.fail(RL.ERR.log)
+            end
             set_once(o, 'ALGO', value and RL.ALGO_BY_NAME[string.lower(value)], RL.ERR.algo)
         elseif option == 'BURST' then
             set_once(o, 'BURST', RL.parse_positive(value), RL.ERR.burst)
@@ -227,14 +232,9 @@ function RL.parse_limits(command, args, first)
     return { algo = algo, tiers = tiers, cost = o.COST or 1 }
 end
 
--- Calendar periods and zones, filled in by calendar.lua.
-function RL.period_named(_name)
-    return nil
-end
-
 -- The zone `TZ` names: only UTC, which needs no tz database; any other name is refused.
 function RL.zone_named(name)
-    if name ~= nil and (RL.is_word(name, 'UTC') or RL.is_word(name, 'ETC/UTC')) then
+    if RL.is_word(name, 'UTC') then
         return 'UTC'
     end
     return nil

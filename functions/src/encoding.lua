@@ -190,8 +190,3 @@ function RL.encode_tiers(algo, quotas, states)
     end
     return table.concat(out)
 end
-
--- Calendars are read only where calendar.lua knows them; without it, none is.
-function RL.calendar_from_code(_code)
-    return nil
-end

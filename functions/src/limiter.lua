@@ -11,6 +11,16 @@ local function quota_equal(a, b)
     return a.limit == b.limit and a.window == b.window and a.burst == b.burst and ca == cb
 end
 
+-- The stored algorithm `id`; an exact sliding log (id 3), which only the module reads,
+-- is refused as such rather than called foreign.
+local function owner_of(id)
+    if id == 3 then
+        RL.fail('ERR key holds an ALGO log state, which only the module reads: use the module, '
+            .. 'or RL.RESET it with the module')
+    end
+    return RL.ALGO_BY_ID[id]
+end
+
 local function capacity(algo, quota)
     return algo.capacity(quota)
 end
@@ -24,7 +34,7 @@ local function lost_expiry_usage(form, expiry)
     if form.form == 'count' then
         return form.count
     end
-    local owner = RL.ALGO_BY_ID[form.algorithm]
+    local owner = owner_of(form.algorithm)
     if owner == nil or owner.from_short(form.short, 0) == nil then
         RL.fail(NOT_OURS)
     end
@@ -57,7 +67,7 @@ local function read_prior(algo, stored, expiry, now)
     end
     if form.form == 'short' then
         local expires = expiry()
-        local owner = RL.ALGO_BY_ID[form.algorithm]
+        local owner = owner_of(form.algorithm)
         local state = expires and owner and owner.from_short(form.short, expires)
         if state == nil then
             RL.fail(NOT_OURS)
@@ -67,7 +77,7 @@ local function read_prior(algo, stored, expiry, now)
         end
         return { kind = 'usage', used = owner.used(state, now, form.quota) }, false
     end
-    local owner = RL.ALGO_BY_ID[form.algorithm]
+    local owner = owner_of(form.algorithm)
     local tiers = owner and RL.decode_tiers(owner, form)
     if tiers == nil then
         RL.fail(NOT_OURS)
@@ -304,7 +314,7 @@ function RL.is_state(stored, expiry)
     if form.form == 'count' then
         return true
     end
-    local owner = RL.ALGO_BY_ID[form.algorithm]
+    local owner = owner_of(form.algorithm)
     if owner == nil then
         return false
     end

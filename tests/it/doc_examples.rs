@@ -48,6 +48,8 @@ fn transcripts_answer_as_written() {
             .module_arg("policies-in-rdb")
             .module_arg("yes")
             .start();
+        // The Functions library's page calls it: FLUSHALL between pages keeps it.
+        server.load_functions();
         for page in pages() {
             let transcripts: Vec<Block> = blocks(&page)
                 .into_iter()

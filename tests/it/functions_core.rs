@@ -274,6 +274,42 @@ fn every_algorithm_answers_stores_and_expires_as_the_module_does() {
     });
 }
 
+/// Calendar windows in UTC: the tiers form of version 2 (each tier's calendar code), the
+/// same ends, renewals between calendars and durations.
+#[test]
+fn utc_calendar_windows_answer_and_store_as_the_module_does() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        for (n, rule) in [
+            "3 day",
+            "3 WEEK",
+            "3 month",
+            "3 month ANCHOR 31 TZ UTC",
+            "3 year TZ utc",
+            "2 1s 3 month 4 year ANCHOR 5",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let cost = format!("{rule} COST 2");
+            let steps: Vec<Step<'_>> = vec![
+                ("peek", rule),
+                ("hit", rule),
+                ("hit", &cost),
+                ("hit", rule),
+                ("refund", rule),
+                ("hit", "3 1h"),
+                ("hit", rule),
+                ("persist", ""),
+                ("hit", rule),
+                ("refund", &cost),
+            ];
+            assert_same_as_the_module(&mut con, &format!("calendar:{n}"), &steps);
+        }
+    });
+}
+
 #[test]
 fn bad_input_gets_the_module_errors() {
     each_flavor(|flavor| {
@@ -328,6 +364,14 @@ fn bad_input_gets_the_module_errors() {
             ("hit", "k", "5 1m TZ UTC"),
             ("hit", "k", "5 1m ANCHOR 5"),
             ("hit", "k", "5 1m ANCHOR 0"),
+            ("hit", "k", "5 month ANCHOR 32"),
+            ("hit", "k", "5 day ANCHOR 5"),
+            ("hit", "k", "5 month ALGO gcra"),
+            ("hit", "k", "5 1s 5 week ALGO sliding"),
+            ("hit", "k", "5 month BURST 3"),
+            ("hit", "k", "5 months"),
+            ("hit", "k", "month 5"),
+            ("hit", "k", "5 month TZ UTC TZ UTC"),
             ("hit", "text", "5 1m"),
             ("hit", "zero", "5 1m"),
             ("hit", "hash", "5 1m"),
@@ -364,6 +408,13 @@ fn what_the_library_cannot_do_is_refused_and_writes_nothing() {
         let cases: &[(&str, &str)] = &[
             ("POLICY login", "ERR POLICY needs the module"),
             ("POLICY login COST 2", "ERR POLICY needs the module"),
+            (
+                "5 month TZ Europe/Paris",
+                "ERR TZ other than UTC needs the module",
+            ),
+            ("5 day TZ Etc/UTC", "ERR TZ other than UTC needs the module"),
+            ("5 1m ALGO log", "ERR ALGO log needs the module"),
+            ("5 1m ALGO LOG COST 2", "ERR ALGO log needs the module"),
             ("9007199254740992 1m", too_large),
             ("5 1m COST 9007199254740992", too_large),
         ];
@@ -390,6 +441,36 @@ fn what_the_library_cannot_do_is_refused_and_writes_nothing() {
             get_bytes(&mut con, "big"),
             Some(b"9007199254740993".to_vec())
         );
+    });
+}
+
+/// A key the module wrote with ALGO log is refused as such by every function, and left as
+/// it is.
+#[test]
+fn a_sliding_log_written_by_the_module_is_refused_and_kept() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        hit(&mut con, "log", &["5", "1h", "ALGO", "log"]);
+        hit(&mut con, "logs", &["5", "1h", "7", "2h", "ALGO", "log"]);
+        for key in ["log", "logs"] {
+            let before = stored(&mut con, key.as_bytes());
+            for (function, args) in [
+                ("rl_hit", &["5", "1h"][..]),
+                ("rl_peek", &["5", "1h", "ALGO", "gcra"]),
+                ("rl_refund", &["5", "1h", "ALGO", "sliding"]),
+                ("rl_reset", &[]),
+            ] {
+                let text = error_text(&mut con, &fcall_cmd(function, &[key], args));
+                assert!(
+                    text.starts_with(
+                        "ERR key holds an ALGO log state, which only the module reads"
+                    ),
+                    "{function} {key}: {text}"
+                );
+            }
+            assert_eq!(stored(&mut con, key.as_bytes()), before, "{key}");
+        }
     });
 }
 
