@@ -81,6 +81,43 @@ pub fn aligned_end(now_ms: i64, window_ms: i64) -> i64 {
     now_ms - now_ms.rem_euclid(window_ms) + window_ms
 }
 
+/// When the calendar period after the one holding `now_ms` starts: the next local midnight
+/// that begins a day, a week (Monday), a month (on the anchor day, or the month's last day
+/// when it is shorter) or a year, in `tz`.
+pub fn next_period_start(now_ms: i64, period: &str, anchor: u32, tz: chrono_tz::Tz) -> i64 {
+    use chrono::{DateTime, Datelike, Days, NaiveDate, TimeZone};
+    let today = DateTime::from_timestamp_millis(now_ms)
+        .expect("a time chrono can hold")
+        .with_timezone(&tz)
+        .date_naive();
+    let billing = |year: i32, month: u32| {
+        (1..=anchor.max(1))
+            .rev()
+            .find_map(|day| NaiveDate::from_ymd_opt(year, month, day))
+            .expect("a day of the month")
+    };
+    let next = match period {
+        "day" => today + Days::new(1),
+        "week" => today + Days::new(7 - u64::from(today.weekday().num_days_from_monday())),
+        "month" => {
+            let this_month = billing(today.year(), today.month());
+            if today < this_month {
+                this_month
+            } else if today.month() == 12 {
+                billing(today.year() + 1, 1)
+            } else {
+                billing(today.year(), today.month() + 1)
+            }
+        }
+        _ => NaiveDate::from_ymd_opt(today.year() + 1, 1, 1).expect("a new year's day"),
+    };
+    let midnight = next.and_hms_opt(0, 0, 0).expect("midnight");
+    tz.from_local_datetime(&midnight)
+        .earliest()
+        .expect("midnight exists in the zones the table names")
+        .timestamp_millis()
+}
+
 /// Whether `got` is what `expect` allows, keeping the ids it names in `captures`;
 /// otherwise why not.
 pub fn check(
@@ -124,6 +161,16 @@ fn check_int(expect: &Expect, n: i64, clock: &Clock) -> Result<(), String> {
             .any(|t| aligned_end(t, window_ms) - t + plus_ms == n),
         Expect::End { window_ms } => moments.clone().any(|t| aligned_end(t, window_ms) == n),
         Expect::Since { ms } => (ms - (clock.after_ms - clock.start_ms)..=ms).contains(&n),
+        Expect::Calendar {
+            ref period,
+            anchor,
+            ref zone,
+        } => {
+            let tz: chrono_tz::Tz = zone.parse().map_err(|e| format!("zone {zone:?}: {e}"))?;
+            moments
+                .clone()
+                .any(|t| next_period_start(t, period, anchor, tz) - t == n)
+        }
         _ => false,
     };
     if fits {

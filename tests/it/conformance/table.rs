@@ -13,6 +13,8 @@
 //! - `"~6m"`: 6 minutes counted from the scenario's first call, so at least 6m less the ms
 //!   the scenario has taken so far and at most 6m (what token, gcra, log and lease times
 //!   read, since their state holds the absolute time of a call);
+//! - `"calendar:week"`: the ms until the next week starts (Monday, midnight UTC); also
+//!   `"calendar:month anchor 15"`, `"calendar:day Europe/Paris"`, `"calendar:year"`;
 //! - `"a..=b"`: any integer in that range;
 //! - `"id"`: any string of 1 to 64 bytes (a lease id); `"id>name"` also keeps it, and a
 //!   later call names it `{name}`.
@@ -43,6 +45,13 @@ pub enum Expect {
     /// `ms` less the time since the scenario's first call.
     Since {
         ms: i64,
+    },
+    /// ms until the next calendar period starts: `day`, `week` (Monday), `month` (on the
+    /// anchor day, 1 unless given), `year`, at midnight in `zone` (UTC unless given).
+    Calendar {
+        period: String,
+        anchor: u32,
+        zone: String,
     },
     Nil,
     /// A string of 1 to 64 bytes, kept under the name given.
@@ -122,6 +131,10 @@ impl Expect {
         match self {
             Expect::Edge { window_ms, .. } | Expect::End { window_ms } => {
                 out.insert(*window_ms);
+            }
+            // A day's edges, in every zone with whole-hour offsets, are among the hour's.
+            Expect::Calendar { .. } => {
+                out.insert(3_600_000);
             }
             Expect::Array(items) => items.iter().for_each(|e| e.collect_windows(out)),
             _ => {}
@@ -296,6 +309,9 @@ fn parse_matcher(text: &str) -> Result<Expect, String> {
             ms: duration_ms(span)?,
         });
     }
+    if let Some(spec) = text.strip_prefix("calendar:") {
+        return parse_calendar(spec).map_err(|e| format!("{text:?}: {e}"));
+    }
     if let Some((low, high)) = text.split_once("..=") {
         let bound = |s: &str| {
             s.trim()
@@ -307,6 +323,29 @@ fn parse_matcher(text: &str) -> Result<Expect, String> {
     Err(format!(
         "{text:?} is no matcher (nil, id, id>name, edge:, end:, ~, a..=b)"
     ))
+}
+
+/// `week`, `month anchor 15`, `day Europe/Paris`.
+fn parse_calendar(spec: &str) -> Result<Expect, String> {
+    let mut words = spec.split_whitespace();
+    let period = words.next().unwrap_or("").to_string();
+    if !["day", "week", "month", "year"].contains(&period.as_str()) {
+        return Err(format!("{period:?} is not day, week, month or year"));
+    }
+    let (mut anchor, mut zone) = (1, "UTC".to_string());
+    while let Some(word) = words.next() {
+        if word == "anchor" {
+            let day = words.next().unwrap_or("");
+            anchor = day.parse().map_err(|e| format!("anchor {day:?}: {e}"))?;
+        } else {
+            zone = word.to_string();
+        }
+    }
+    Ok(Expect::Calendar {
+        period,
+        anchor,
+        zone,
+    })
 }
 
 /// `250ms`, `10s`, `5m`, `1h`, `1d` in ms.
@@ -337,6 +376,11 @@ impl std::fmt::Display for Expect {
             }
             Expect::End { window_ms } => write!(f, "end:{window_ms}ms"),
             Expect::Since { ms } => write!(f, "~{ms}ms"),
+            Expect::Calendar {
+                period,
+                anchor,
+                zone,
+            } => write!(f, "calendar:{period} anchor {anchor} {zone}"),
             Expect::Nil => write!(f, "nil"),
             Expect::Id(None) => write!(f, "id"),
             Expect::Id(Some(name)) => write!(f, "id>{name}"),
