@@ -250,3 +250,88 @@ fn conformance_fails_when_a_reply_changes() {
         assert!(first.contains(part), "{part:?} missing in:\n{first}");
     }
 }
+
+/// A pending mark never hides a scenario for good: a function's name holds only while the
+/// library lacks it, a feature only while its scenario fails on the library.
+#[test]
+fn conformance_pending_marks_are_checked() {
+    let table = r#"
+[[scenario]]
+name = "lacks a function"
+pending = ["rl_no_such_function"]
+steps = [["RL.HIT {key} 1 1h", [1, 1, 0, "edge:1h", 0]]]
+
+[[scenario]]
+name = "has every function it waits for"
+pending = ["rl_hit"]
+steps = [["RL.HIT {key} 1 1h", [1, 1, 0, "edge:1h", 0]]]
+
+[[scenario]]
+name = "a feature that fails"
+pending = ["a reply no backend gives"]
+steps = [["RL.HIT {key} 1 1h", [1, 1, 1, "edge:1h", 0]]]
+
+[[scenario]]
+name = "a feature that passes"
+pending = ["fixed windows"]
+steps = [["RL.HIT {key} 1 1h", [1, 1, 0, "edge:1h", 0]]]
+"#;
+    let scenarios = table::parse_file("inline", table).expect("the table parses");
+    let flavor = Flavor::Valkey;
+    let server = ServerConfig::managed(flavor).start();
+    let mut con = server.conn();
+    let library = load_library(&mut con, &library_source());
+    let mut target = Target {
+        backend: Backend::Functions,
+        server: server_name(flavor),
+        con: &mut con,
+        replica: None,
+        library,
+        tag: "p".into(),
+        mutate: None,
+    };
+    let outcome = run_all(&mut target, &scenarios);
+    let named = |list: &[String], name: &str| list.iter().any(|l| l.contains(name));
+    assert!(outcome.passed.is_empty(), "{outcome:#?}");
+    assert!(
+        named(&outcome.pending, "\"lacks a function\""),
+        "{outcome:#?}"
+    );
+    assert!(
+        named(&outcome.pending, "\"a feature that fails\""),
+        "{outcome:#?}"
+    );
+    assert!(
+        named(&outcome.failures, "\"has every function"),
+        "{outcome:#?}"
+    );
+    assert!(
+        named(&outcome.failures, "\"a feature that passes\""),
+        "{outcome:#?}"
+    );
+    assert_eq!((outcome.pending.len(), outcome.failures.len()), (2, 2));
+}
+
+/// The table's reader names the file, the scenario and the step of what it cannot read.
+#[test]
+fn conformance_table_errors_name_the_place() {
+    let cases = [
+        ("[[scenario]]\nsteps = []", "a scenario needs a name"),
+        (
+            "[[scenario]]\nname = \"a\"\nsteps = [[\"RL.HIT {key} 1 1h\", \"soon\"]]",
+            "\"a\" step 1: \"soon\" is no matcher",
+        ),
+        (
+            "[[scenario]]\nname = \"b\"\nsteps = [{ call = \"PING\", reply = 1, via = 2 }]",
+            "\"b\" step 1: unknown field \"via\"",
+        ),
+        (
+            "[[scenario]]\nname = \"c\"\nsteps = [[\"PING\", \"edge:1y\"]]",
+            "unknown unit \"y\"",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = table::parse_file("inline", text).expect_err(text);
+        assert!(error.contains(expected), "{error:?} lacks {expected:?}");
+    }
+}
