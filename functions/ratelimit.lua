@@ -1915,7 +1915,9 @@ local function reset(keys, args)
     return 1
 end
 
--- Read-only functions carry `no-writes`, so FCALL_RO and replicas take them.
+-- Registers `callback` as function `name`. Read-only functions carry `no-writes`, so
+-- FCALL_RO and replicas take them. The files after this one (leases.lua) register theirs
+-- through RL.register and RL.guarded too.
 local function register(name, callback, read_only)
     local flags = {}
     if read_only then
@@ -1923,6 +1925,9 @@ local function register(name, callback, read_only)
     end
     redis.register_function({ function_name = name, callback = callback, flags = flags })
 end
+
+RL.register = register
+RL.guarded = guarded
 
 register('rl_version', function()
     return RL.VERSION
@@ -1935,21 +1940,353 @@ register('rl_mhit', guarded(RL.several('hit')))
 register('rl_mpeek', guarded(RL.several('peek')), true)
 register('rl_mrefund', guarded(RL.several('refund')))
 
--- For the files registered after this one (leases.lua).
-RL.guarded, RL.register = guarded, register
-
--- ==== leases.lua ====
--- leases.lua: concurrency leases (core/src/lease/), byte for byte the module's layout, so
--- a lease key written by one backend is read and continued by the other:
---   0x02                    LEASE_V1
+-- ==== lease_layout.lua ====
+-- lease_layout.lua: a key's leases byte for byte as the module stores them
+-- (core/src/lease/layout.rs), so a lease key written by one backend is read and continued
+-- by the other:
+--   0x02                    LEASE_V1: never a digit, 0x01 or 0xF8.., so no RL.HIT state
+--                           is read as leases nor the reverse
 --   varint tier_len         0: no tier state
 --   tier_len bytes          the tiers' state, as RL.HIT stores it in a key of its own
 --   i64 LE tier_expires     that state's absolute expiry (only when tier_len > 0)
 --   varint count            leases, at most 10000
 --   count times: u8 tag (0x80: 16 id bytes follow; 1..64: that many), id, i64 LE end
--- A lease is held while now < end. Every write keeps only the held leases (in the order
--- they were taken), and the key expires with its last lease or its tier state, whichever
--- ends later; with neither it is deleted.
+-- A lease is held while now < end. A write keeps only the held leases, in the order they
+-- were taken; the key expires with its last lease or its tier state, whichever ends
+-- later, and is deleted when it has neither.
+--
+-- A key holds up to 10000 leases and every call reads them all, so this file reads and
+-- writes the value in place: one pass that notes where each record starts and when it
+-- ends (no table per record), and writes that copy runs of kept records as they are. The
+-- string functions are taken into locals inside each function: the globals are not there
+-- while FUNCTION LOAD runs this file.
+
+local LEASE_V1 = 2
+local RAW_ID = 128
+local MAX_LEASES = 10000
+local MAX_ID_LEN = 64
+-- 2^53: every integer below it in size is exact in a double.
+local EXACT_LIMIT = 9007199254740992
+
+local L = {}
+RL.lease = L
+L.MAX_ID_LEN = MAX_ID_LEN
+
+-- An id as a record stores it: tag, then bytes. 32 lowercase hex digits are the 16 bytes
+-- they spell (as a generated id), anything else is kept as given.
+function L.stored_id(id)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    if #id == 32 and find(id, '^[0-9a-f]+$') then
+        local raw = string.gsub(id, '%x%x', function(pair)
+            return char(tonumber(pair, 16))
+        end)
+        return char(RAW_ID) .. raw
+    end
+    return char(#id) .. id
+end
+
+-- The id as replies show it.
+function L.display_id(stored)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    if byte(stored, 1) == RAW_ID then
+        return (string.gsub(sub(stored, 2), '.', function(c)
+            return string.format('%02x', byte(c))
+        end))
+    end
+    return sub(stored, 2)
+end
+
+-- The varint at `pos` in its shortest form (the one the module writes) and the position
+-- after it; nil for any other. A value too large to be exact is refused by its caller's
+-- bound (a length or a count), as the module refuses it.
+local function varint_at(s, pos)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    local value, scale = 0, 1
+    for i = 0, 9 do
+        local b = byte(s, pos + i)
+        if b == nil or (i > 0 and b == 0) then
+            return nil
+        end
+        value = value + (b % 128) * scale
+        if b < 128 then
+            return value, pos + i + 1
+        end
+        scale = scale * 128
+    end
+    return nil
+end
+
+-- The signed 8-byte little-endian time at `pos`; nil when the bytes run out. One beyond
+-- 2^53 either way (never written by either backend) is the library's error for numbers
+-- it cannot hold.
+local function i64_at(s, pos)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, pos, pos + 7)
+    if b8 == nil then
+        return nil
+    end
+    local hi = b5 + b6 * 256 + b7 * 65536 + b8 * 16777216
+    if hi >= 2147483648 then
+        hi = hi - 4294967296
+    end
+    if hi >= 2097152 or hi < -2097152 then
+        RL.too_large()
+    end
+    return hi * 4294967296 + b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+end
+
+-- The tier state at `pos`: { bytes, ends } or false for none, and the position after it.
+local function tier_at(s, pos)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    local len, at = varint_at(s, pos)
+    if len == nil or at + len - 1 > #s then
+        return nil
+    end
+    if len == 0 then
+        return false, at
+    end
+    local ends = i64_at(s, at + len)
+    if ends == nil then
+        return nil
+    end
+    return { bytes = sub(s, at, at + len - 1), ends = ends }, at + len + 8
+end
+
+-- Reads the value `s` at `now`, looking for the held lease `want` (a stored id, or nil):
+-- { s, tier, count, starts, ends, held, earliest, latest, at }, `starts[i]` where record i
+-- begins (starts[count + 1] is past the end), `at` the index of the lease `want`. nil for
+-- anything the module would not read as leases.
+function L.read(s, now, want)
+    local byte, sub, find, unpack_i64 = string.byte, string.sub, string.find, struct.unpack
+    if byte(s, 1) ~= LEASE_V1 then
+        return nil
+    end
+    local tier, pos = tier_at(s, 2)
+    local count
+    if tier ~= nil then
+        count, pos = varint_at(s, pos)
+    end
+    if count == nil or count > MAX_LEASES then
+        return nil
+    end
+    local v = { s = s, tier = tier or nil, count = count, starts = {}, ends = {}, held = 0 }
+    local starts, ends, size = v.starts, v.ends, #s
+    local held, earliest, latest = 0, nil, nil
+    -- Where `want` occurs next (a plain search in C): a record is that lease when it
+    -- starts there, its tag being the id's length.
+    local seen = want and find(s, want, pos, true)
+    for i = 1, count do
+        local tag = byte(s, pos)
+        local len = tag
+        if tag == RAW_ID then
+            len = 16
+        elseif tag == nil or tag < 1 or tag > MAX_ID_LEN then
+            return nil
+        elseif tag == 32 and find(sub(s, pos + 1, pos + 32), '^[0-9a-f]+$') then
+            -- Not canonical: 32 lowercase hex digits are always stored as their 16 bytes.
+            return nil
+        end
+        -- The end: 8 bytes LE, signed, read in C (struct is Redis's and Valkey's), which
+        -- rounds beyond 2^53: those are the library's error for numbers it cannot hold.
+        local at = pos + len + 1
+        if at + 7 > size then
+            return nil
+        end
+        local e = unpack_i64('<i8', s, at)
+        if e >= EXACT_LIMIT or e <= -EXACT_LIMIT then
+            RL.too_large()
+        end
+        starts[i], ends[i] = pos, e
+        if e > now then
+            held = held + 1
+            if earliest == nil or e < earliest then
+                earliest = e
+            end
+            if latest == nil or e > latest then
+                latest = e
+            end
+            while seen and seen < pos do
+                seen = find(s, want, pos, true)
+            end
+            if seen == pos and v.at == nil then
+                v.at = i
+            end
+        end
+        pos = at + 8
+    end
+    if pos ~= size + 1 then
+        return nil
+    end
+    starts[count + 1] = pos
+    v.held, v.earliest, v.latest = held, earliest, latest
+    return v
+end
+
+-- Whether `s` is a whole lease value (RL.RESET deletes them; RL.HIT names them).
+function RL.is_lease(s)
+    local ok, v = pcall(L.read, s, 0, nil)
+    return ok and v ~= nil
+end
+
+-- Whether a lease held at `now` has the stored id `id`.
+function L.holds(v, now, id)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    if v == nil then
+        return false
+    end
+    for i = 1, v.count do
+        local start = v.starts[i]
+        if v.ends[i] > now and v.starts[i + 1] - start - 8 == #id and sub(v.s, start, start + #id - 1) == id then
+            return true
+        end
+    end
+    return false
+end
+
+-- The ends of the held leases, earliest first.
+function L.held_ends(v, now)
+    local out = {}
+    for i = 1, (v and v.count or 0) do
+        if v.ends[i] > now then
+            out[#out + 1] = v.ends[i]
+        end
+    end
+    table.sort(out)
+    return out
+end
+
+-- Appends `value` as 8 little-endian bytes to the list of strings `out`.
+local function put_i64(out, value)
+    RL.put_i64(out, value)
+end
+
+-- L.rebuild when every record is held: the records are copied in at most two pieces around
+-- the one that changes, whatever their number.
+local function whole(v, out, tier, edit)
+    local sub = string.sub
+    local s, starts, ends, n = v.s, v.starts, v.ends, v.count
+    local first, stop = starts[1], starts[n + 1] - 1
+    local count, last = n, v.latest
+    if edit.remove ~= nil then
+        local i = edit.remove
+        count = n - 1
+        RL.put_varint(out, count)
+        out[#out + 1] = sub(s, first, starts[i] - 1)
+        out[#out + 1] = sub(s, starts[i + 1], stop)
+        if ends[i] == last then
+            last = nil
+            for j = 1, n do
+                if j ~= i and (last == nil or ends[j] > last) then
+                    last = ends[j]
+                end
+            end
+        end
+    else
+        if edit.id ~= nil then
+            count = n + 1
+        end
+        RL.put_varint(out, count)
+        if edit.renew ~= nil then
+            local i = edit.renew
+            out[#out + 1] = sub(s, first, starts[i + 1] - 9)
+            RL.put_i64(out, edit.ends)
+            out[#out + 1] = sub(s, starts[i + 1], stop)
+        else
+            out[#out + 1] = sub(s, first, stop)
+        end
+        if edit.id ~= nil then
+            out[#out + 1] = edit.id
+            RL.put_i64(out, edit.ends)
+        end
+        if edit.ends ~= nil and edit.ends > last then
+            last = edit.ends
+        end
+    end
+    if tier ~= nil and (last == nil or tier.ends > last) then
+        last = tier.ends
+    end
+    return table.concat(out), last
+end
+
+-- The value holding `tier` (nil: none) and the leases of `v` (nil: no key) held at `now`,
+-- changed by `edit` ({ remove = i } | { renew = i, ends = ms } | { id = stored, ends = ms }
+-- appended | {}); and the key's end: the later of the last lease's and the tier's, nil
+-- when there is neither.
+function L.rebuild(v, now, tier, edit)
+    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
+    local out = { char(LEASE_V1) }
+    if tier ~= nil and #tier.bytes > 0 then
+        RL.put_varint(out, #tier.bytes)
+        out[#out + 1] = tier.bytes
+        put_i64(out, tier.ends)
+    else
+        RL.put_varint(out, 0)
+        tier = nil
+    end
+    if v ~= nil and v.held == v.count and v.count > 0 then
+        return whole(v, out, tier, edit)
+    end
+    local count_at = #out + 1
+    out[count_at] = ''
+    local count, last = 0, tier and tier.ends
+    -- Runs of kept records are copied as they are.
+    local run_start, run_stop
+    local function flush()
+        if run_start ~= nil then
+            out[#out + 1] = sub(v.s, run_start, run_stop)
+            run_start = nil
+        end
+    end
+    for i = 1, (v and v.count or 0) do
+        local e = v.ends[i]
+        if e > now and i ~= edit.remove then
+            local start, stop = v.starts[i], v.starts[i + 1] - 1
+            if i == edit.renew then
+                flush()
+                out[#out + 1] = sub(v.s, start, stop - 8)
+                e = edit.ends
+                put_i64(out, e)
+            elseif run_start ~= nil and run_stop + 1 == start then
+                run_stop = stop
+            else
+                flush()
+                run_start, run_stop = start, stop
+            end
+            count = count + 1
+            if last == nil or e > last then
+                last = e
+            end
+        else
+            flush()
+        end
+    end
+    flush()
+    if edit.id ~= nil then
+        out[#out + 1] = edit.id
+        put_i64(out, edit.ends)
+        count = count + 1
+        if last == nil or edit.ends > last then
+            last = edit.ends
+        end
+    end
+    local head = {}
+    RL.put_varint(head, count)
+    out[count_at] = head[1]
+    return table.concat(out), last
+end
+
+-- Writes what `L.rebuild` made: SET ... PXAT its end, or DEL when it has none.
+function L.store(key, value, last)
+    if last == nil then
+        redis.call('DEL', key)
+    else
+        redis.call('SET', key, value, 'PXAT', last)
+    end
+end
+
+-- ==== leases.lua ====
+-- leases.lua: RL.ACQUIRE, RL.RELEASE, RL.RENEW and RL.LEASES (core/src/lease/): their
+-- grammar, errors and replies, on the module's layout (lease_layout.lua).
 --
 -- Lease ids the library makes: the module draws 128 bits from the operating system, which
 -- Lua cannot reach (math.random is a seeded 48-bit generator). Here an id is the SHA1 of
@@ -1959,10 +2296,7 @@ RL.guarded, RL.register = guarded, register
 -- key never share an id. Such an id is unique but not secret: a client that must keep
 -- others from releasing its lease passes its own random ID.
 
-local LEASE_V1 = 2
-local RAW_ID = 128
-local MAX_LEASES = 10000
-local MAX_ID_LEN = 64
+local L = RL.lease
 -- The module's defaults of ratelimit.max-leases and ratelimit.max-window-ms, which Lua
 -- cannot read.
 local MAX_LEASES_CONFIG = 10000
@@ -2014,30 +2348,10 @@ local function parse_ttl(arg)
     return ttl
 end
 
--- An id as a record stores it: tag, then bytes. 32 lowercase hex digits are the 16 bytes
--- they spell (as a generated id), anything else is kept as given.
-local function stored_id(id)
-    if #id == 32 and string.find(id, '^[0-9a-f]+$') then
-        local raw = string.gsub(id, '%x%x', function(pair)
-            return string.char(tonumber(pair, 16))
-        end)
-        return string.char(RAW_ID) .. raw
-    end
-    return string.char(#id) .. id
-end
-
--- The id as replies show it.
-local function display_id(stored)
-    if string.byte(stored, 1) == RAW_ID then
-        return (string.gsub(string.sub(stored, 2), '.', function(c)
-            return string.format('%02x', string.byte(c))
-        end))
-    end
-    return string.sub(stored, 2)
-end
+local stored_id, display_id = L.stored_id, L.display_id
 
 local function parse_id(arg)
-    if arg == nil or #arg == 0 or #arg > MAX_ID_LEN then
+    if arg == nil or #arg == 0 or #arg > L.MAX_ID_LEN then
         RL.fail(ERR.id)
     end
     return stored_id(arg)
@@ -2108,179 +2422,6 @@ local function parse_acquire(args)
     return request
 end
 
--- ---- The stored value ----------------------------------------------------------------
-
-local function varint_len(value)
-    local len = 1
-    while value >= 128 do
-        value = math.floor(value / 128)
-        len = len + 1
-    end
-    return len
-end
-
--- A varint in its shortest form (the one the module writes), or nil.
-local function minimal_varint(r)
-    local before = r.pos
-    local value = RL.read_varint(r)
-    if value == nil or r.pos - before ~= varint_len(value) then
-        return nil
-    end
-    return value
-end
-
-local function read_record(r)
-    local tag = RL.read_byte(r)
-    local len
-    if tag == RAW_ID then
-        len = 16
-    elseif tag ~= nil and tag >= 1 and tag <= MAX_ID_LEN then
-        len = tag
-    else
-        return nil
-    end
-    if r.pos + len - 1 > #r.s then
-        return nil
-    end
-    local id = string.sub(r.s, r.pos - 1, r.pos + len - 1)
-    r.pos = r.pos + len
-    -- Canonical only: 32 lowercase hex digits are always stored as their 16 bytes.
-    if tag ~= RAW_ID and stored_id(string.sub(id, 2)) ~= id then
-        return nil
-    end
-    local ends = RL.read_i64(r)
-    if ends == nil then
-        return nil
-    end
-    return { id = id, ends = ends }
-end
-
--- Reads a whole lease value: { tier = { bytes, ends } | nil, records = { {id, ends}... } },
--- or nil for anything the module would not read as leases.
-local function decode(bytes)
-    if string.byte(bytes, 1) ~= LEASE_V1 then
-        return nil
-    end
-    local r = RL.reader(bytes)
-    r.pos = 2
-    local tier_len = minimal_varint(r)
-    if tier_len == nil then
-        return nil
-    end
-    local value = { records = {} }
-    if tier_len > 0 then
-        if r.pos + tier_len - 1 > #bytes then
-            return nil
-        end
-        local tier_bytes = string.sub(bytes, r.pos, r.pos + tier_len - 1)
-        r.pos = r.pos + tier_len
-        local ends = RL.read_i64(r)
-        if ends == nil then
-            return nil
-        end
-        value.tier = { bytes = tier_bytes, ends = ends }
-    end
-    local count = minimal_varint(r)
-    if count == nil or count > MAX_LEASES then
-        return nil
-    end
-    for i = 1, count do
-        local record = read_record(r)
-        if record == nil then
-            return nil
-        end
-        value.records[i] = record
-    end
-    if not RL.is_empty(r) then
-        return nil
-    end
-    return value
-end
-
--- Whether `bytes` are a whole lease value (RL.RESET deletes them; RL.HIT names them).
-function RL.is_lease(bytes)
-    local ok, value = pcall(decode, bytes)
-    return ok and value ~= nil
-end
-
--- The key's value at `now`: { value, held = { record... }, by_id = { [id] = record } }.
-local function look(key, now)
-    local stored = redis.pcall('GET', key)
-    if type(stored) == 'table' and stored.err then
-        -- WRONGTYPE, exactly as the server words it.
-        RL.fail(stored.err)
-    end
-    local found = { held = {}, by_id = {} }
-    if stored == false then
-        return found
-    end
-    local value = decode(stored)
-    if value == nil then
-        RL.fail(ERR.not_leases)
-    end
-    found.value = value
-    for _, record in ipairs(value.records) do
-        if record.ends > now then
-            found.held[#found.held + 1] = record
-            if found.by_id[record.id] == nil then
-                found.by_id[record.id] = record
-            end
-        end
-    end
-    return found
-end
-
--- Writes `records` (held ones, in order) beside `tier` (nil: none): SET ... PXAT at the
--- later of the last lease's end and the tier's, or DEL when there is neither.
-local function store(key, tier, records)
-    local out = { string.char(LEASE_V1) }
-    if tier ~= nil and #tier.bytes > 0 then
-        RL.put_varint(out, #tier.bytes)
-        out[#out + 1] = tier.bytes
-        RL.put_i64(out, tier.ends)
-    else
-        RL.put_varint(out, 0)
-        tier = nil
-    end
-    RL.put_varint(out, #records)
-    local last = tier and tier.ends
-    for _, record in ipairs(records) do
-        out[#out + 1] = record.id
-        RL.put_i64(out, record.ends)
-        if last == nil or record.ends > last then
-            last = record.ends
-        end
-    end
-    if last == nil then
-        redis.call('DEL', key)
-    else
-        redis.call('SET', key, table.concat(out), 'PXAT', last)
-    end
-end
-
--- The tier state that still counts at `now`.
-local function live_tier(found, now)
-    local tier = found.value and found.value.tier
-    if tier ~= nil and tier.ends > now then
-        return tier
-    end
-    return nil
-end
-
--- Ms until fewer than `max` leases are held: the end of the (held - max + 1)-th earliest
--- held lease; 0 when a slot is free.
-local function slot_wait(held, now, max)
-    if #held < max then
-        return 0
-    end
-    local ends = {}
-    for i, record in ipairs(held) do
-        ends[i] = record.ends
-    end
-    table.sort(ends)
-    return ends[#held - max + 1] - now
-end
-
 -- The server's clock, read once per call: ms for the leases, and the whole reading for
 -- the ids drawn in this call.
 local function clock()
@@ -2288,20 +2429,64 @@ local function clock()
     return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), time
 end
 
+
 -- A 16-byte id that no lease held on the key has (see the top of this file).
-local function new_id(key, time, by_id)
+local function new_id(key, time, v, now)
     local counter = 0
     while true do
         local seed = table.concat({ time[1], time[2], key, tostring(math.random()), counter }, ':')
         local id = stored_id(string.sub(redis.sha1hex(seed), 1, 32))
-        if by_id[id] == nil then
+        if not L.holds(v, now, id) then
             return id
         end
         counter = counter + 1
     end
 end
 
--- ---- The commands ----------------------------------------------------------------
+-- ---- The commands ------------------------------------------------------------------
+
+-- The key's leases at `now` (nil: no key), the held lease `want` looked for.
+local function look(key, now, want)
+    local stored = redis.pcall('GET', key)
+    if type(stored) == 'table' and stored.err then
+        -- WRONGTYPE, exactly as the server words it.
+        RL.fail(stored.err)
+    end
+    if stored == false then
+        return nil
+    end
+    local v = L.read(stored, now, want)
+    if v == nil then
+        RL.fail(ERR.not_leases)
+    end
+    return v
+end
+
+local function held_count(v)
+    return v and v.held or 0
+end
+
+-- The tier state that still counts at `now`.
+local function live_tier(v, now)
+    local tier = v and v.tier
+    if tier ~= nil and tier.ends > now then
+        return tier
+    end
+    return nil
+end
+
+-- Ms until fewer than `max` leases are held: the end of the (held - max + 1)-th earliest
+-- held lease (the earliest when exactly `max` are held); 0 when a slot is free.
+local function slot_wait(v, now, max)
+    local held = held_count(v)
+    if held < max then
+        return 0
+    end
+    if held == max then
+        return v.earliest - now
+    end
+    return L.held_ends(v, now)[held - max + 1] - now
+end
 
 -- RL.ACQUIRE's reply: acquired, max, free, id (nil when none was taken), ttl_ms, retry.
 local function acquired_reply(taken, max, free, id, ttl, retry)
@@ -2329,8 +2514,8 @@ local function run_tiers(rule, step, tier, now)
 end
 
 -- A full key: the wait until a slot frees, or the tiers' wait if longer (never: -1).
-local function acquire_denied(request, found, tier, now)
-    local retry = slot_wait(found.held, now, request.max)
+local function acquire_full(request, v, tier, now)
+    local retry = slot_wait(v, now, request.max)
     if request.rule ~= nil then
         local wait = run_tiers(request.rule, 'peek', tier, now).decision.retry
         if wait == RL.NEVER then
@@ -2339,7 +2524,27 @@ local function acquire_denied(request, found, tier, now)
             retry = math.max(retry, wait)
         end
     end
-    return acquired_reply(false, request.max, math.max(request.max - #found.held, 0), nil, 0, retry)
+    return acquired_reply(false, request.max, 0, nil, 0, retry)
+end
+
+-- Counts the hit in the tiers: the tier state to keep, and the reply when a tier denies
+-- (a denied hit stores only what the tiers must keep, a renewal after a rule change,
+-- with the leases as they are).
+local function hit_tiers(key, request, v, tier, now)
+    local hit = run_tiers(request.rule, 'hit', tier, now)
+    if hit.write == 'delete' then
+        tier = nil
+    elseif hit.write ~= nil then
+        tier = { bytes = hit.write.value, ends = hit.write.expires }
+    end
+    if hit.decision.allowed then
+        return tier, nil
+    end
+    if hit.write ~= nil then
+        L.store(key, L.rebuild(v, now, tier, {}))
+    end
+    local free = math.max(request.max - held_count(v), 0)
+    return tier, acquired_reply(false, request.max, free, nil, 0, hit.decision.retry)
 end
 
 local function acquire(keys, args)
@@ -2349,57 +2554,39 @@ local function acquire(keys, args)
     local request = parse_acquire(args)
     local key = keys[1]
     local now, time = clock()
-    local found = look(key, now)
-    if request.id ~= nil and found.by_id[request.id] ~= nil then
+    local v = look(key, now, request.id)
+    if v ~= nil and v.at ~= nil then
         RL.fail(ERR.duplicate)
     end
     local ends = RL.exact(now + request.ttl)
-    local tier = live_tier(found, now)
-    local held = #found.held
+    local tier = live_tier(v, now)
+    local held = held_count(v)
     if held >= request.max then
-        return acquire_denied(request, found, tier, now)
+        return acquire_full(request, v, tier, now)
     end
     if request.rule ~= nil then
-        local hit = run_tiers(request.rule, 'hit', tier, now)
-        if hit.write == 'delete' then
-            tier = nil
-        elseif hit.write ~= nil then
-            tier = { bytes = hit.write.value, ends = hit.write.expires }
-        end
-        if not hit.decision.allowed then
-            -- A denied hit stores only what the tiers must keep (a renewal after a rule
-            -- change), with the leases as they are.
-            if hit.write ~= nil then
-                store(key, tier, found.held)
-            end
-            local free = math.max(request.max - held, 0)
-            return acquired_reply(false, request.max, free, nil, 0, hit.decision.retry)
+        local denied
+        tier, denied = hit_tiers(key, request, v, tier, now)
+        if denied ~= nil then
+            return denied
         end
     end
-    local id = request.id or new_id(key, time, found.by_id)
-    local records = found.held
-    records[#records + 1] = { id = id, ends = ends }
-    store(key, tier, records)
+    local id = request.id or new_id(key, time, v, now)
+    L.store(key, L.rebuild(v, now, tier, { id = id, ends = ends }))
     return acquired_reply(true, request.max, math.max(request.max - held - 1, 0), id, request.ttl)
 end
 
--- RL.RELEASE and RL.RENEW: `edit(records, i)` changes the held lease at i and says whether
--- there is anything to write. 1 when that lease was held, 0 (nothing written) when not.
+-- RL.RELEASE and RL.RENEW: `edit(v, i)` gives the change to the held lease i, or nil
+-- when there is nothing to write. 1 when that lease was held, 0 (nothing written) when
+-- not.
 local function change(key, id, now, edit)
-    local found = look(key, now)
-    local lease = found.by_id[id]
-    if lease == nil then
+    local v = look(key, now, id)
+    if v == nil or v.at == nil then
         return 0
     end
-    local at
-    for i, record in ipairs(found.held) do
-        if record == lease then
-            at = i
-            break
-        end
-    end
-    if edit(found.held, at) then
-        store(key, live_tier(found, now), found.held)
+    local change = edit(v, v.at)
+    if change ~= nil then
+        L.store(key, L.rebuild(v, now, live_tier(v, now), change))
     end
     return 1
 end
@@ -2409,10 +2596,8 @@ local function release(keys, args)
         RL.arity('RL.RELEASE')
     end
     local id = parse_id(args[1])
-    local now = clock()
-    return change(keys[1], id, now, function(records, at)
-        table.remove(records, at)
-        return true
+    return change(keys[1], id, clock(), function(_, at)
+        return { remove = at }
     end)
 end
 
@@ -2424,13 +2609,12 @@ local function renew(keys, args)
     local ttl = parse_ttl(args[2])
     local now = clock()
     local until_ms = RL.exact(now + ttl)
-    return change(keys[1], id, now, function(records, at)
+    return change(keys[1], id, now, function(v, at)
         -- A renewal never shortens a lease; one that already ends later writes nothing.
-        if records[at].ends >= until_ms then
-            return false
+        if v.ends[at] >= until_ms then
+            return nil
         end
-        records[at].ends = until_ms
-        return true
+        return { renew = at, ends = until_ms }
     end)
 end
 
@@ -2441,16 +2625,16 @@ local function leases(keys, args)
     end
     local max = parse_max(args[1])
     local now = clock()
-    local found = look(keys[1], now)
-    local held = #found.held
+    local v = look(keys[1], now, nil)
+    local held = held_count(v)
     local free = math.max(max - held, 0)
     local retry = 0
     if free == 0 then
-        retry = slot_wait(found.held, now, max)
+        retry = slot_wait(v, now, max)
     end
     local reset = 0
-    for _, record in ipairs(found.held) do
-        reset = math.max(reset, record.ends - now)
+    if held > 0 then
+        reset = v.latest - now
     end
     return { held, max, free, retry, reset }
 end

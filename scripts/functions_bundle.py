@@ -18,7 +18,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SRC = ROOT / "functions" / "src"
 BUNDLE = ROOT / "functions" / "ratelimit.lua"
 
-# Load order: a file may use what the files before it define.
+# Load order: a file may use what the files before it define. Files after commands.lua
+# register their functions with RL.register and RL.guarded, which it defines.
 SOURCES = [
     "common.lua",
     "encoding.lua",
@@ -30,6 +31,7 @@ SOURCES = [
     "limiter.lua",
     "multi.lua",
     "commands.lua",
+    "lease_layout.lua",
     "leases.lua",
 ]
 

@@ -108,7 +108,9 @@ local function reset(keys, args)
     return 1
 end
 
--- Read-only functions carry `no-writes`, so FCALL_RO and replicas take them.
+-- Registers `callback` as function `name`. Read-only functions carry `no-writes`, so
+-- FCALL_RO and replicas take them. The files after this one (leases.lua) register theirs
+-- through RL.register and RL.guarded too.
 local function register(name, callback, read_only)
     local flags = {}
     if read_only then
@@ -116,6 +118,9 @@ local function register(name, callback, read_only)
     end
     redis.register_function({ function_name = name, callback = callback, flags = flags })
 end
+
+RL.register = register
+RL.guarded = guarded
 
 register('rl_version', function()
     return RL.VERSION
@@ -127,6 +132,3 @@ register('rl_reset', guarded(reset))
 register('rl_mhit', guarded(RL.several('hit')))
 register('rl_mpeek', guarded(RL.several('peek')), true)
 register('rl_mrefund', guarded(RL.several('refund')))
-
--- For the files registered after this one (leases.lua).
-RL.guarded, RL.register = guarded, register

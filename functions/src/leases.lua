@@ -1,14 +1,5 @@
--- leases.lua: concurrency leases (core/src/lease/), byte for byte the module's layout, so
--- a lease key written by one backend is read and continued by the other:
---   0x02                    LEASE_V1
---   varint tier_len         0: no tier state
---   tier_len bytes          the tiers' state, as RL.HIT stores it in a key of its own
---   i64 LE tier_expires     that state's absolute expiry (only when tier_len > 0)
---   varint count            leases, at most 10000
---   count times: u8 tag (0x80: 16 id bytes follow; 1..64: that many), id, i64 LE end
--- A lease is held while now < end. Every write keeps only the held leases (in the order
--- they were taken), and the key expires with its last lease or its tier state, whichever
--- ends later; with neither it is deleted.
+-- leases.lua: RL.ACQUIRE, RL.RELEASE, RL.RENEW and RL.LEASES (core/src/lease/): their
+-- grammar, errors and replies, on the module's layout (lease_layout.lua).
 --
 -- Lease ids the library makes: the module draws 128 bits from the operating system, which
 -- Lua cannot reach (math.random is a seeded 48-bit generator). Here an id is the SHA1 of
@@ -18,10 +9,7 @@
 -- key never share an id. Such an id is unique but not secret: a client that must keep
 -- others from releasing its lease passes its own random ID.
 
-local LEASE_V1 = 2
-local RAW_ID = 128
-local MAX_LEASES = 10000
-local MAX_ID_LEN = 64
+local L = RL.lease
 -- The module's defaults of ratelimit.max-leases and ratelimit.max-window-ms, which Lua
 -- cannot read.
 local MAX_LEASES_CONFIG = 10000
@@ -73,30 +61,10 @@ local function parse_ttl(arg)
     return ttl
 end
 
--- An id as a record stores it: tag, then bytes. 32 lowercase hex digits are the 16 bytes
--- they spell (as a generated id), anything else is kept as given.
-local function stored_id(id)
-    if #id == 32 and string.find(id, '^[0-9a-f]+$') then
-        local raw = string.gsub(id, '%x%x', function(pair)
-            return string.char(tonumber(pair, 16))
-        end)
-        return string.char(RAW_ID) .. raw
-    end
-    return string.char(#id) .. id
-end
-
--- The id as replies show it.
-local function display_id(stored)
-    if string.byte(stored, 1) == RAW_ID then
-        return (string.gsub(string.sub(stored, 2), '.', function(c)
-            return string.format('%02x', string.byte(c))
-        end))
-    end
-    return string.sub(stored, 2)
-end
+local stored_id, display_id = L.stored_id, L.display_id
 
 local function parse_id(arg)
-    if arg == nil or #arg == 0 or #arg > MAX_ID_LEN then
+    if arg == nil or #arg == 0 or #arg > L.MAX_ID_LEN then
         RL.fail(ERR.id)
     end
     return stored_id(arg)
@@ -167,179 +135,6 @@ local function parse_acquire(args)
     return request
 end
 
--- ---- The stored value ----------------------------------------------------------------
-
-local function varint_len(value)
-    local len = 1
-    while value >= 128 do
-        value = math.floor(value / 128)
-        len = len + 1
-    end
-    return len
-end
-
--- A varint in its shortest form (the one the module writes), or nil.
-local function minimal_varint(r)
-    local before = r.pos
-    local value = RL.read_varint(r)
-    if value == nil or r.pos - before ~= varint_len(value) then
-        return nil
-    end
-    return value
-end
-
-local function read_record(r)
-    local tag = RL.read_byte(r)
-    local len
-    if tag == RAW_ID then
-        len = 16
-    elseif tag ~= nil and tag >= 1 and tag <= MAX_ID_LEN then
-        len = tag
-    else
-        return nil
-    end
-    if r.pos + len - 1 > #r.s then
-        return nil
-    end
-    local id = string.sub(r.s, r.pos - 1, r.pos + len - 1)
-    r.pos = r.pos + len
-    -- Canonical only: 32 lowercase hex digits are always stored as their 16 bytes.
-    if tag ~= RAW_ID and stored_id(string.sub(id, 2)) ~= id then
-        return nil
-    end
-    local ends = RL.read_i64(r)
-    if ends == nil then
-        return nil
-    end
-    return { id = id, ends = ends }
-end
-
--- Reads a whole lease value: { tier = { bytes, ends } | nil, records = { {id, ends}... } },
--- or nil for anything the module would not read as leases.
-local function decode(bytes)
-    if string.byte(bytes, 1) ~= LEASE_V1 then
-        return nil
-    end
-    local r = RL.reader(bytes)
-    r.pos = 2
-    local tier_len = minimal_varint(r)
-    if tier_len == nil then
-        return nil
-    end
-    local value = { records = {} }
-    if tier_len > 0 then
-        if r.pos + tier_len - 1 > #bytes then
-            return nil
-        end
-        local tier_bytes = string.sub(bytes, r.pos, r.pos + tier_len - 1)
-        r.pos = r.pos + tier_len
-        local ends = RL.read_i64(r)
-        if ends == nil then
-            return nil
-        end
-        value.tier = { bytes = tier_bytes, ends = ends }
-    end
-    local count = minimal_varint(r)
-    if count == nil or count > MAX_LEASES then
-        return nil
-    end
-    for i = 1, count do
-        local record = read_record(r)
-        if record == nil then
-            return nil
-        end
-        value.records[i] = record
-    end
-    if not RL.is_empty(r) then
-        return nil
-    end
-    return value
-end
-
--- Whether `bytes` are a whole lease value (RL.RESET deletes them; RL.HIT names them).
-function RL.is_lease(bytes)
-    local ok, value = pcall(decode, bytes)
-    return ok and value ~= nil
-end
-
--- The key's value at `now`: { value, held = { record... }, by_id = { [id] = record } }.
-local function look(key, now)
-    local stored = redis.pcall('GET', key)
-    if type(stored) == 'table' and stored.err then
-        -- WRONGTYPE, exactly as the server words it.
-        RL.fail(stored.err)
-    end
-    local found = { held = {}, by_id = {} }
-    if stored == false then
-        return found
-    end
-    local value = decode(stored)
-    if value == nil then
-        RL.fail(ERR.not_leases)
-    end
-    found.value = value
-    for _, record in ipairs(value.records) do
-        if record.ends > now then
-            found.held[#found.held + 1] = record
-            if found.by_id[record.id] == nil then
-                found.by_id[record.id] = record
-            end
-        end
-    end
-    return found
-end
-
--- Writes `records` (held ones, in order) beside `tier` (nil: none): SET ... PXAT at the
--- later of the last lease's end and the tier's, or DEL when there is neither.
-local function store(key, tier, records)
-    local out = { string.char(LEASE_V1) }
-    if tier ~= nil and #tier.bytes > 0 then
-        RL.put_varint(out, #tier.bytes)
-        out[#out + 1] = tier.bytes
-        RL.put_i64(out, tier.ends)
-    else
-        RL.put_varint(out, 0)
-        tier = nil
-    end
-    RL.put_varint(out, #records)
-    local last = tier and tier.ends
-    for _, record in ipairs(records) do
-        out[#out + 1] = record.id
-        RL.put_i64(out, record.ends)
-        if last == nil or record.ends > last then
-            last = record.ends
-        end
-    end
-    if last == nil then
-        redis.call('DEL', key)
-    else
-        redis.call('SET', key, table.concat(out), 'PXAT', last)
-    end
-end
-
--- The tier state that still counts at `now`.
-local function live_tier(found, now)
-    local tier = found.value and found.value.tier
-    if tier ~= nil and tier.ends > now then
-        return tier
-    end
-    return nil
-end
-
--- Ms until fewer than `max` leases are held: the end of the (held - max + 1)-th earliest
--- held lease; 0 when a slot is free.
-local function slot_wait(held, now, max)
-    if #held < max then
-        return 0
-    end
-    local ends = {}
-    for i, record in ipairs(held) do
-        ends[i] = record.ends
-    end
-    table.sort(ends)
-    return ends[#held - max + 1] - now
-end
-
 -- The server's clock, read once per call: ms for the leases, and the whole reading for
 -- the ids drawn in this call.
 local function clock()
@@ -347,20 +142,64 @@ local function clock()
     return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), time
 end
 
+
 -- A 16-byte id that no lease held on the key has (see the top of this file).
-local function new_id(key, time, by_id)
+local function new_id(key, time, v, now)
     local counter = 0
     while true do
         local seed = table.concat({ time[1], time[2], key, tostring(math.random()), counter }, ':')
         local id = stored_id(string.sub(redis.sha1hex(seed), 1, 32))
-        if by_id[id] == nil then
+        if not L.holds(v, now, id) then
             return id
         end
         counter = counter + 1
     end
 end
 
--- ---- The commands ----------------------------------------------------------------
+-- ---- The commands ------------------------------------------------------------------
+
+-- The key's leases at `now` (nil: no key), the held lease `want` looked for.
+local function look(key, now, want)
+    local stored = redis.pcall('GET', key)
+    if type(stored) == 'table' and stored.err then
+        -- WRONGTYPE, exactly as the server words it.
+        RL.fail(stored.err)
+    end
+    if stored == false then
+        return nil
+    end
+    local v = L.read(stored, now, want)
+    if v == nil then
+        RL.fail(ERR.not_leases)
+    end
+    return v
+end
+
+local function held_count(v)
+    return v and v.held or 0
+end
+
+-- The tier state that still counts at `now`.
+local function live_tier(v, now)
+    local tier = v and v.tier
+    if tier ~= nil and tier.ends > now then
+        return tier
+    end
+    return nil
+end
+
+-- Ms until fewer than `max` leases are held: the end of the (held - max + 1)-th earliest
+-- held lease (the earliest when exactly `max` are held); 0 when a slot is free.
+local function slot_wait(v, now, max)
+    local held = held_count(v)
+    if held < max then
+        return 0
+    end
+    if held == max then
+        return v.earliest - now
+    end
+    return L.held_ends(v, now)[held - max + 1] - now
+end
 
 -- RL.ACQUIRE's reply: acquired, max, free, id (nil when none was taken), ttl_ms, retry.
 local function acquired_reply(taken, max, free, id, ttl, retry)
@@ -388,8 +227,8 @@ local function run_tiers(rule, step, tier, now)
 end
 
 -- A full key: the wait until a slot frees, or the tiers' wait if longer (never: -1).
-local function acquire_denied(request, found, tier, now)
-    local retry = slot_wait(found.held, now, request.max)
+local function acquire_full(request, v, tier, now)
+    local retry = slot_wait(v, now, request.max)
     if request.rule ~= nil then
         local wait = run_tiers(request.rule, 'peek', tier, now).decision.retry
         if wait == RL.NEVER then
@@ -398,7 +237,27 @@ local function acquire_denied(request, found, tier, now)
             retry = math.max(retry, wait)
         end
     end
-    return acquired_reply(false, request.max, math.max(request.max - #found.held, 0), nil, 0, retry)
+    return acquired_reply(false, request.max, 0, nil, 0, retry)
+end
+
+-- Counts the hit in the tiers: the tier state to keep, and the reply when a tier denies
+-- (a denied hit stores only what the tiers must keep, a renewal after a rule change,
+-- with the leases as they are).
+local function hit_tiers(key, request, v, tier, now)
+    local hit = run_tiers(request.rule, 'hit', tier, now)
+    if hit.write == 'delete' then
+        tier = nil
+    elseif hit.write ~= nil then
+        tier = { bytes = hit.write.value, ends = hit.write.expires }
+    end
+    if hit.decision.allowed then
+        return tier, nil
+    end
+    if hit.write ~= nil then
+        L.store(key, L.rebuild(v, now, tier, {}))
+    end
+    local free = math.max(request.max - held_count(v), 0)
+    return tier, acquired_reply(false, request.max, free, nil, 0, hit.decision.retry)
 end
 
 local function acquire(keys, args)
@@ -408,57 +267,39 @@ local function acquire(keys, args)
     local request = parse_acquire(args)
     local key = keys[1]
     local now, time = clock()
-    local found = look(key, now)
-    if request.id ~= nil and found.by_id[request.id] ~= nil then
+    local v = look(key, now, request.id)
+    if v ~= nil and v.at ~= nil then
         RL.fail(ERR.duplicate)
     end
     local ends = RL.exact(now + request.ttl)
-    local tier = live_tier(found, now)
-    local held = #found.held
+    local tier = live_tier(v, now)
+    local held = held_count(v)
     if held >= request.max then
-        return acquire_denied(request, found, tier, now)
+        return acquire_full(request, v, tier, now)
     end
     if request.rule ~= nil then
-        local hit = run_tiers(request.rule, 'hit', tier, now)
-        if hit.write == 'delete' then
-            tier = nil
-        elseif hit.write ~= nil then
-            tier = { bytes = hit.write.value, ends = hit.write.expires }
-        end
-        if not hit.decision.allowed then
-            -- A denied hit stores only what the tiers must keep (a renewal after a rule
-            -- change), with the leases as they are.
-            if hit.write ~= nil then
-                store(key, tier, found.held)
-            end
-            local free = math.max(request.max - held, 0)
-            return acquired_reply(false, request.max, free, nil, 0, hit.decision.retry)
+        local denied
+        tier, denied = hit_tiers(key, request, v, tier, now)
+        if denied ~= nil then
+            return denied
         end
     end
-    local id = request.id or new_id(key, time, found.by_id)
-    local records = found.held
-    records[#records + 1] = { id = id, ends = ends }
-    store(key, tier, records)
+    local id = request.id or new_id(key, time, v, now)
+    L.store(key, L.rebuild(v, now, tier, { id = id, ends = ends }))
     return acquired_reply(true, request.max, math.max(request.max - held - 1, 0), id, request.ttl)
 end
 
--- RL.RELEASE and RL.RENEW: `edit(records, i)` changes the held lease at i and says whether
--- there is anything to write. 1 when that lease was held, 0 (nothing written) when not.
+-- RL.RELEASE and RL.RENEW: `edit(v, i)` gives the change to the held lease i, or nil
+-- when there is nothing to write. 1 when that lease was held, 0 (nothing written) when
+-- not.
 local function change(key, id, now, edit)
-    local found = look(key, now)
-    local lease = found.by_id[id]
-    if lease == nil then
+    local v = look(key, now, id)
+    if v == nil or v.at == nil then
         return 0
     end
-    local at
-    for i, record in ipairs(found.held) do
-        if record == lease then
-            at = i
-            break
-        end
-    end
-    if edit(found.held, at) then
-        store(key, live_tier(found, now), found.held)
+    local change = edit(v, v.at)
+    if change ~= nil then
+        L.store(key, L.rebuild(v, now, live_tier(v, now), change))
     end
     return 1
 end
@@ -468,10 +309,8 @@ local function release(keys, args)
         RL.arity('RL.RELEASE')
     end
     local id = parse_id(args[1])
-    local now = clock()
-    return change(keys[1], id, now, function(records, at)
-        table.remove(records, at)
-        return true
+    return change(keys[1], id, clock(), function(_, at)
+        return { remove = at }
     end)
 end
 
@@ -483,13 +322,12 @@ local function renew(keys, args)
     local ttl = parse_ttl(args[2])
     local now = clock()
     local until_ms = RL.exact(now + ttl)
-    return change(keys[1], id, now, function(records, at)
+    return change(keys[1], id, now, function(v, at)
         -- A renewal never shortens a lease; one that already ends later writes nothing.
-        if records[at].ends >= until_ms then
-            return false
+        if v.ends[at] >= until_ms then
+            return nil
         end
-        records[at].ends = until_ms
-        return true
+        return { renew = at, ends = until_ms }
     end)
 end
 
@@ -500,16 +338,16 @@ local function leases(keys, args)
     end
     local max = parse_max(args[1])
     local now = clock()
-    local found = look(keys[1], now)
-    local held = #found.held
+    local v = look(keys[1], now, nil)
+    local held = held_count(v)
     local free = math.max(max - held, 0)
     local retry = 0
     if free == 0 then
-        retry = slot_wait(found.held, now, max)
+        retry = slot_wait(v, now, max)
     end
     local reset = 0
-    for _, record in ipairs(found.held) do
-        reset = math.max(reset, record.ends - now)
+    if held > 0 then
+        reset = v.latest - now
     end
     return { held, max, free, retry, reset }
 end

@@ -4,7 +4,7 @@
 //! module on one server, where a key written by one backend is read and continued by the
 //! other, the same calls store the same bytes, and bad input gets the same errors.
 
-use redis::{Connection, Value};
+use redis::{Connection, ConnectionLike, Value};
 use std::collections::HashSet;
 use std::time::Duration;
 use testkit::functions::*;
@@ -58,7 +58,7 @@ struct Acquired {
     retry_after_ms: i64,
 }
 
-fn acquired(con: &mut Connection, cmd: &redis::Cmd) -> Acquired {
+fn acquired(con: &mut impl ConnectionLike, cmd: &redis::Cmd) -> Acquired {
     let reply: Value = cmd.query(con).unwrap_or_else(|e| panic!("acquire: {e}"));
     let Value::Array(fields) = &reply else {
         panic!("acquire replied {reply:?}");
@@ -83,12 +83,12 @@ fn acquired(con: &mut Connection, cmd: &redis::Cmd) -> Acquired {
     }
 }
 
-fn int(con: &mut Connection, cmd: &redis::Cmd) -> i64 {
+fn int(con: &mut impl ConnectionLike, cmd: &redis::Cmd) -> i64 {
     cmd.query(con).expect("an integer reply")
 }
 
 /// RL.LEASES's reply: `[held, max, free, retry_after_ms, reset_after_ms]`.
-fn held(con: &mut Connection, cmd: &redis::Cmd) -> [i64; 5] {
+fn held(con: &mut impl ConnectionLike, cmd: &redis::Cmd) -> [i64; 5] {
     let values: Vec<i64> = cmd.query(con).expect("five integers");
     values.try_into().expect("five integers")
 }
@@ -531,6 +531,46 @@ fn a_key_written_by_one_backend_is_read_and_continued_by_the_other() {
             assert_eq!(int(&mut con, &cmd), 1, "{flavor:?}: {id}");
         }
         assert_eq!(get_bytes(&mut con, key), None, "{flavor:?}");
+        // RL.RESET deletes a lease key in both backends.
+        acquired(&mut con, &module("RL.ACQUIRE", key, &["3", "1h"]));
+        assert_eq!(int(&mut con, &fcall_cmd("rl_reset", &[key], &[])), 1);
+        assert_eq!(get_bytes(&mut con, key), None, "{flavor:?}");
+    });
+}
+
+#[test]
+fn a_time_beyond_exact_doubles_is_refused_never_misread() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        // No backend writes such an end; a value restored from elsewhere could hold one.
+        let far = (1i64 << 53) + 1;
+        let bytes = encode(None, &[("a", far)]);
+        let _: () = redis::cmd("SET")
+            .arg("rl:far")
+            .arg(&bytes)
+            .query(&mut con)
+            .expect("SET");
+        for (function, args) in [
+            ("rl_leases", &["3"][..]),
+            ("rl_acquire", &["3", "1h"]),
+            ("rl_release", &["a"]),
+            ("rl_renew", &["a", "1h"]),
+        ] {
+            let error = error_text(&mut con, &fcall(function, "rl:far", args));
+            assert!(
+                error
+                    .starts_with("ERR the functions library handles values up to 9007199254740991"),
+                "{flavor:?}: {function}: {error}"
+            );
+        }
+        assert_eq!(
+            get_bytes(&mut con, "rl:far"),
+            Some(bytes),
+            "{flavor:?}: unchanged"
+        );
+        // The module reads it: a lease held until then.
+        assert_eq!(held(&mut con, &module("RL.LEASES", "rl:far", &["3"]))[0], 1);
     });
 }
 
@@ -596,25 +636,46 @@ fn ms((secs, micros): (i64, i64)) -> i64 {
     secs * 1_000 + micros / 1_000
 }
 
+/// The end of the lease `p` of key `rl:probe` (taken by the module for a day if missing):
+/// RL.LEASES on it tells the module's clock reading as `end - reset_after_ms`.
+fn probe_end(con: &mut Connection) -> i64 {
+    if get_bytes(con, "rl:probe").is_none() {
+        acquired(
+            con,
+            &module("RL.ACQUIRE", "rl:probe", &["1", "1d", "ID", "p"]),
+        );
+    }
+    value(con, "rl:probe").leases[0].1
+}
+
 /// Runs the lease `command` on key `rl:a` with the module and on `rl:b` with the library
-/// in one transaction whose server clock reads the same ms before and after, so both saw
-/// the same `now` (retried from the keys as they were until it does).
+/// in one transaction during which both clocks read the same ms (retried from the keys as
+/// they were until they do). The library reads `TIME`; the module its own clock, which
+/// RL.LEASES on a probe shows: on Valkey `TIME` is the transaction's start all through it,
+/// so only the probes before and after show that the module's call saw the same ms.
 fn on_both(con: &mut Connection, command: &str, args: &[&str]) -> (Value, Value) {
     let before = [stored(con, b"rl:a"), stored(con, b"rl:b")];
+    let end = probe_end(con);
     for _ in 0..1_000 {
         restore(con, "rl:a", &before[0]);
         restore(con, "rl:b", &before[1]);
         let mut pipe = redis::pipe();
-        pipe.atomic().cmd("TIME");
+        let probe = module("RL.LEASES", "rl:probe", &["1"]);
+        pipe.atomic()
+            .ignore_errors()
+            .cmd("TIME")
+            .add_command(probe.clone());
         pipe.add_command(module(
             &format!("RL.{}", command.to_uppercase()),
             "rl:a",
             args,
         ));
         pipe.add_command(fcall(&format!("rl_{command}"), "rl:b", args));
-        pipe.cmd("TIME");
-        let (t0, a, b, t1): ((i64, i64), Value, Value, (i64, i64)) = pipe.query(con).expect("EXEC");
-        if ms(t0) == ms(t1) {
+        pipe.add_command(probe).cmd("TIME");
+        type Reply = ((i64, i64), [i64; 5], Value, Value, [i64; 5], (i64, i64));
+        let (t0, p0, a, b, p1, t1): Reply = pipe.query(con).expect("EXEC");
+        let now = ms(t0);
+        if now == ms(t1) && end - p0[4] == now && end - p1[4] == now {
             return (a, b);
         }
     }
@@ -747,5 +808,114 @@ fn a_replica_holds_the_librarys_bytes_and_answers_rl_leases() {
         let mut read = redis::cmd("FCALL_RO");
         read.arg("rl_leases").arg(1).arg("rl:r").arg(2);
         assert_eq!(held(&mut on_replica, &read)[..3], [1, 2, 1], "{flavor:?}");
+    });
+}
+
+/// A small seeded generator (xorshift64), so that a failure replays.
+struct Seeded(u64);
+
+impl Seeded {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// One random call on up to 60 ids: an acquire (some with a tier), a release, a renewal or
+/// a read, with ttls that end during the run and ttls that do not.
+fn random_call(rng: &mut Seeded) -> (&'static str, Vec<String>) {
+    let id = match rng.below(60) {
+        n if n < 50 => format!("job-{n}"),
+        n => format!("{n:032x}"),
+    };
+    let ttl = ["50ms", "300ms", "2s", "1h"][rng.below(4)].to_string();
+    match rng.below(10) {
+        0..=3 => {
+            let mut args = vec![(5 + rng.below(50)).to_string(), ttl, "ID".into(), id];
+            if rng.below(4) == 0 {
+                args.extend(["30".into(), "1m".into()]);
+            }
+            ("acquire", args)
+        }
+        4..=6 => ("release", vec![id]),
+        7 | 8 => ("renew", vec![id, ttl]),
+        _ => ("leases", vec![(1 + rng.below(60)).to_string()]),
+    }
+}
+
+#[test]
+fn random_calls_on_many_leases_reply_and_store_as_the_module() {
+    each_flavor(|flavor| {
+        let server = both(flavor);
+        let mut con = server.conn();
+        let mut rng = Seeded(0x5eed_1ea5_e5);
+        let mut errors = 0;
+        for n in 0..400 {
+            let (command, args) = random_call(&mut rng);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (a, b) = on_both(&mut con, command, &args);
+            let step = format!("step {n}: {command} {args:?}");
+            assert_eq!(a, b, "{flavor:?}: the replies to {step}");
+            errors += usize::from(matches!(a, Value::ServerError(_)));
+            same_bytes(&mut con, flavor, &step);
+        }
+        // The sequence reached its cases: duplicate ids refused, and a key of many leases.
+        assert!(errors > 0, "{flavor:?}: some acquire met a held id");
+        let held = held(&mut con, &fcall("rl_leases", "rl:b", &["60"]))[0];
+        println!("{flavor:?}: {errors} errors; {held} leases held at the end");
+    });
+}
+
+#[test]
+fn the_functions_route_by_their_key_in_a_cluster_and_read_on_replicas() {
+    each_flavor(|flavor| {
+        let cluster = testkit::cluster::Cluster::start(flavor, 3, 1);
+        // A cluster keeps its libraries per node: loaded on every primary, replicated.
+        for primary in cluster.primaries() {
+            let mut con = primary.conn();
+            load_functions(&mut con);
+            wait_for_replicas(&mut con, 1);
+        }
+        let mut client = cluster.client();
+        for primary in cluster.primaries() {
+            let key = format!("rl:{{{}}}:lease", cluster.tag_on(primary, "lease"));
+            let taken = acquired(
+                &mut client,
+                &fcall("rl_acquire", &key, &["2", "1h", "5", "1m", "ID", "w1"]),
+            );
+            assert!(taken.acquired, "{flavor:?} {key}");
+            assert_eq!(held(&mut client, &fcall("rl_leases", &key, &["2"]))[0], 1);
+            let owner = cluster.owner_of(key.as_str());
+            assert_eq!(
+                owner.port(),
+                primary.port(),
+                "{flavor:?}: routed by its key"
+            );
+            let mut on_owner = owner.conn();
+            assert!(
+                get_bytes(&mut on_owner, key.as_str()).is_some(),
+                "{flavor:?}"
+            );
+            // A write on this connection, so that WAIT covers everything before it.
+            assert_eq!(
+                int(&mut on_owner, &fcall("rl_renew", &key, &["w1", "2h"])),
+                1
+            );
+            wait_for_replicas(&mut on_owner, 1);
+            let mut on_replica = cluster.replica_of(owner).conn();
+            redis::cmd("READONLY")
+                .exec(&mut on_replica)
+                .expect("READONLY");
+            let mut read = redis::cmd("FCALL_RO");
+            read.arg("rl_leases").arg(1).arg(&key).arg(2);
+            assert_eq!(held(&mut on_replica, &read)[..3], [1, 2, 1], "{flavor:?}");
+            let refused = error_text(&mut on_replica, &fcall("rl_acquire", &key, &["2", "1h"]));
+            assert!(refused.starts_with("MOVED"), "{flavor:?}: {refused}");
+            // The module on the owner reads and releases the library's lease.
+            assert_eq!(int(&mut client, &module("RL.RELEASE", &key, &["w1"])), 1);
+            assert_eq!(held(&mut client, &fcall("rl_leases", &key, &["2"]))[0], 0);
+        }
     });
 }
