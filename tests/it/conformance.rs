@@ -1,9 +1,10 @@
 //! One behavioural suite for both backends: the scenarios of `tests/conformance/*.toml`
 //! (calls in the module's syntax and the replies expected) run against the module's
-//! commands and against the Functions library's, on Redis 7.0 and Valkey 8.1, each scenario
-//! on fresh keys of a primary whose replica must then hold the same bytes; a few more
-//! through a 3-primary cluster, routed by key. The library runs on a server started without
-//! the module and with `enable-module-command no`, as on a managed service.
+//! commands, against the Functions library's, and against both in turn on the same keys,
+//! on Redis 7.0 and Valkey 8.1, each scenario on fresh keys of a primary whose replica must
+//! then hold the same bytes; and through a 3-primary cluster, routed by key. The library
+//! alone runs on a server started without the module and with `enable-module-command no`,
+//! as on a managed service. `docs/src/internals/conformance.md` describes the table.
 
 mod reply;
 mod runner;
@@ -43,7 +44,7 @@ fn load_library(con: &mut redis::Connection, source: &str) -> BTreeSet<String> {
     library_functions(con)
 }
 
-/// A primary with its replica and a connection to it, for one backend.
+/// A primary with its replica, and the library's functions there, for one backend.
 struct Pair {
     primary: Server,
     replica: Server,
@@ -51,7 +52,7 @@ struct Pair {
 }
 
 fn pair(backend: Backend, flavor: Flavor) -> Pair {
-    // The module's with what RL.POLICY SET needs on Redis 7.0.
+    // The module is loaded as RL.POLICY SET needs it on Redis 7.0 (`policies-in-rdb`).
     let config = || match backend {
         Backend::Module | Backend::InTurn { .. } => policy_config(flavor),
         Backend::Functions => ServerConfig::managed(flavor),

@@ -1,9 +1,11 @@
-//! Runs the table's scenarios on one backend of one server (or cluster): the module's
-//! commands as written, or the library's functions (`RL.HIT key ...` becomes `FCALL rl_hit
-//! 1 key ...`, `RL.MHIT numkeys ...` becomes `FCALL rl_mhit numkeys ...`). Each scenario
-//! gets fresh keys; each reply is matched against the table with the server's clock read
-//! before and after the call; with a replica, the replica must then hold the primary's
-//! exact bytes and expiries of every key the scenario named.
+//! Runs the table's scenarios on targets, each a backend on a server (or cluster): the
+//! module's commands as written, the library's functions (`RL.HIT key ...` becomes `FCALL
+//! rl_hit 1 key ...`, `RL.MHIT numkeys ...` becomes `FCALL rl_mhit numkeys ...`), or both
+//! in turn. Each scenario gets fresh keys; each reply is matched against the table with
+//! the server's clock read before and after the call; with a replica, the replica must then
+//! hold the primary's exact bytes and expiries of every key the scenario named; several
+//! targets run each scenario one after the other and must store the same bytes where the
+//! state depends on window edges only.
 
 use super::reply::{check, Clock, Got};
 use super::state::{same_on_replica, show_stored, stored_state};
