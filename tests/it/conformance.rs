@@ -139,6 +139,8 @@ fn routable(scenario: &Scenario) -> bool {
     })
 }
 
+/// Through a cluster client, every backend's calls reach the primary that owns the key
+/// (FCALL by its declared keys), with the replies and the bytes of the module.
 #[test]
 fn conformance_in_a_cluster_routed_by_key() {
     let scenarios: Vec<Scenario> = scenarios().into_iter().filter(routable).collect();
@@ -150,19 +152,26 @@ fn conformance_in_a_cluster_routed_by_key() {
         for primary in cluster.primaries() {
             library = load_library(&mut primary.conn(), &source);
         }
-        let mut con = cluster.client();
-        for (backend, tag) in [(Backend::Module, "m"), (Backend::Functions, "f")] {
-            let mut target = Target {
-                backend,
+        let backends = [
+            (Backend::Module, "m"),
+            (Backend::Functions, "f"),
+            (Backend::InTurn { module_first: true }, "t"),
+        ];
+        let mut cons: Vec<_> = backends.iter().map(|_| cluster.client()).collect();
+        let mut targets: Vec<Target> = backends
+            .iter()
+            .zip(cons.iter_mut())
+            .map(|((backend, tag), con)| Target {
+                backend: *backend,
                 server: format!("{} cluster", server_name(flavor)),
-                con: &mut con,
+                con,
                 replica: None,
                 library: library.clone(),
-                tag: tag.into(),
+                tag: (*tag).into(),
                 mutate: None,
-            };
-            outcome.absorb(run_all(&mut target, &scenarios));
-        }
+            })
+            .collect();
+        outcome.absorb(run_side_by_side(&mut targets, &scenarios));
         // The scenarios' tags spread their keys over the slots: every primary served some.
         for primary in cluster.primaries() {
             let keys: i64 = redis::cmd("DBSIZE")
