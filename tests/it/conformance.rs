@@ -242,7 +242,12 @@ fn conformance_fails_when_a_reply_changes() {
         .collect();
     let deciding: BTreeSet<&str> = scenarios
         .iter()
-        .filter(|s| s.steps.iter().any(|step| expects_five(&step.reply)))
+        // The target has no replica: steps on the replica are left out.
+        .filter(|s| {
+            s.steps
+                .iter()
+                .any(|step| !step.on_replica && expects_five(&step.reply))
+        })
         .map(|s| s.name.as_str())
         .collect();
     assert!(deciding.len() > 20, "{deciding:?}");

@@ -8,7 +8,7 @@
 //! state depends on window edges only.
 
 use super::reply::{check, Clock, Got};
-use super::state::{same_on_replica, show_stored, stored_state};
+use super::state::{same_on_replica, show_stored, stored_state, wait_for_replica};
 use super::table::{Expect, Only, Scenario, Step};
 use redis::ConnectionLike;
 use std::collections::{BTreeSet, HashMap};
@@ -228,9 +228,21 @@ fn run_scenario(
         let words = substitute(&step.call, tag, &captures, &mut keys)
             .map_err(|e| format!("  step {}: {e}", n + 1))?;
         let args = translate(backend, &words);
-        let before_ms = time_ms(target.con);
-        let mut got = Got::of(command(&args).query::<redis::Value>(target.con));
-        let after_ms = time_ms(target.con);
+        let mut on_replica = match (step.on_replica, target.replica) {
+            (false, _) => None,
+            (true, None) => continue,
+            (true, Some(replica)) => {
+                wait_for_replica(target.con)?;
+                Some(replica.conn())
+            }
+        };
+        let con: &mut dyn ConnectionLike = match on_replica.as_mut() {
+            Some(replica) => replica,
+            None => &mut *target.con,
+        };
+        let before_ms = time_ms(con);
+        let mut got = Got::of(command(&args).query::<redis::Value>(con));
+        let after_ms = time_ms(con);
         if let Some(mutate) = target.mutate {
             mutate(&mut got);
         }

@@ -49,14 +49,7 @@ pub fn same_on_replica(
     replica: &Server,
     keys: &BTreeSet<Vec<u8>>,
 ) -> Result<(), String> {
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(10_000)
-        .query(con)
-        .expect("WAIT");
-    if acked != 1 {
-        return Err("  the replica did not acknowledge the scenario's writes".into());
-    }
+    wait_for_replica(con)?;
     let mut on_replica = replica.conn();
     for key in keys {
         let primary = dump(con, key);
@@ -69,6 +62,20 @@ pub fn same_on_replica(
         }
     }
     Ok(())
+}
+
+/// Waits until the replica has every write made on `con` (`WAIT` covers the writes of the
+/// connection it is sent on).
+pub fn wait_for_replica(con: &mut dyn ConnectionLike) -> Result<(), String> {
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(10_000)
+        .query(con)
+        .expect("WAIT");
+    match acked {
+        1 => Ok(()),
+        _ => Err("  the replica did not acknowledge the scenario's writes".into()),
+    }
 }
 
 /// A key's serialized value and absolute expiry.

@@ -1,7 +1,7 @@
 //! The conformance table: `tests/conformance/*.toml`, one file per area, read into
 //! scenarios of steps. A step is a call in the module's syntax and the reply expected, as
 //! `["RL.HIT {key} 3 1h", [1, 3, 2, "edge:1h", 0]]`, or as a table when it needs more:
-//! `{ call = ..., reply = ..., functions = ..., only = "module" }`.
+//! `{ call = ..., reply = ..., functions = ..., only = "module", on = "replica" }`.
 //!
 //! The expected reply is an integer, an array of them, `{ error = "ERR ..." }`, `{ text =
 //! "..." }` (a string reply, exact), `"nil"`, or one of the clock-aware matchers:
@@ -76,6 +76,9 @@ pub struct Step {
     /// What the library answers instead, where the table documents a difference.
     pub functions: Option<Expect>,
     pub only: Only,
+    /// Run on the primary's replica, once it has the scenario's writes (skipped where the
+    /// target has no replica: a cluster).
+    pub on_replica: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -229,10 +232,10 @@ fn parse_scenario(file: &str, value: &Toml) -> Result<Scenario, String> {
 }
 
 fn parse_step(value: &Toml) -> Result<Step, String> {
-    let (call, reply, functions, only) = match value {
-        Toml::Array(pair) if pair.len() == 2 => (&pair[0], &pair[1], None, None),
+    let (call, reply, functions, only, on) = match value {
+        Toml::Array(pair) if pair.len() == 2 => (&pair[0], &pair[1], None, None, None),
         Toml::Table(table) => {
-            let known = ["call", "reply", "functions", "only"];
+            let known = ["call", "reply", "functions", "only", "on"];
             if let Some(unknown) = table.keys().find(|k| !known.contains(&k.as_str())) {
                 return Err(format!("unknown field {unknown:?} (known: {known:?})"));
             }
@@ -241,6 +244,7 @@ fn parse_step(value: &Toml) -> Result<Step, String> {
                 table.get("reply").ok_or("no reply")?,
                 table.get("functions"),
                 table.get("only"),
+                table.get("on"),
             )
         }
         _ => return Err("a step is [call, reply] or { call, reply, ... }".into()),
@@ -259,11 +263,17 @@ fn parse_step(value: &Toml) -> Result<Step, String> {
         Some(Some("module")) => Only::Module,
         Some(other) => return Err(format!("only = {other:?}: the one value is \"module\"")),
     };
+    let on_replica = match on.map(|v| v.as_str()) {
+        None => false,
+        Some(Some("replica")) => true,
+        Some(other) => return Err(format!("on = {other:?}: the one value is \"replica\"")),
+    };
     Ok(Step {
         call,
         reply: parse_expect(reply)?,
         functions: functions.map(parse_expect).transpose()?,
         only,
+        on_replica,
     })
 }
 
