@@ -28,6 +28,15 @@ function RL.fail(message)
     error({ err = message }, 0)
 end
 
+-- The text of an error caught by pcall: the server hands it over as a string, or (on a
+-- server that keeps error tables) as { err = text }.
+function RL.error_text(caught)
+    if type(caught) == 'table' and caught.err ~= nil then
+        return caught.err
+    end
+    return tostring(caught)
+end
+
 -- Raises the error for a number the library cannot hold exactly.
 function RL.too_large()
     RL.fail(RL.TOO_LARGE)
@@ -70,6 +79,10 @@ end
 function RL.parse_digits(text)
     if text == nil or not string.find(text, '^%d+$') then
         return nil
+    end
+    if #text <= 15 then
+        -- Below 10^15 < 2^53: exact, and the common case, without the checks below.
+        return tonumber(text)
     end
     local digits = string.gsub(text, '^0+', '')
     if #digits > #RL.I64_MAX_TEXT or (#digits == #RL.I64_MAX_TEXT and digits > RL.I64_MAX_TEXT) then
@@ -444,13 +457,13 @@ RL.ERR = {
     burst_na = 'ERR BURST applies to ALGO token or gcra with a single tier',
     algo = 'ERR ALGO must be one of fixed, sliding, log, token, gcra',
     log_limit = 'ERR ALGO log allows a limit of at most 10000',
+    log_library = 'ERR ALGO log allows a limit of at most 1000 in the functions library (a call '
+        .. 'reads the whole log): use the module, or ALGO sliding',
     anchor = 'ERR ANCHOR must be a day of the month from 1 to 31',
     tz_without = 'ERR TZ applies to calendar windows: day, week, month or year',
     anchor_without = 'ERR ANCHOR applies to a month window',
     policy = 'ERR POLICY needs the module: named policies live in its RDB data, which the '
         .. 'functions library cannot read; pass the rule (limit window ...) instead',
-    log = 'ERR ALGO log needs the module: the functions library has no sliding log (use ALGO '
-        .. 'sliding, or the module)',
     tz = 'ERR TZ other than UTC needs the module: the functions library has no time zone '
         .. 'database (use TZ UTC, or the module)',
 }
@@ -545,9 +558,6 @@ local function parse_options(args, i)
         local option = string.upper(args[i])
         local value = args[i + 1]
         if option == 'ALGO' then
-            if value ~= nil and string.lower(value) == 'log' then
-                RL.fail(RL.ERR.log)
-            end
             set_once(o, 'ALGO', value and RL.ALGO_BY_NAME[string.lower(value)], RL.ERR.algo)
         elseif option == 'BURST' then
             set_once(o, 'BURST', RL.parse_positive(value), RL.ERR.burst)
@@ -616,9 +626,12 @@ function RL.arity(command)
     RL.fail("ERR wrong number of arguments for '" .. command .. "' command")
 end
 
--- Parses the rule in args[first..] of `command` (its name, for the arity error): returns
--- { algo, tiers, cost }. `POLICY name` is refused.
-function RL.parse_limits(command, args, first)
+-- Rules already parsed, by their arguments: a call repeats the same few rules, and parsing
+-- is pure (no config is read), so a rule is parsed once. Never changed once made; the
+-- cache is emptied when it holds 1000 rules, so it stays small.
+local parsed, cached = {}, 0
+
+local function parse_uncached(command, args, first)
     if args[first] ~= nil and RL.is_word(args[first], 'POLICY') then
         RL.fail(RL.ERR.policy)
     end
@@ -642,6 +655,8 @@ function RL.parse_limits(command, args, first)
         for _, q in ipairs(tiers) do
             if q.limit > MAX_LOG_LIMIT then
                 RL.fail(RL.ERR.log_limit)
+            elseif q.limit > RL.LIBRARY_LOG_LIMIT then
+                RL.fail(RL.ERR.log_library)
             end
         end
     end
@@ -654,6 +669,23 @@ function RL.zone_named(name)
         return 'UTC'
     end
     return nil
+end
+
+-- Parses the rule in args[first..] of `command` (its name, for the arity error): returns
+-- { algo, tiers, cost }, which the caller must not change. `POLICY name` is refused.
+function RL.parse_limits(command, args, first)
+    -- The count tells ["5", "1m"] from ["5\01m"]: a rule that parses has no NUL in it.
+    local key = (#args - first) .. '\0' .. table.concat(args, '\0', first)
+    local rule = parsed[key]
+    if rule == nil then
+        rule = parse_uncached(command, args, first)
+        if cached >= 1000 then
+            parsed, cached = {}, 0
+        end
+        parsed[key] = rule
+        cached = cached + 1
+    end
+    return rule
 end
 
 -- ==== calendar.lua ====
@@ -886,6 +918,52 @@ function Fixed.decode(r)
     return { count = count, ends = ends }
 end
 
+-- The common case at the cost of a few tables: a hit or a look with one tier of fixed
+-- length, on no key or on the plain count its own window wrote (its expiry ends a window
+-- of this length, at most one window from now). It answers what the general path does
+-- (the tests compare both with the module); anything else gets nil and takes that path.
+function Fixed.fast(rule, step, stored, expiry, now)
+    local quota = rule.tiers[2] == nil and rule.tiers[1]
+    if not quota or quota.calendar or (step ~= 'hit' and step ~= 'peek') then
+        return nil
+    end
+    local window, limit, cost = quota.window, quota.limit, rule.cost
+    local count, ends = 0, nil
+    if stored ~= nil then
+        if #stored > 15 or not string.find(stored, '^[1-9]%d*$') then
+            return nil
+        end
+        local at = expiry()
+        if at == nil or at % window ~= 0 or at - now > window then
+            return nil
+        end
+        if at > now then
+            count, ends = tonumber(stored), at
+        end
+    end
+    ends = ends or now - now % window + window
+    local total = count + cost
+    local d
+    local write
+    if total <= limit then
+        d = { allowed = true, limit = limit, remaining = limit - total, reset = ends - now, retry = 0 }
+        if step == 'hit' then
+            write = { value = string.format('%.0f', total), expires = ends }
+        end
+    else
+        local reset, retry = 0, ends - now
+        if count ~= 0 then
+            reset = ends - now
+        end
+        if cost > limit then
+            retry = RL.NEVER
+        end
+        d = { allowed = false, limit = limit, remaining = math.max(limit - count, 0), reset = reset,
+            retry = retry }
+    end
+    return { decision = d, tiers = { d }, write = write }
+end
+
 RL.add_algorithm(Fixed)
 
 -- ==== sliding.lua ====
@@ -1054,7 +1132,7 @@ RL.add_algorithm(Sliding)
 -- (about 1.7e18), so it is kept as { ms, ns } (TAT = ms * 10^6 + ns, 0 <= ns < 10^6).
 --
 -- The module computes in ticks of 1/L ns (L the limit), so that the interval T = window / L
--- is exact. Here a time in ticks is a pair { ms, t }: whole ms and the ticks below the ms,
+-- is exact. Here a time in ticks is a pair (ms, t): whole ms and the ticks below the ms,
 -- 0 <= t < P = L * 10^6. Every product stays below 2^53 when (burst + 1) * window (ms) + L
 -- does and P * 2 does; a rule beyond that is refused (RL.too_large).
 
@@ -1067,47 +1145,44 @@ local function gcd(a, b)
     return a
 end
 
--- Tick times and durations: { ms, t }.
+-- Tick times and durations are pairs (ms, t), passed as two values rather than tables: a
+-- call makes a dozen of them.
 local function norm(ms, t, p)
     if t >= p then
-        return { ms = ms + 1, t = t - p }
+        return ms + 1, t - p
     elseif t < 0 then
-        return { ms = ms - 1, t = t + p }
+        return ms - 1, t + p
     end
-    return { ms = ms, t = t }
+    return ms, t
 end
 
-local function add(a, b, p)
-    return norm(a.ms + b.ms, a.t + b.t, p)
+local function less_eq(ams, at, bms, bt)
+    return ams < bms or (ams == bms and at <= bt)
 end
 
-local function sub(a, b, p)
-    return norm(a.ms - b.ms, a.t - b.t, p)
+local function positive(ms, t)
+    return ms > 0 or (ms == 0 and t > 0)
 end
 
-local function less_eq(a, b)
-    return a.ms < b.ms or (a.ms == b.ms and a.t <= b.t)
+-- `units` intervals as a duration: units * W ms / L.
+local function units_of(r, units)
+    local x = RL.mul(units, r.w)
+    return RL.div_floor(x, r.l), (x % r.l) * NS_PER_MS
 end
 
-local function positive(a)
-    return a.ms > 0 or (a.ms == 0 and a.t > 0)
-end
-
-local ZERO = { ms = 0, t = 0 }
-
--- The quota in ticks.
+-- The quota in ticks; kept on the quota, which never changes once parsed or decoded.
 local function rate_of(quota)
+    local r = quota.rate
+    if r then
+        return r
+    end
     local l, w, b = quota.limit, quota.window, quota.burst
     if (b + 1) * w + l > RL.MAX_EXACT or l * NS_PER_MS * 2 > RL.MAX_EXACT then
         RL.too_large()
     end
-    local r = { l = l, w = w, b = b, p = l * NS_PER_MS, grid = gcd(l, w) * NS_PER_MS }
-    -- `units` intervals as a duration: units * W ms / L.
-    function r.units(units)
-        local x = RL.mul(units, w)
-        return { ms = RL.div_floor(x, l), t = (x % l) * NS_PER_MS }
-    end
-    r.tolerance = r.units(b)
+    r = { l = l, w = w, b = b, p = l * NS_PER_MS, grid = gcd(l, w) * NS_PER_MS }
+    r.tol_ms, r.tol_t = units_of(r, b)
+    quota.rate = r
     return r
 end
 
@@ -1118,48 +1193,48 @@ local function load(r, state)
     if t - on_grid < r.l then
         t = on_grid
     end
-    return { ms = state.ms, t = t }
+    return state.ms, t
 end
 
--- The state that stores `tat`, and the TAT it reads back as.
-local function store(r, tat)
-    local ns = RL.ceil_div(tat.t, r.l)
-    local state = { ms = tat.ms, ns = ns }
+-- The state that stores the TAT (ms, t), and the TAT it reads back as.
+local function store(r, ms, t)
+    local ns = RL.ceil_div(t, r.l)
+    local state
     if ns >= NS_PER_MS then
-        state = { ms = tat.ms + 1, ns = ns - NS_PER_MS }
+        state = { ms = ms + 1, ns = ns - NS_PER_MS }
+    else
+        state = { ms = ms, ns = ns }
     end
     return state, load(r, state)
 end
 
+-- How far the TAT is ahead of `now` (whole ms), >= 0.
 local function fill_of(r, state, now)
     if state == nil then
-        return ZERO
+        return 0, 0
     end
-    local fill = sub(load(r, state), now, r.p)
-    if positive(fill) then
-        return fill
+    local ms, t = load(r, state)
+    ms, t = norm(ms - now, t, r.p)
+    if positive(ms, t) then
+        return ms, t
     end
-    return ZERO
+    return 0, 0
 end
 
--- Whole units of duration `d` (>= 0), rounded down: floor(d / T).
-local function units_floor(r, d)
-    return RL.div_floor(RL.mul(d.ms, r.l) + math.floor(d.t / NS_PER_MS), r.w)
-end
-
-local function remaining(r, fill)
-    local left = sub(r.tolerance, fill, r.p)
-    if left.ms < 0 then
+-- Whole units that fit on top of a fill, within 0..burst.
+local function remaining(r, fill_ms, fill_t)
+    local ms, t = norm(r.tol_ms - fill_ms, r.tol_t - fill_t, r.p)
+    if ms < 0 then
         return 0
     end
-    return math.min(units_floor(r, left), r.b)
+    return math.min(RL.div_floor(RL.mul(ms, r.l) + math.floor(t / NS_PER_MS), r.w), r.b)
 end
 
-local function ceil_ms(d)
-    if d.t > 0 then
-        return d.ms + 1
+local function ceil_ms(ms, t)
+    if t > 0 then
+        return ms + 1
     end
-    return d.ms
+    return ms
 end
 
 local function new_bucket(id, name)
@@ -1173,46 +1248,48 @@ local function new_bucket(id, name)
         return RL.ceil_div(RL.mul(quota.burst, quota.window), quota.limit)
     end
 
-    function B.check(state, now_ms, quota, cost)
+    function B.check(state, now, quota, cost)
         local r = rate_of(quota)
-        local now = { ms = now_ms, t = 0 }
-        local fill = fill_of(r, state, now)
+        local fms, ft = fill_of(r, state, now)
         if cost > r.b then
-            return { allowed = false, limit = r.b, remaining = remaining(r, fill),
-                reset = ceil_ms(fill), retry = RL.NEVER }, nil
+            return { allowed = false, limit = r.b, remaining = remaining(r, fms, ft),
+                reset = ceil_ms(fms, ft), retry = RL.NEVER }, nil
         end
-        local needed = add(fill, r.units(cost), r.p)
-        if less_eq(needed, r.tolerance) then
-            local next, tat = store(r, add(now, needed, r.p))
-            local after = sub(tat, now, r.p)
-            return { allowed = true, limit = r.b, remaining = remaining(r, after),
-                reset = ceil_ms(after), retry = 0 }, next
+        local cms, ct = units_of(r, cost)
+        local nms, nt = norm(fms + cms, ft + ct, r.p)
+        if less_eq(nms, nt, r.tol_ms, r.tol_t) then
+            local next, tms, tt = store(r, norm(now + nms, nt, r.p))
+            local ams, at = norm(tms - now, tt, r.p)
+            return { allowed = true, limit = r.b, remaining = remaining(r, ams, at),
+                reset = ceil_ms(ams, at), retry = 0 }, next
         end
-        return { allowed = false, limit = r.b, remaining = remaining(r, fill), reset = ceil_ms(fill),
-            retry = ceil_ms(sub(needed, r.tolerance, r.p)) }, nil
+        return { allowed = false, limit = r.b, remaining = remaining(r, fms, ft),
+            reset = ceil_ms(fms, ft),
+            retry = ceil_ms(norm(nms - r.tol_ms, nt - r.tol_t, r.p)) }, nil
     end
 
-    function B.view(state, now_ms, quota)
+    function B.view(state, now, quota)
         local r = rate_of(quota)
-        local fill = fill_of(r, state, { ms = now_ms, t = 0 })
-        return remaining(r, fill), ceil_ms(fill)
+        local fms, ft = fill_of(r, state, now)
+        return remaining(r, fms, ft), ceil_ms(fms, ft)
     end
 
-    function B.refund(state, now_ms, quota, amount)
+    function B.refund(state, now, quota, amount)
         if state == nil then
             return nil
         end
         local r = rate_of(quota)
-        local now = { ms = now_ms, t = 0 }
-        local fill = fill_of(r, state, now)
-        if not positive(fill) then
+        local fms, ft = fill_of(r, state, now)
+        if not positive(fms, ft) then
             return nil
         end
         local next
-        if amount >= B.used(state, now_ms, quota) then
-            next = store(r, now)
+        if amount >= B.used(state, now, quota) then
+            next = store(r, now, 0)
         else
-            next = store(r, add(now, sub(fill, r.units(amount), r.p), r.p))
+            local ums, ut = units_of(r, amount)
+            local lms, lt = norm(fms - ums, ft - ut, r.p)
+            next = store(r, norm(now + lms, lt, r.p))
         end
         if next.ms == state.ms and next.ns == state.ns then
             return nil
@@ -1221,22 +1298,23 @@ local function new_bucket(id, name)
     end
 
     -- Units the state counts: ceil(fill / T); a fill too long to compute counts as huge.
-    function B.used(state, now_ms, quota)
+    function B.used(state, now, quota)
         local r = rate_of(quota)
-        local fill = fill_of(r, state, { ms = now_ms, t = 0 })
-        if fill.ms * r.l > RL.MAX_EXACT then
+        local fms, ft = fill_of(r, state, now)
+        if fms * r.l > RL.MAX_EXACT then
             return RL.MAX_EXACT
         end
-        local n = fill.ms * r.l + math.floor(fill.t / NS_PER_MS)
-        if fill.t % NS_PER_MS > 0 then
+        local n = fms * r.l + math.floor(ft / NS_PER_MS)
+        if ft % NS_PER_MS > 0 then
             return RL.div_floor(n, r.w) + 1
         end
         return RL.ceil_div(n, r.w)
     end
 
-    function B.seeded(used, now_ms, quota)
+    function B.seeded(used, now, quota)
         local r = rate_of(quota)
-        return (store(r, add({ ms = now_ms, t = 0 }, r.units(math.max(used, 0)), r.p)))
+        local ums, ut = units_of(r, math.max(used, 0))
+        return (store(r, now + ums, ut))
     end
 
     function B.expires_at(state, _quota)
@@ -1285,12 +1363,378 @@ local function new_bucket(id, name)
         return { ms = hi * 4294 + (below - ns) / NS_PER_MS, ns = ns }
     end
 
+    -- The common case with fewer steps: a hit or a look with one tier of fixed length, on
+    -- no key or on the short form this algorithm wrote with the same parameters, lasting
+    -- no longer than its span. It answers what the general path does (the tests compare
+    -- both with the module); anything else gets nil and takes that path.
+    function B.fast(rule, step, stored, expiry, now)
+        local quota = rule.tiers[2] == nil and rule.tiers[1]
+        if not quota or quota.calendar or (step ~= 'hit' and step ~= 'peek') then
+            return nil
+        end
+        local state
+        if stored ~= nil then
+            local form = RL.classify(stored)
+            if form == nil or form.form ~= 'short' or form.algorithm ~= id then
+                return nil
+            end
+            local q, at = form.quota, expiry()
+            if at == nil or q.limit ~= quota.limit or q.window ~= quota.window
+                or q.burst ~= quota.burst or at - now > B.span(quota) then
+                return nil
+            end
+            state = B.from_short(form.short, at)
+            if state == nil then
+                return nil
+            end
+        end
+        local d, charged = B.check(state, now, quota, rule.cost)
+        local write
+        if charged and step == 'hit' then
+            local expires = B.expires_at(charged, quota)
+            if expires <= now then
+                write = 'delete'
+            else
+                write = { value = RL.encode_short(B, quota, B.to_short(charged, expires)),
+                    expires = expires }
+            end
+        end
+        return { decision = d, tiers = { d }, write = write }
+    end
+
     RL.add_algorithm(B)
     return B
 end
 
 new_bucket(4, 'token')
 new_bucket(5, 'gcra')
+
+-- ==== log.lua ====
+-- log.lua: the exact sliding log (core/src/sliding_log.rs). A state is its entries, oldest
+-- first: { at, units } per distinct ms, times strictly increasing, every entry holding
+-- units but the newest, which may be a marker of 0 after a refund. Here the entries are
+-- decoded whole and checked whole (the module reads only those a call needs); the bytes
+-- written are the module's:
+--   header  0, varints count, total units, the oldest time as 8 bytes, its units, the ms
+--           from the oldest to the newest, the byte length of the pairs, then per further
+--           entry varints the ms since the previous one and its units;
+--   plain   (older) varint count, the oldest time as 8 bytes, its units, then the pairs:
+--           read, and written back as they were while unchanged.
+
+local Log = { id = 3, name = 'log', has_burst = false }
+local MAX_ENTRIES = 10001
+
+-- A call decodes and writes the whole log, one step per entry, where the module touches
+-- only the entries it changes: the library takes limits up to 1000, so a call stays well
+-- under a millisecond, and refuses a longer log the module wrote.
+RL.LIBRARY_LOG_LIMIT = 1000
+local LIBRARY_ENTRIES = RL.LIBRARY_LOG_LIMIT + 1
+local TOO_LONG = 'ERR key holds an ALGO log of more than 1001 entries, more than the functions '
+    .. 'library reads in one call: use the module'
+
+-- A state is { ats, units, legacy }: two arrays of numbers, oldest first, rather than a
+-- table per entry, so that a call on a long log allocates little.
+
+local function total_of(units, first)
+    local total = 0
+    for i = first or 1, #units do
+        total = total + math.max(units[i], 0)
+    end
+    return total
+end
+
+-- The state as it stands at max(now, newest): `first`, the index of its oldest entry
+-- still in the window (nil when none is), and the units from there on.
+local function seen_at(state, now, window)
+    if state == nil then
+        return { at = now, used = 0 }
+    end
+    local ats = state.ats
+    local n = #ats
+    local at = math.max(ats[n], now)
+    local horizon = at - window
+    if ats[n] <= horizon then
+        return { at = at, used = 0 }
+    end
+    local first = 1
+    while ats[first] <= horizon do
+        first = first + 1
+    end
+    return { at = at, state = state, first = first, used = total_of(state.units, first) }
+end
+
+-- The time of the newest live entry holding units (the one before a marker), or nil.
+local function newest_counted(state, first)
+    local n = #state.ats
+    if state.units[n] > 0 then
+        return state.ats[n]
+    elseif n > first then
+        return state.ats[n - 1]
+    end
+    return nil
+end
+
+local function reset_after(state, first, window, now)
+    local at = first and newest_counted(state, first)
+    if at == nil then
+        return 0
+    end
+    return at + window - now
+end
+
+local function remaining(seen, limit)
+    return math.max(math.min(limit - seen.used, limit), 0)
+end
+
+-- The live entries with `cost` units logged at `at`: merged into the newest entry at that
+-- ms, in place of a marker, or after it; at most MAX_ENTRIES kept, the oldest merged on.
+local function logged(seen, at, cost)
+    local ats, units = {}, {}
+    if seen.first then
+        for i = seen.first, #seen.state.ats do
+            ats[#ats + 1] = seen.state.ats[i]
+            units[#units + 1] = seen.state.units[i]
+        end
+    end
+    local n = #ats
+    if n > 0 and ats[n] == at then
+        units[n] = RL.exact(units[n] + cost)
+    elseif n > 0 and units[n] == 0 then
+        ats[n], units[n] = at, cost
+    else
+        ats[n + 1], units[n + 1] = at, cost
+    end
+    while #ats > MAX_ENTRIES do
+        table.remove(ats, 1)
+        local oldest = table.remove(units, 1)
+        units[1] = RL.exact(units[1] + oldest)
+    end
+    return { ats = ats, units = units }
+end
+
+function Log.capacity(quota)
+    return quota.limit
+end
+
+function Log.span(quota)
+    return quota.window * 2
+end
+
+function Log.view(state, now, quota)
+    local seen = seen_at(state, now, quota.window)
+    return remaining(seen, quota.limit), reset_after(seen.state, seen.first, quota.window, now)
+end
+
+function Log.check(state, now, quota, cost)
+    local seen = seen_at(state, now, quota.window)
+    local total = seen.used + cost
+    if total > quota.limit then
+        local retry = RL.NEVER
+        if cost <= quota.limit then
+            local excess = total - quota.limit
+            local leaves = seen.at
+            if seen.first then
+                local freed = 0
+                for i = seen.first, #state.ats do
+                    freed = freed + state.units[i]
+                    if freed >= excess then
+                        leaves = state.ats[i]
+                        break
+                    end
+                end
+            end
+            retry = leaves + quota.window - now
+        end
+        return { allowed = false, limit = quota.limit, remaining = remaining(seen, quota.limit),
+            reset = reset_after(seen.state, seen.first, quota.window, now), retry = retry }, nil
+    end
+    local charged = logged(seen, seen.at, cost)
+    return { allowed = true, limit = quota.limit, remaining = quota.limit - total,
+        reset = reset_after(charged, 1, quota.window, now), retry = 0 }, charged
+end
+
+-- Takes units off the newest entries in the window first; an entry left with none is
+-- dropped, but the newest taken, which stays as a marker. Entries are not dropped by time.
+function Log.refund(state, now, quota, amount)
+    if state == nil then
+        return nil
+    end
+    local seen = seen_at(state, now, quota.window)
+    if seen.used == 0 or seen.first == nil then
+        return nil
+    end
+    local live = #state.ats - seen.first + 1
+    -- Entries n + 1 .. are taken, newest first, until they hold `amount` units.
+    local n, held = #state.ats, 0
+    while held < amount and #state.ats - n < live and n > 0 do
+        held = held + math.max(state.units[n], 0)
+        n = n - 1
+    end
+    local ats, units = {}, {}
+    for i = 1, n do
+        ats[i], units[i] = state.ats[i], state.units[i]
+    end
+    local newest = #state.ats
+    local left = amount
+    local after = {}
+    for i = newest, n + 1, -1 do
+        local take = math.min(math.max(state.units[i], 0), left)
+        after[i] = state.units[i] - take
+        left = left - take
+    end
+    for i = n + 1, newest do
+        if after[i] > 0 or i == newest then
+            ats[#ats + 1], units[#units + 1] = state.ats[i], after[i]
+        end
+    end
+    return { ats = ats, units = units }
+end
+
+function Log.used(state, now, quota)
+    return seen_at(state, now, quota.window).used
+end
+
+function Log.seeded(used, now, _quota)
+    return { ats = { now }, units = { math.max(used, 0) } }
+end
+
+function Log.expires_at(state, quota)
+    return state.ats[#state.ats] + quota.window
+end
+
+function Log.encode(state, out)
+    local ats, units = state.ats, state.units
+    -- The pairs' bytes as numbers first, turned into a string a few thousand at a time
+    -- (string.char takes its bytes as arguments): one call per chunk, not per varint.
+    local bytes = {}
+    local function varint(value)
+        repeat
+            local low = value % 128
+            value = (value - low) / 128
+            if value > 0 then
+                low = low + 128
+            end
+            bytes[#bytes + 1] = low
+        until value == 0
+    end
+    for i = 2, #ats do
+        varint(ats[i] - ats[i - 1])
+        varint(units[i])
+    end
+    local chunks = {}
+    for from = 1, #bytes, 4000 do
+        chunks[#chunks + 1] = string.char(unpack(bytes, from, math.min(from + 3999, #bytes)))
+    end
+    local pairs = table.concat(chunks)
+    if state.legacy then
+        RL.put_varint(out, #ats)
+    else
+        RL.put_byte(out, 0)
+        RL.put_varint(out, #ats)
+        RL.put_varint(out, total_of(units))
+    end
+    RL.put_i64(out, ats[1])
+    RL.put_varint(out, units[1])
+    if not state.legacy then
+        RL.put_varint(out, ats[#ats] - ats[1])
+        RL.put_varint(out, #pairs)
+    end
+    out[#out + 1] = pairs
+end
+
+-- Reads `count - 1` pairs after the oldest entry into the state; nil if one is not there
+-- or breaks the rules (a gap of 0, no units before the newest). The bytes are taken out
+-- a few thousand at a time and decoded here, not one function call per byte.
+local function read_pairs(r, state, count)
+    local ats, units = state.ats, state.units
+    local s, pos, last = r.s, r.pos, #r.s
+    local bytes, base = {}, pos
+    -- The varint at `pos`, within 0..2^53-1 (else the library's error), or nil.
+    local function varint()
+        local value, scale = 0, 1
+        for _ = 1, 10 do
+            if pos > last then
+                return nil
+            end
+            local at = pos - base + 1
+            if at > #bytes then
+                base = pos
+                bytes = { string.byte(s, pos, math.min(pos + 3999, last)) }
+                at = 1
+            end
+            local b = bytes[at]
+            pos = pos + 1
+            value = value + (b % 128) * scale
+            if b < 128 then
+                return RL.exact(value)
+            end
+            scale = scale * 128
+        end
+        return nil
+    end
+    for n = 2, count do
+        local gap = varint()
+        local u = gap and varint()
+        if u == nil or gap < 1 or (u < 1 and n < count) then
+            return nil
+        end
+        ats[n], units[n] = RL.exact(ats[n - 1] + gap), u
+    end
+    r.pos = pos
+    return state
+end
+
+local function decode_header(r)
+    local count = RL.read_positive(r)
+    local total = count and RL.read_varint(r)
+    local at = total and RL.read_i64(r)
+    local units = at and RL.read_varint(r)
+    local span = units and RL.read_varint(r)
+    local len = span and RL.read_varint(r)
+    if len == nil or count > MAX_ENTRIES or r.pos + len - 1 > #r.s then
+        return nil
+    end
+    if count > LIBRARY_ENTRIES then
+        RL.fail(TOO_LONG)
+    end
+    if count > 1 and units < 1 then
+        return nil
+    end
+    local ends = r.pos + len
+    local state = read_pairs(r, { ats = { at }, units = { units } }, count)
+    if state == nil or r.pos ~= ends or state.ats[count] - at ~= span
+        or total_of(state.units) ~= total then
+        return nil
+    end
+    return state
+end
+
+local function decode_plain(r)
+    local count = RL.read_positive(r)
+    if count ~= nil and count > LIBRARY_ENTRIES and count <= MAX_ENTRIES then
+        RL.fail(TOO_LONG)
+    end
+    local at = count and count <= MAX_ENTRIES and RL.read_i64(r)
+    local units = at and RL.read_varint(r)
+    if units == nil or (count > 1 and units < 1) then
+        return nil
+    end
+    local state = read_pairs(r, { ats = { at }, units = { units } }, count)
+    if state then
+        state.legacy = true
+    end
+    return state
+end
+
+function Log.decode(r)
+    if string.byte(r.s, r.pos) == 0 then
+        r.pos = r.pos + 1
+        return decode_header(r)
+    end
+    return decode_plain(r)
+end
+
+RL.add_algorithm(Log)
 
 -- ==== limiter.lua ====
 -- limiter.lua: what a stored value means, and the tiered check, refund and renewal
@@ -1306,13 +1750,8 @@ local function quota_equal(a, b)
     return a.limit == b.limit and a.window == b.window and a.burst == b.burst and ca == cb
 end
 
--- The stored algorithm `id`; an exact sliding log (id 3), which only the module reads,
--- is refused as such rather than called foreign.
+-- The algorithm stored under `id`, or nil.
 local function owner_of(id)
-    if id == 3 then
-        RL.fail('ERR key holds an ALGO log state, which only the module reads: use the module, '
-            .. 'or RL.RESET it with the module')
-    end
     return RL.ALGO_BY_ID[id]
 end
 
@@ -1574,6 +2013,12 @@ end
 -- `stored` (nil: no key) at `now`; `expiry()` gives the key's absolute expiry or nil.
 function RL.run(rule, step, stored, expiry, now)
     local algo, tiers = rule.algo, rule.tiers
+    if algo.fast then
+        local outcome = algo.fast(rule, step, stored, expiry, now)
+        if outcome then
+            return outcome
+        end
+    end
     local prior, lost_expiry = read_prior(algo, stored, expiry, now)
     local states, renewed = starting_states(algo, prior, tiers, now)
     local start = { states = states, renewed = renewed, lost_expiry = lost_expiry }
@@ -1648,7 +2093,7 @@ local function parse_rule(words, index, key)
         end
         return rule
     end
-    local message = tostring(rule)
+    local message = RL.error_text(rule)
     if string.find(message, "^ERR wrong number of arguments") then
         message = 'a SPEC needs limit window [limit window ...] or POLICY name'
     end
@@ -1752,7 +2197,7 @@ end
 local function run_key(keys, i, rule, step, value, expiry, now)
     local ok, outcome = pcall(RL.run, rule, step, value, expiry, now)
     if not ok then
-        spec_error(i - 1, keys[i], tostring(outcome))
+        spec_error(i - 1, keys[i], RL.error_text(outcome))
     end
     return outcome
 end
@@ -1823,10 +2268,7 @@ local function guarded(body)
         if ok then
             return result
         end
-        local text = tostring(result)
-        if type(result) == 'table' and result.err ~= nil then
-            text = result.err
-        end
+        local text = RL.error_text(result)
         if not string.find(text, '^[A-Z]+ ') then
             -- A Lua runtime error is a bug of this library: say so, with its text.
             text = 'ERR internal error in the ratelimit library: ' .. text

@@ -28,6 +28,7 @@ SOURCES = [
     "fixed.lua",
     "sliding.lua",
     "bucket.lua",
+    "log.lua",
     "limiter.lua",
     "multi.lua",
     "commands.lua",

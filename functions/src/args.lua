@@ -28,13 +28,13 @@ RL.ERR = {
     burst_na = 'ERR BURST applies to ALGO token or gcra with a single tier',
     algo = 'ERR ALGO must be one of fixed, sliding, log, token, gcra',
     log_limit = 'ERR ALGO log allows a limit of at most 10000',
+    log_library = 'ERR ALGO log allows a limit of at most 1000 in the functions library (a call '
+        .. 'reads the whole log): use the module, or ALGO sliding',
     anchor = 'ERR ANCHOR must be a day of the month from 1 to 31',
     tz_without = 'ERR TZ applies to calendar windows: day, week, month or year',
     anchor_without = 'ERR ANCHOR applies to a month window',
     policy = 'ERR POLICY needs the module: named policies live in its RDB data, which the '
         .. 'functions library cannot read; pass the rule (limit window ...) instead',
-    log = 'ERR ALGO log needs the module: the functions library has no sliding log (use ALGO '
-        .. 'sliding, or the module)',
     tz = 'ERR TZ other than UTC needs the module: the functions library has no time zone '
         .. 'database (use TZ UTC, or the module)',
 }
@@ -129,9 +129,6 @@ local function parse_options(args, i)
         local option = string.upper(args[i])
         local value = args[i + 1]
         if option == 'ALGO' then
-            if value ~= nil and string.lower(value) == 'log' then
-                RL.fail(RL.ERR.log)
-            end
             set_once(o, 'ALGO', value and RL.ALGO_BY_NAME[string.lower(value)], RL.ERR.algo)
         elseif option == 'BURST' then
             set_once(o, 'BURST', RL.parse_positive(value), RL.ERR.burst)
@@ -200,9 +197,12 @@ function RL.arity(command)
     RL.fail("ERR wrong number of arguments for '" .. command .. "' command")
 end
 
--- Parses the rule in args[first..] of `command` (its name, for the arity error): returns
--- { algo, tiers, cost }. `POLICY name` is refused.
-function RL.parse_limits(command, args, first)
+-- Rules already parsed, by their arguments: a call repeats the same few rules, and parsing
+-- is pure (no config is read), so a rule is parsed once. Never changed once made; the
+-- cache is emptied when it holds 1000 rules, so it stays small.
+local parsed, cached = {}, 0
+
+local function parse_uncached(command, args, first)
     if args[first] ~= nil and RL.is_word(args[first], 'POLICY') then
         RL.fail(RL.ERR.policy)
     end
@@ -226,6 +226,8 @@ function RL.parse_limits(command, args, first)
         for _, q in ipairs(tiers) do
             if q.limit > MAX_LOG_LIMIT then
                 RL.fail(RL.ERR.log_limit)
+            elseif q.limit > RL.LIBRARY_LOG_LIMIT then
+                RL.fail(RL.ERR.log_library)
             end
         end
     end
@@ -238,4 +240,21 @@ function RL.zone_named(name)
         return 'UTC'
     end
     return nil
+end
+
+-- Parses the rule in args[first..] of `command` (its name, for the arity error): returns
+-- { algo, tiers, cost }, which the caller must not change. `POLICY name` is refused.
+function RL.parse_limits(command, args, first)
+    -- The count tells ["5", "1m"] from ["5\01m"]: a rule that parses has no NUL in it.
+    local key = (#args - first) .. '\0' .. table.concat(args, '\0', first)
+    local rule = parsed[key]
+    if rule == nil then
+        rule = parse_uncached(command, args, first)
+        if cached >= 1000 then
+            parsed, cached = {}, 0
+        end
+        parsed[key] = rule
+        cached = cached + 1
+    end
+    return rule
 end

@@ -3,7 +3,7 @@
 -- (about 1.7e18), so it is kept as { ms, ns } (TAT = ms * 10^6 + ns, 0 <= ns < 10^6).
 --
 -- The module computes in ticks of 1/L ns (L the limit), so that the interval T = window / L
--- is exact. Here a time in ticks is a pair { ms, t }: whole ms and the ticks below the ms,
+-- is exact. Here a time in ticks is a pair (ms, t): whole ms and the ticks below the ms,
 -- 0 <= t < P = L * 10^6. Every product stays below 2^53 when (burst + 1) * window (ms) + L
 -- does and P * 2 does; a rule beyond that is refused (RL.too_large).
 
@@ -16,47 +16,44 @@ local function gcd(a, b)
     return a
 end
 
--- Tick times and durations: { ms, t }.
+-- Tick times and durations are pairs (ms, t), passed as two values rather than tables: a
+-- call makes a dozen of them.
 local function norm(ms, t, p)
     if t >= p then
-        return { ms = ms + 1, t = t - p }
+        return ms + 1, t - p
     elseif t < 0 then
-        return { ms = ms - 1, t = t + p }
+        return ms - 1, t + p
     end
-    return { ms = ms, t = t }
+    return ms, t
 end
 
-local function add(a, b, p)
-    return norm(a.ms + b.ms, a.t + b.t, p)
+local function less_eq(ams, at, bms, bt)
+    return ams < bms or (ams == bms and at <= bt)
 end
 
-local function sub(a, b, p)
-    return norm(a.ms - b.ms, a.t - b.t, p)
+local function positive(ms, t)
+    return ms > 0 or (ms == 0 and t > 0)
 end
 
-local function less_eq(a, b)
-    return a.ms < b.ms or (a.ms == b.ms and a.t <= b.t)
+-- `units` intervals as a duration: units * W ms / L.
+local function units_of(r, units)
+    local x = RL.mul(units, r.w)
+    return RL.div_floor(x, r.l), (x % r.l) * NS_PER_MS
 end
 
-local function positive(a)
-    return a.ms > 0 or (a.ms == 0 and a.t > 0)
-end
-
-local ZERO = { ms = 0, t = 0 }
-
--- The quota in ticks.
+-- The quota in ticks; kept on the quota, which never changes once parsed or decoded.
 local function rate_of(quota)
+    local r = quota.rate
+    if r then
+        return r
+    end
     local l, w, b = quota.limit, quota.window, quota.burst
     if (b + 1) * w + l > RL.MAX_EXACT or l * NS_PER_MS * 2 > RL.MAX_EXACT then
         RL.too_large()
     end
-    local r = { l = l, w = w, b = b, p = l * NS_PER_MS, grid = gcd(l, w) * NS_PER_MS }
-    -- `units` intervals as a duration: units * W ms / L.
-    function r.units(units)
-        local x = RL.mul(units, w)
-        return { ms = RL.div_floor(x, l), t = (x % l) * NS_PER_MS }
-    end
-    r.tolerance = r.units(b)
+    r = { l = l, w = w, b = b, p = l * NS_PER_MS, grid = gcd(l, w) * NS_PER_MS }
+    r.tol_ms, r.tol_t = units_of(r, b)
+    quota.rate = r
     return r
 end
 
@@ -67,48 +64,48 @@ local function load(r, state)
     if t - on_grid < r.l then
         t = on_grid
     end
-    return { ms = state.ms, t = t }
+    return state.ms, t
 end
 
--- The state that stores `tat`, and the TAT it reads back as.
-local function store(r, tat)
-    local ns = RL.ceil_div(tat.t, r.l)
-    local state = { ms = tat.ms, ns = ns }
+-- The state that stores the TAT (ms, t), and the TAT it reads back as.
+local function store(r, ms, t)
+    local ns = RL.ceil_div(t, r.l)
+    local state
     if ns >= NS_PER_MS then
-        state = { ms = tat.ms + 1, ns = ns - NS_PER_MS }
+        state = { ms = ms + 1, ns = ns - NS_PER_MS }
+    else
+        state = { ms = ms, ns = ns }
     end
     return state, load(r, state)
 end
 
+-- How far the TAT is ahead of `now` (whole ms), >= 0.
 local function fill_of(r, state, now)
     if state == nil then
-        return ZERO
+        return 0, 0
     end
-    local fill = sub(load(r, state), now, r.p)
-    if positive(fill) then
-        return fill
+    local ms, t = load(r, state)
+    ms, t = norm(ms - now, t, r.p)
+    if positive(ms, t) then
+        return ms, t
     end
-    return ZERO
+    return 0, 0
 end
 
--- Whole units of duration `d` (>= 0), rounded down: floor(d / T).
-local function units_floor(r, d)
-    return RL.div_floor(RL.mul(d.ms, r.l) + math.floor(d.t / NS_PER_MS), r.w)
-end
-
-local function remaining(r, fill)
-    local left = sub(r.tolerance, fill, r.p)
-    if left.ms < 0 then
+-- Whole units that fit on top of a fill, within 0..burst.
+local function remaining(r, fill_ms, fill_t)
+    local ms, t = norm(r.tol_ms - fill_ms, r.tol_t - fill_t, r.p)
+    if ms < 0 then
         return 0
     end
-    return math.min(units_floor(r, left), r.b)
+    return math.min(RL.div_floor(RL.mul(ms, r.l) + math.floor(t / NS_PER_MS), r.w), r.b)
 end
 
-local function ceil_ms(d)
-    if d.t > 0 then
-        return d.ms + 1
+local function ceil_ms(ms, t)
+    if t > 0 then
+        return ms + 1
     end
-    return d.ms
+    return ms
 end
 
 local function new_bucket(id, name)
@@ -122,46 +119,48 @@ local function new_bucket(id, name)
         return RL.ceil_div(RL.mul(quota.burst, quota.window), quota.limit)
     end
 
-    function B.check(state, now_ms, quota, cost)
+    function B.check(state, now, quota, cost)
         local r = rate_of(quota)
-        local now = { ms = now_ms, t = 0 }
-        local fill = fill_of(r, state, now)
+        local fms, ft = fill_of(r, state, now)
         if cost > r.b then
-            return { allowed = false, limit = r.b, remaining = remaining(r, fill),
-                reset = ceil_ms(fill), retry = RL.NEVER }, nil
+            return { allowed = false, limit = r.b, remaining = remaining(r, fms, ft),
+                reset = ceil_ms(fms, ft), retry = RL.NEVER }, nil
         end
-        local needed = add(fill, r.units(cost), r.p)
-        if less_eq(needed, r.tolerance) then
-            local next, tat = store(r, add(now, needed, r.p))
-            local after = sub(tat, now, r.p)
-            return { allowed = true, limit = r.b, remaining = remaining(r, after),
-                reset = ceil_ms(after), retry = 0 }, next
+        local cms, ct = units_of(r, cost)
+        local nms, nt = norm(fms + cms, ft + ct, r.p)
+        if less_eq(nms, nt, r.tol_ms, r.tol_t) then
+            local next, tms, tt = store(r, norm(now + nms, nt, r.p))
+            local ams, at = norm(tms - now, tt, r.p)
+            return { allowed = true, limit = r.b, remaining = remaining(r, ams, at),
+                reset = ceil_ms(ams, at), retry = 0 }, next
         end
-        return { allowed = false, limit = r.b, remaining = remaining(r, fill), reset = ceil_ms(fill),
-            retry = ceil_ms(sub(needed, r.tolerance, r.p)) }, nil
+        return { allowed = false, limit = r.b, remaining = remaining(r, fms, ft),
+            reset = ceil_ms(fms, ft),
+            retry = ceil_ms(norm(nms - r.tol_ms, nt - r.tol_t, r.p)) }, nil
     end
 
-    function B.view(state, now_ms, quota)
+    function B.view(state, now, quota)
         local r = rate_of(quota)
-        local fill = fill_of(r, state, { ms = now_ms, t = 0 })
-        return remaining(r, fill), ceil_ms(fill)
+        local fms, ft = fill_of(r, state, now)
+        return remaining(r, fms, ft), ceil_ms(fms, ft)
     end
 
-    function B.refund(state, now_ms, quota, amount)
+    function B.refund(state, now, quota, amount)
         if state == nil then
             return nil
         end
         local r = rate_of(quota)
-        local now = { ms = now_ms, t = 0 }
-        local fill = fill_of(r, state, now)
-        if not positive(fill) then
+        local fms, ft = fill_of(r, state, now)
+        if not positive(fms, ft) then
             return nil
         end
         local next
-        if amount >= B.used(state, now_ms, quota) then
-            next = store(r, now)
+        if amount >= B.used(state, now, quota) then
+            next = store(r, now, 0)
         else
-            next = store(r, add(now, sub(fill, r.units(amount), r.p), r.p))
+            local ums, ut = units_of(r, amount)
+            local lms, lt = norm(fms - ums, ft - ut, r.p)
+            next = store(r, norm(now + lms, lt, r.p))
         end
         if next.ms == state.ms and next.ns == state.ns then
             return nil
@@ -170,22 +169,23 @@ local function new_bucket(id, name)
     end
 
     -- Units the state counts: ceil(fill / T); a fill too long to compute counts as huge.
-    function B.used(state, now_ms, quota)
+    function B.used(state, now, quota)
         local r = rate_of(quota)
-        local fill = fill_of(r, state, { ms = now_ms, t = 0 })
-        if fill.ms * r.l > RL.MAX_EXACT then
+        local fms, ft = fill_of(r, state, now)
+        if fms * r.l > RL.MAX_EXACT then
             return RL.MAX_EXACT
         end
-        local n = fill.ms * r.l + math.floor(fill.t / NS_PER_MS)
-        if fill.t % NS_PER_MS > 0 then
+        local n = fms * r.l + math.floor(ft / NS_PER_MS)
+        if ft % NS_PER_MS > 0 then
             return RL.div_floor(n, r.w) + 1
         end
         return RL.ceil_div(n, r.w)
     end
 
-    function B.seeded(used, now_ms, quota)
+    function B.seeded(used, now, quota)
         local r = rate_of(quota)
-        return (store(r, add({ ms = now_ms, t = 0 }, r.units(math.max(used, 0)), r.p)))
+        local ums, ut = units_of(r, math.max(used, 0))
+        return (store(r, now + ums, ut))
     end
 
     function B.expires_at(state, _quota)
@@ -232,6 +232,45 @@ local function new_bucket(id, name)
         local below = hi * 967296 + lo
         local ns = below % NS_PER_MS
         return { ms = hi * 4294 + (below - ns) / NS_PER_MS, ns = ns }
+    end
+
+    -- The common case with fewer steps: a hit or a look with one tier of fixed length, on
+    -- no key or on the short form this algorithm wrote with the same parameters, lasting
+    -- no longer than its span. It answers what the general path does (the tests compare
+    -- both with the module); anything else gets nil and takes that path.
+    function B.fast(rule, step, stored, expiry, now)
+        local quota = rule.tiers[2] == nil and rule.tiers[1]
+        if not quota or quota.calendar or (step ~= 'hit' and step ~= 'peek') then
+            return nil
+        end
+        local state
+        if stored ~= nil then
+            local form = RL.classify(stored)
+            if form == nil or form.form ~= 'short' or form.algorithm ~= id then
+                return nil
+            end
+            local q, at = form.quota, expiry()
+            if at == nil or q.limit ~= quota.limit or q.window ~= quota.window
+                or q.burst ~= quota.burst or at - now > B.span(quota) then
+                return nil
+            end
+            state = B.from_short(form.short, at)
+            if state == nil then
+                return nil
+            end
+        end
+        local d, charged = B.check(state, now, quota, rule.cost)
+        local write
+        if charged and step == 'hit' then
+            local expires = B.expires_at(charged, quota)
+            if expires <= now then
+                write = 'delete'
+            else
+                write = { value = RL.encode_short(B, quota, B.to_short(charged, expires)),
+                    expires = expires }
+            end
+        end
+        return { decision = d, tiers = { d }, write = write }
     end
 
     RL.add_algorithm(B)

@@ -16,10 +16,7 @@ local function guarded(body)
         if ok then
             return result
         end
-        local text = tostring(result)
-        if type(result) == 'table' and result.err ~= nil then
-            text = result.err
-        end
+        local text = RL.error_text(result)
         if not string.find(text, '^[A-Z]+ ') then
             -- A Lua runtime error is a bug of this library: say so, with its text.
             text = 'ERR internal error in the ratelimit library: ' .. text

@@ -22,6 +22,15 @@ function RL.fail(message)
     error({ err = message }, 0)
 end
 
+-- The text of an error caught by pcall: the server hands it over as a string, or (on a
+-- server that keeps error tables) as { err = text }.
+function RL.error_text(caught)
+    if type(caught) == 'table' and caught.err ~= nil then
+        return caught.err
+    end
+    return tostring(caught)
+end
+
 -- Raises the error for a number the library cannot hold exactly.
 function RL.too_large()
     RL.fail(RL.TOO_LARGE)
@@ -64,6 +73,10 @@ end
 function RL.parse_digits(text)
     if text == nil or not string.find(text, '^%d+$') then
         return nil
+    end
+    if #text <= 15 then
+        -- Below 10^15 < 2^53: exact, and the common case, without the checks below.
+        return tonumber(text)
     end
     local digits = string.gsub(text, '^0+', '')
     if #digits > #RL.I64_MAX_TEXT or (#digits == #RL.I64_MAX_TEXT and digits > RL.I64_MAX_TEXT) then

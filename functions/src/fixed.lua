@@ -107,4 +107,50 @@ function Fixed.decode(r)
     return { count = count, ends = ends }
 end
 
+-- The common case at the cost of a few tables: a hit or a look with one tier of fixed
+-- length, on no key or on the plain count its own window wrote (its expiry ends a window
+-- of this length, at most one window from now). It answers what the general path does
+-- (the tests compare both with the module); anything else gets nil and takes that path.
+function Fixed.fast(rule, step, stored, expiry, now)
+    local quota = rule.tiers[2] == nil and rule.tiers[1]
+    if not quota or quota.calendar or (step ~= 'hit' and step ~= 'peek') then
+        return nil
+    end
+    local window, limit, cost = quota.window, quota.limit, rule.cost
+    local count, ends = 0, nil
+    if stored ~= nil then
+        if #stored > 15 or not string.find(stored, '^[1-9]%d*$') then
+            return nil
+        end
+        local at = expiry()
+        if at == nil or at % window ~= 0 or at - now > window then
+            return nil
+        end
+        if at > now then
+            count, ends = tonumber(stored), at
+        end
+    end
+    ends = ends or now - now % window + window
+    local total = count + cost
+    local d
+    local write
+    if total <= limit then
+        d = { allowed = true, limit = limit, remaining = limit - total, reset = ends - now, retry = 0 }
+        if step == 'hit' then
+            write = { value = string.format('%.0f', total), expires = ends }
+        end
+    else
+        local reset, retry = 0, ends - now
+        if count ~= 0 then
+            reset = ends - now
+        end
+        if cost > limit then
+            retry = RL.NEVER
+        end
+        d = { allowed = false, limit = limit, remaining = math.max(limit - count, 0), reset = reset,
+            retry = retry }
+    end
+    return { decision = d, tiers = { d }, write = write }
+end
+
 RL.add_algorithm(Fixed)

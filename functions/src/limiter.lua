@@ -11,13 +11,8 @@ local function quota_equal(a, b)
     return a.limit == b.limit and a.window == b.window and a.burst == b.burst and ca == cb
 end
 
--- The stored algorithm `id`; an exact sliding log (id 3), which only the module reads,
--- is refused as such rather than called foreign.
+-- The algorithm stored under `id`, or nil.
 local function owner_of(id)
-    if id == 3 then
-        RL.fail('ERR key holds an ALGO log state, which only the module reads: use the module, '
-            .. 'or RL.RESET it with the module')
-    end
     return RL.ALGO_BY_ID[id]
 end
 
@@ -279,6 +274,12 @@ end
 -- `stored` (nil: no key) at `now`; `expiry()` gives the key's absolute expiry or nil.
 function RL.run(rule, step, stored, expiry, now)
     local algo, tiers = rule.algo, rule.tiers
+    if algo.fast then
+        local outcome = algo.fast(rule, step, stored, expiry, now)
+        if outcome then
+            return outcome
+        end
+    end
     local prior, lost_expiry = read_prior(algo, stored, expiry, now)
     local states, renewed = starting_states(algo, prior, tiers, now)
     local start = { states = states, renewed = renewed, lost_expiry = lost_expiry }

@@ -26,7 +26,7 @@ local function parse_rule(words, index, key)
         end
         return rule
     end
-    local message = tostring(rule)
+    local message = RL.error_text(rule)
     if string.find(message, "^ERR wrong number of arguments") then
         message = 'a SPEC needs limit window [limit window ...] or POLICY name'
     end
@@ -130,7 +130,7 @@ end
 local function run_key(keys, i, rule, step, value, expiry, now)
     local ok, outcome = pcall(RL.run, rule, step, value, expiry, now)
     if not ok then
-        spec_error(i - 1, keys[i], tostring(outcome))
+        spec_error(i - 1, keys[i], RL.error_text(outcome))
     end
     return outcome
 end

@@ -1,8 +1,11 @@
 //! The Functions library (`functions/ratelimit.lua`): its path, loading it into a
-//! [`Server`], calling its functions, and a server that stands in for a managed Redis (no
-//! module, `MODULE` disabled).
+//! [`Server`], calling its functions, a server that stands in for a managed Redis (no
+//! module, `MODULE` disabled), and the comparison of the library with the module: the same
+//! calls on keys of each, in one transaction whose clock stays in one ms ([`same_ms`],
+//! [`assert_same_as_the_module`], [`same_ms_several`]).
 
 use super::*;
+use redis::Value;
 
 /// The committed bundle that `FUNCTION LOAD` takes.
 pub fn bundle_path() -> PathBuf {
@@ -61,4 +64,245 @@ pub fn fcall_reply(con: &mut Connection, name: &str, key: &str, args: &[&str]) -
         .query(con)
         .unwrap_or_else(|e| panic!("FCALL {name} {key} {args:?}: {e}"));
     decode_reply(&values)
+}
+
+/// One call of a sequence: the command (`hit`, `peek`, `refund`) and its arguments after
+/// the key.
+pub type Step<'a> = (&'a str, &'a str);
+
+/// The module's command and the library's function for `command`.
+pub fn names(command: &str) -> (String, String) {
+    (
+        format!("RL.{}", command.to_uppercase()),
+        format!("rl_{command}"),
+    )
+}
+
+/// What one key answered and then held: the reply (raw, errors included), the value and
+/// its absolute expiry.
+pub type Seen = (Value, Option<Vec<u8>>, i64);
+
+/// The module's clock, read through a fixed window of 366 days on `PROBE`: its
+/// `reset_after_ms` is the window's end minus the module's `now`.
+pub const PROBE: &str = "functions-core:clock-probe";
+pub const PROBE_WINDOW_MS: i64 = 366 * 86_400_000;
+
+/// Runs `command` on three keys in one transaction during which the server's clock stays
+/// in one ms (retried until it does, so every call saw the same `now`): `m` by the module,
+/// `l` by the library, and `x` by the module or the library as `library_on_x` says.
+/// Returns each key's reply and what it held right after, read in the transaction.
+///
+/// Every attempt first puts the three keys back as they were before the step (`before`:
+/// the value and absolute expiry, -1 for none), so an attempt whose clock moved leaves
+/// nothing behind.
+///
+/// Valkey answers `TIME` inside a transaction (and a function's `TIME`) with the time the
+/// transaction started, while the module reads the running clock: the transaction is
+/// taken when `TIME` and the module's clock, read before and after the calls, agree.
+pub fn same_ms(
+    con: &mut Connection,
+    (command, args): Step<'_>,
+    keys: [&str; 3],
+    library_on_x: bool,
+    before: &(Option<Vec<u8>>, i64),
+) -> [Seen; 3] {
+    let (module, library) = names(command);
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let probe = |pipe: &mut redis::Pipeline| {
+        pipe.cmd("RL.HIT")
+            .arg(PROBE)
+            .arg("9007199254740991")
+            .arg("366d");
+    };
+    for _ in 0..1_000 {
+        let mut pipe = redis::pipe();
+        pipe.atomic().ignore_errors();
+        for key in keys {
+            match before {
+                (None, _) => pipe.cmd("DEL").arg(key).ignore(),
+                (Some(value), -1) => pipe.cmd("SET").arg(key).arg(value).ignore(),
+                (Some(value), at) => pipe
+                    .cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("PXAT")
+                    .arg(*at)
+                    .ignore(),
+            };
+        }
+        pipe.cmd("TIME");
+        probe(&mut pipe);
+        pipe.cmd(&module).arg(keys[0]).arg(&args);
+        pipe.cmd("FCALL")
+            .arg(&library)
+            .arg(1)
+            .arg(keys[1])
+            .arg(&args);
+        if library_on_x {
+            pipe.cmd("FCALL")
+                .arg(&library)
+                .arg(1)
+                .arg(keys[2])
+                .arg(&args);
+        } else {
+            pipe.cmd(&module).arg(keys[2]).arg(&args);
+        }
+        for key in keys {
+            pipe.cmd("GET").arg(key).cmd("PEXPIRETIME").arg(key);
+        }
+        probe(&mut pipe);
+        pipe.cmd("TIME");
+        let replies: Vec<Value> = pipe.query(con).expect("EXEC");
+        let time = |v: &Value| -> i64 {
+            let (secs, micros): (i64, i64) = redis::from_redis_value(v.clone()).expect("TIME");
+            secs * 1_000 + micros / 1_000
+        };
+        let start = time(&replies[0]);
+        let end = start - start.rem_euclid(PROBE_WINDOW_MS) + PROBE_WINDOW_MS;
+        let module_clock = |v: &Value| -> i64 {
+            let reply: Vec<i64> = redis::from_redis_value(v.clone()).expect("probe");
+            end - reply[3]
+        };
+        let clocks = [
+            start,
+            module_clock(&replies[1]),
+            module_clock(&replies[11]),
+            time(&replies[12]),
+        ];
+        if clocks.iter().all(|&c| c == start) {
+            let seen = |n: usize| -> Seen {
+                let value = redis::from_redis_value(replies[5 + 2 * n].clone()).expect("GET");
+                let expiry =
+                    redis::from_redis_value(replies[6 + 2 * n].clone()).expect("PEXPIRETIME");
+                (replies[2 + n].clone(), value, expiry)
+            };
+            return [seen(0), seen(1), seen(2)];
+        }
+    }
+    panic!("no transaction ran within one ms in 1000 tries");
+}
+
+/// Runs `steps` on the three keys of [`same_ms`] (the backend on `x` alternating) and
+/// asserts that each step's replies, and the stored bytes and expiries after it, are equal.
+pub fn assert_same_as_the_module(con: &mut Connection, tag: &str, steps: &[Step<'_>]) {
+    assert_same_from(con, tag, (None, -2), steps);
+}
+
+/// [`assert_same_as_the_module`] on keys that start holding `start` (a value and its
+/// absolute expiry, -1 for none).
+pub fn assert_same_from(
+    con: &mut Connection,
+    tag: &str,
+    start: (Option<Vec<u8>>, i64),
+    steps: &[Step<'_>],
+) {
+    let keys = [
+        format!("{tag}:module"),
+        format!("{tag}:library"),
+        format!("{tag}:mixed"),
+    ];
+    let keys = [keys[0].as_str(), keys[1].as_str(), keys[2].as_str()];
+    let mut before = start;
+    for (n, step) in steps.iter().enumerate() {
+        if step.0 == "persist" {
+            // The key loses its expiry (PERSIST): both backends count its units again.
+            before.1 = -1;
+            continue;
+        }
+        let [module, library, mixed] = same_ms(con, *step, keys, n % 2 == 0, &before);
+        let context = format!("{tag}, step {n} {step:?}");
+        assert_eq!(module, library, "module, library: {context}");
+        assert_eq!(module, mixed, "module, mixed: {context}");
+        before = (module.1, module.2);
+    }
+}
+
+/// A server with the module and the library: what the comparisons below run on.
+pub fn with_module_and_library(flavor: Flavor) -> Server {
+    let server = ServerConfig::new(flavor).start();
+    assert_eq!(server.load_functions(), "ratelimit");
+    server
+}
+
+/// A key's value and absolute expiry (-1 none, -2 no key).
+pub type Held = (Option<Vec<u8>>, i64);
+
+/// Runs `RL.M<command>` on `m1 m2` and `FCALL rl_m<command>` on `l1 l2` with `args` after
+/// the keys, in one transaction during which the clock stays in one ms (as [`same_ms`],
+/// the keys first put back as `before`); returns both replies and what the four keys hold.
+pub fn same_ms_several(
+    con: &mut Connection,
+    command: &str,
+    args: &str,
+    before: &[Held; 2],
+) -> ((Value, Value), [Held; 4]) {
+    let (module, library) = names(&format!("m{command}"));
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let keys = ["several:m1", "several:m2", "several:l1", "several:l2"];
+    for _ in 0..1_000 {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (n, key) in keys.iter().enumerate() {
+            match &before[n % 2] {
+                (None, _) => pipe.cmd("DEL").arg(key).ignore(),
+                (Some(value), -1) => pipe.cmd("SET").arg(key).arg(value).ignore(),
+                (Some(value), at) => pipe
+                    .cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("PXAT")
+                    .arg(*at)
+                    .ignore(),
+            };
+        }
+        pipe.cmd("TIME");
+        pipe.cmd("RL.HIT")
+            .arg(PROBE)
+            .arg("9007199254740991")
+            .arg("366d");
+        pipe.cmd(&module).arg(2).arg(&keys[..2]).arg(&args);
+        pipe.cmd("FCALL")
+            .arg(&library)
+            .arg(2)
+            .arg(&keys[2..])
+            .arg(&args);
+        for key in keys {
+            pipe.cmd("GET").arg(key).cmd("PEXPIRETIME").arg(key);
+        }
+        pipe.cmd("RL.HIT")
+            .arg(PROBE)
+            .arg("9007199254740991")
+            .arg("366d");
+        pipe.cmd("TIME");
+        let r: Vec<Value> = pipe.query(con).expect("EXEC");
+        let time = |v: &Value| -> i64 {
+            let (secs, micros): (i64, i64) = redis::from_redis_value(v.clone()).expect("TIME");
+            secs * 1_000 + micros / 1_000
+        };
+        let start = time(&r[0]);
+        let end = start - start.rem_euclid(PROBE_WINDOW_MS) + PROBE_WINDOW_MS;
+        let module_clock = |v: &Value| -> i64 {
+            let reply: Vec<i64> = redis::from_redis_value(v.clone()).expect("probe");
+            end - reply[3]
+        };
+        let clocks = [
+            start,
+            module_clock(&r[1]),
+            module_clock(&r[12]),
+            time(&r[13]),
+        ];
+        if clocks.iter().all(|&c| c == start) {
+            let held = |n: usize| -> Held {
+                (
+                    redis::from_redis_value(r[4 + 2 * n].clone()).expect("GET"),
+                    redis::from_redis_value(r[5 + 2 * n].clone()).expect("PEXPIRETIME"),
+                )
+            };
+            return (
+                (r[2].clone(), r[3].clone()),
+                [held(0), held(1), held(2), held(3)],
+            );
+        }
+    }
+    panic!("no transaction ran within one ms in 1000 tries");
 }

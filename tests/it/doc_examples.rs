@@ -100,6 +100,7 @@ fn python_blocks_run() {
     assert!(!snippets.is_empty(), "no python block found");
     each_flavor(|flavor| {
         let server = ServerConfig::new(flavor).start();
+        server.load_functions();
         for block in &snippets {
             let code = block.text();
             assert!(

@@ -15,6 +15,7 @@ mod dist;
 mod doc_examples;
 mod functions_core;
 mod functions_leases;
+mod functions_same_ms;
 mod leases;
 mod leases_integrity;
 mod leases_scripts_and_replicas;
