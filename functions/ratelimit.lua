@@ -2458,23 +2458,12 @@ local function varint_at(s, pos)
     return nil
 end
 
--- The signed 8-byte little-endian time at `pos`; nil when the bytes run out. One beyond
--- 2^53 either way (never written by either backend) is the library's error for numbers
--- it cannot hold.
-local function i64_at(s, pos)
-    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
-    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, pos, pos + 7)
-    if b8 == nil then
-        return nil
-    end
-    local hi = b5 + b6 * 256 + b7 * 65536 + b8 * 16777216
-    if hi >= 2147483648 then
-        hi = hi - 4294967296
-    end
-    if hi >= 2097152 or hi < -2097152 then
-        RL.too_large()
-    end
-    return hi * 4294967296 + b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+-- Whether a stored time is beyond what a double holds exactly (2^53 either way). No backend
+-- writes one; a value that holds one is refused with the library's error for numbers it
+-- cannot hold, once it has been read whole (so a value that is not leases at all still
+-- gets the module's error for that).
+local function inexact(ms)
+    return ms >= EXACT_LIMIT or ms <= -EXACT_LIMIT
 end
 
 -- The tier state at `pos`: { bytes, ends } or false for none, and the position after it.
@@ -2487,10 +2476,10 @@ local function tier_at(s, pos)
     if len == 0 then
         return false, at
     end
-    local ends = i64_at(s, at + len)
-    if ends == nil then
+    if at + len + 7 > #s then
         return nil
     end
+    local ends = struct.unpack('<i8', s, at + len)
     return { bytes = sub(s, at, at + len - 1), ends = ends }, at + len + 8
 end
 
@@ -2498,6 +2487,10 @@ end
 -- { s, tier, count, starts, ends, held, earliest, latest, at }, `starts[i]` where record i
 -- begins (starts[count + 1] is past the end), `at` the index of the lease `want`. nil for
 -- anything the module would not read as leases.
+-- `want` for a check of the layout only (RL.is_lease): no lease is looked for, and a time
+-- beyond 2^53 is no error.
+L.ANY = {}
+
 function L.read(s, now, want)
     local byte, sub, find, unpack_i64 = string.byte, string.sub, string.find, struct.unpack
     if byte(s, 1) ~= LEASE_V1 then
@@ -2513,7 +2506,12 @@ function L.read(s, now, want)
     end
     local v = { s = s, tier = tier or nil, count = count, starts = {}, ends = {}, held = 0 }
     local starts, ends, size = v.starts, v.ends, #s
-    local held, earliest, latest = 0, nil, nil
+    local held, earliest, latest, lenient = 0, nil, nil, false
+    local beyond = tier and inexact(tier.ends)
+    if want == L.ANY then
+        want = nil
+        lenient = true
+    end
     -- Where `want` occurs next (a plain search in C): a record is that lease when it
     -- starts there, its tag being the id's length.
     local seen = want and find(s, want, pos, true)
@@ -2529,15 +2527,13 @@ function L.read(s, now, want)
             return nil
         end
         -- The end: 8 bytes LE, signed, read in C (struct is Redis's and Valkey's), which
-        -- rounds beyond 2^53: those are the library's error for numbers it cannot hold.
+        -- rounds beyond 2^53 (see `inexact`).
         local at = pos + len + 1
         if at + 7 > size then
             return nil
         end
         local e = unpack_i64('<i8', s, at)
-        if e >= EXACT_LIMIT or e <= -EXACT_LIMIT then
-            RL.too_large()
-        end
+        beyond = beyond or inexact(e)
         starts[i], ends[i] = pos, e
         if e > now then
             held = held + 1
@@ -2559,6 +2555,9 @@ function L.read(s, now, want)
     if pos ~= size + 1 then
         return nil
     end
+    if beyond and not lenient then
+        RL.too_large()
+    end
     starts[count + 1] = pos
     v.held, v.earliest, v.latest = held, earliest, latest
     return v
@@ -2566,21 +2565,32 @@ end
 
 -- Whether `s` is a whole lease value (RL.RESET deletes them; RL.HIT names them).
 function RL.is_lease(s)
-    local ok, v = pcall(L.read, s, 0, nil)
-    return ok and v ~= nil
+    return L.read(s, 0, L.ANY) ~= nil
 end
 
 -- Whether a lease held at `now` has the stored id `id`.
 function L.holds(v, now, id)
-    local byte, sub, find, char = string.byte, string.sub, string.find, string.char
-    if v == nil then
+    if v == nil or v.count == 0 then
         return false
     end
-    for i = 1, v.count do
-        local start = v.starts[i]
-        if v.ends[i] > now and v.starts[i + 1] - start - 8 == #id and sub(v.s, start, start + #id - 1) == id then
+    local starts, ends = v.starts, v.ends
+    -- Each place the id's bytes occur (a plain search in C) is that lease if a record
+    -- starts there (found by bisection), its tag being the id's length.
+    local at = string.find(v.s, id, starts[1], true)
+    while at ~= nil do
+        local low, high = 1, v.count
+        while low < high do
+            local middle = math.floor((low + high + 1) / 2)
+            if starts[middle] <= at then
+                low = middle
+            else
+                high = middle - 1
+            end
+        end
+        if starts[low] == at and ends[low] > now then
             return true
         end
+        at = string.find(v.s, id, at + 1, true)
     end
     return false
 end
@@ -3082,6 +3092,11 @@ local function leases(keys, args)
 end
 
 RL.register('rl_acquire', RL.guarded(acquire))
-RL.register('rl_release', RL.guarded(release))
-RL.register('rl_renew', RL.guarded(renew))
+-- RL.RELEASE and RL.RENEW are not deny-oom in the module, so a holder can still give its
+-- lease back (which frees memory) or renew it (the value keeps its length) on a server
+-- over maxmemory: the functions say `allow-oom` for the same.
+redis.register_function({ function_name = 'rl_release', callback = RL.guarded(release),
+    flags = { 'allow-oom' } })
+redis.register_function({ function_name = 'rl_renew', callback = RL.guarded(renew),
+    flags = { 'allow-oom' } })
 RL.register('rl_leases', RL.guarded(leases), true)

@@ -353,6 +353,11 @@ local function leases(keys, args)
 end
 
 RL.register('rl_acquire', RL.guarded(acquire))
-RL.register('rl_release', RL.guarded(release))
-RL.register('rl_renew', RL.guarded(renew))
+-- RL.RELEASE and RL.RENEW are not deny-oom in the module, so a holder can still give its
+-- lease back (which frees memory) or renew it (the value keeps its length) on a server
+-- over maxmemory: the functions say `allow-oom` for the same.
+redis.register_function({ function_name = 'rl_release', callback = RL.guarded(release),
+    flags = { 'allow-oom' } })
+redis.register_function({ function_name = 'rl_renew', callback = RL.guarded(renew),
+    flags = { 'allow-oom' } })
 RL.register('rl_leases', RL.guarded(leases), true)
