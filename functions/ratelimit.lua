@@ -142,12 +142,14 @@ end
 -- A varint of 0..=i64::MAX. Above that it is nil (not a state), as for the module; from
 -- 2^53 up it is the error for a value the library cannot hold.
 function RL.read_varint(r)
+    local s, pos = r.s, r.pos
     local value, scale = 0, 1
     for shift = 0, 63, 7 do
-        local b = RL.read_byte(r)
+        local b = string.byte(s, pos)
         if b == nil then
             return nil
         end
+        pos = pos + 1
         local bits = b % 128
         if shift == 63 and bits > 0 then
             -- Bit 63 set: above i64::MAX (or more bits lost): no state.
@@ -156,6 +158,7 @@ function RL.read_varint(r)
         value = value + bits * scale
         scale = scale * 128
         if b < 128 then
+            r.pos = pos
             return RL.exact(value)
         end
     end
@@ -197,17 +200,33 @@ function RL.read_i64(r)
     return RL.exact(hi * 4294967296 + lo)
 end
 
--- Appends `value` (>= 0) as a varint to the list of strings `out`.
+-- Appends `value` (>= 0) as a varint to the list of strings `out`: its bytes are made
+-- in one string.char, with no table, for it runs several times per stored tier.
 function RL.put_varint(out, value)
-    local bytes = {}
+    if value < 128 then
+        out[#out + 1] = string.char(value)
+        return
+    end
+    local b1 = value % 128
+    value = (value - b1) / 128
+    if value < 128 then
+        out[#out + 1] = string.char(b1 + 128, value)
+        return
+    end
+    local b2 = value % 128
+    value = (value - b2) / 128
+    if value < 128 then
+        out[#out + 1] = string.char(b1 + 128, b2 + 128, value)
+        return
+    end
+    local bytes = { b1 + 128, b2 + 128 }
     repeat
         local low = value % 128
         value = (value - low) / 128
         if value > 0 then
-            bytes[#bytes + 1] = low + 128
-        else
-            bytes[#bytes + 1] = low
+            low = low + 128
         end
+        bytes[#bytes + 1] = low
     until value == 0
     out[#out + 1] = string.char(unpack(bytes))
 end
@@ -627,8 +646,9 @@ function RL.arity(command)
 end
 
 -- Rules already parsed, by their arguments: a call repeats the same few rules, and parsing
--- is pure (no config is read), so a rule is parsed once. Never changed once made; the
--- cache is emptied when it holds 1000 rules, so it stays small.
+-- is pure (no config is read), so a rule is parsed once. Never changed once made (but for
+-- the rate a bucket keeps on its quota); the cache is emptied when it holds 1000 rules,
+-- and long arguments are not kept, so it stays small.
 local parsed, cached = {}, 0
 
 local function parse_uncached(command, args, first)
@@ -679,6 +699,11 @@ function RL.parse_limits(command, args, first)
     local rule = parsed[key]
     if rule == nil then
         rule = parse_uncached(command, args, first)
+        if #key > 256 then
+            -- No rule that parses is this long but with padding (leading zeros): such
+            -- arguments are parsed every time rather than kept.
+            return rule
+        end
         if cached >= 1000 then
             parsed, cached = {}, 0
         end

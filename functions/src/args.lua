@@ -198,8 +198,9 @@ function RL.arity(command)
 end
 
 -- Rules already parsed, by their arguments: a call repeats the same few rules, and parsing
--- is pure (no config is read), so a rule is parsed once. Never changed once made; the
--- cache is emptied when it holds 1000 rules, so it stays small.
+-- is pure (no config is read), so a rule is parsed once. Never changed once made (but for
+-- the rate a bucket keeps on its quota); the cache is emptied when it holds 1000 rules,
+-- and long arguments are not kept, so it stays small.
 local parsed, cached = {}, 0
 
 local function parse_uncached(command, args, first)
@@ -250,6 +251,11 @@ function RL.parse_limits(command, args, first)
     local rule = parsed[key]
     if rule == nil then
         rule = parse_uncached(command, args, first)
+        if #key > 256 then
+            -- No rule that parses is this long but with padding (leading zeros): such
+            -- arguments are parsed every time rather than kept.
+            return rule
+        end
         if cached >= 1000 then
             parsed, cached = {}, 0
         end

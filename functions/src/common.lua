@@ -136,12 +136,14 @@ end
 -- A varint of 0..=i64::MAX. Above that it is nil (not a state), as for the module; from
 -- 2^53 up it is the error for a value the library cannot hold.
 function RL.read_varint(r)
+    local s, pos = r.s, r.pos
     local value, scale = 0, 1
     for shift = 0, 63, 7 do
-        local b = RL.read_byte(r)
+        local b = string.byte(s, pos)
         if b == nil then
             return nil
         end
+        pos = pos + 1
         local bits = b % 128
         if shift == 63 and bits > 0 then
             -- Bit 63 set: above i64::MAX (or more bits lost): no state.
@@ -150,6 +152,7 @@ function RL.read_varint(r)
         value = value + bits * scale
         scale = scale * 128
         if b < 128 then
+            r.pos = pos
             return RL.exact(value)
         end
     end
@@ -191,17 +194,33 @@ function RL.read_i64(r)
     return RL.exact(hi * 4294967296 + lo)
 end
 
--- Appends `value` (>= 0) as a varint to the list of strings `out`.
+-- Appends `value` (>= 0) as a varint to the list of strings `out`: its bytes are made
+-- in one string.char, with no table, for it runs several times per stored tier.
 function RL.put_varint(out, value)
-    local bytes = {}
+    if value < 128 then
+        out[#out + 1] = string.char(value)
+        return
+    end
+    local b1 = value % 128
+    value = (value - b1) / 128
+    if value < 128 then
+        out[#out + 1] = string.char(b1 + 128, value)
+        return
+    end
+    local b2 = value % 128
+    value = (value - b2) / 128
+    if value < 128 then
+        out[#out + 1] = string.char(b1 + 128, b2 + 128, value)
+        return
+    end
+    local bytes = { b1 + 128, b2 + 128 }
     repeat
         local low = value % 128
         value = (value - low) / 128
         if value > 0 then
-            bytes[#bytes + 1] = low + 128
-        else
-            bytes[#bytes + 1] = low
+            low = low + 128
         end
+        bytes[#bytes + 1] = low
     until value == 0
     out[#out + 1] = string.char(unpack(bytes))
 end
