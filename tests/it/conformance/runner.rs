@@ -221,6 +221,10 @@ fn run_scenario(
     let mut keys: BTreeSet<Vec<u8>> = BTreeSet::new();
     let mut turn = 0;
     for (n, step) in scenario.steps.iter().enumerate() {
+        if let Some(wait_ms) = step.wait_ms {
+            std::thread::sleep(Duration::from_millis(wait_ms.unsigned_abs()));
+            continue;
+        }
         let backend = step_backend(target.backend, step, &mut turn);
         if step.only == Only::Module && backend != Backend::Module {
             continue;

@@ -1,7 +1,8 @@
 //! The conformance table: `tests/conformance/*.toml`, one file per area, read into
 //! scenarios of steps. A step is a call in the module's syntax and the reply expected, as
 //! `["RL.HIT {key} 3 1h", [1, 3, 2, "edge:1h", 0]]`, or as a table when it needs more:
-//! `{ call = ..., reply = ..., functions = ..., only = "module", on = "replica" }`.
+//! `{ call = ..., reply = ..., functions = ..., only = "module", on = "replica" }`; a step
+//! `{ wait = "700ms" }` lets time pass.
 //!
 //! The expected reply is an integer, an array of them, `{ error = "ERR ..." }`, `{ text =
 //! "..." }` (a string reply, exact), `"nil"`, or one of the clock-aware matchers:
@@ -79,6 +80,8 @@ pub struct Step {
     /// Run on the primary's replica, once it has the scenario's writes (skipped where the
     /// target has no replica: a cluster).
     pub on_replica: bool,
+    /// A step that only lets this much time pass (the calls after it check what it did).
+    pub wait_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -232,6 +235,20 @@ fn parse_scenario(file: &str, value: &Toml) -> Result<Scenario, String> {
 }
 
 fn parse_step(value: &Toml) -> Result<Step, String> {
+    if let Some(wait) = value.as_table().and_then(|t| t.get("wait")) {
+        let wait_ms = match (wait.as_str(), value.as_table().map(toml::Table::len)) {
+            (Some(text), Some(1)) => duration_ms(text)?,
+            _ => return Err("a wait step is { wait = \"700ms\" }, alone".into()),
+        };
+        return Ok(Step {
+            call: Vec::new(),
+            reply: Expect::Nil,
+            functions: None,
+            only: Only::Both,
+            on_replica: false,
+            wait_ms: Some(wait_ms),
+        });
+    }
     let (call, reply, functions, only, on) = match value {
         Toml::Array(pair) if pair.len() == 2 => (&pair[0], &pair[1], None, None, None),
         Toml::Table(table) => {
@@ -274,6 +291,7 @@ fn parse_step(value: &Toml) -> Result<Step, String> {
         functions: functions.map(parse_expect).transpose()?,
         only,
         on_replica,
+        wait_ms: None,
     })
 }
 
