@@ -10,6 +10,7 @@ mod command_flags;
 mod command_reference;
 mod commands;
 mod configs;
+mod conformance;
 mod dist;
 mod doc_examples;
 mod functions_core;
