@@ -214,9 +214,14 @@ pub fn same_ms(
 }
 
 /// Runs `steps` on the three keys of [`same_ms`] (the backend on `x` alternating) and
-/// asserts that each step's replies, and the stored bytes and expiries after it, are equal.
-pub fn assert_same_as_the_module(con: &mut Connection, tag: &str, steps: &[Step<'_>]) {
-    assert_same_from(con, tag, (None, -2), steps);
+/// asserts that each step's replies, and the stored bytes and expiries after it, are equal;
+/// returns each step's reply (the same on every key) but the `persist` steps'.
+pub fn assert_same_as_the_module(
+    con: &mut Connection,
+    tag: &str,
+    steps: &[Step<'_>],
+) -> Vec<Value> {
+    assert_same_from(con, tag, (None, -2), steps)
 }
 
 /// [`assert_same_as_the_module`] on keys that start holding `start` (a value and its
@@ -226,7 +231,7 @@ pub fn assert_same_from(
     tag: &str,
     start: (Option<Vec<u8>>, i64),
     steps: &[Step<'_>],
-) {
+) -> Vec<Value> {
     let keys = [
         format!("{tag}:module"),
         format!("{tag}:library"),
@@ -234,6 +239,7 @@ pub fn assert_same_from(
     ];
     let keys = [keys[0].as_str(), keys[1].as_str(), keys[2].as_str()];
     let mut before = start;
+    let mut replies = Vec::new();
     for (n, step) in steps.iter().enumerate() {
         if step.0 == "persist" {
             // The key loses its expiry (PERSIST): both backends count its units again.
@@ -244,8 +250,10 @@ pub fn assert_same_from(
         let context = format!("{tag}, step {n} {step:?}");
         assert_eq!(module, library, "module, library: {context}");
         assert_eq!(module, mixed, "module, mixed: {context}");
+        replies.push(module.0);
         before = (module.1, module.2);
     }
+    replies
 }
 
 /// A server with the module and the library: what the comparisons below run on.

@@ -28,40 +28,26 @@ fn upto_of(args: &str) -> i64 {
     words[at + 1].parse().expect("UPTO n")
 }
 
-/// Runs `steps` on the three keys of [`same_ms`] (the backend on `x` alternating, `persist`
-/// dropping the expiry between steps) and asserts that each step's replies, stored bytes
-/// and expiries are equal; returns what each `take` step granted.
+/// Runs `steps` through [`assert_same_as_the_module`] (replies, stored bytes and expiries
+/// equal on both backends, `persist` dropping the expiry between steps) and returns what
+/// each `take` step granted.
 fn same_grants(con: &mut redis::Connection, tag: &str, steps: &[Step<'_>]) -> Vec<Granted> {
-    let keys = [
-        format!("{tag}:module"),
-        format!("{tag}:library"),
-        format!("{tag}:mixed"),
-    ];
-    let keys = [keys[0].as_str(), keys[1].as_str(), keys[2].as_str()];
-    let mut before: Held = (None, -2);
-    let mut grants = Vec::new();
-    for (n, step) in steps.iter().enumerate() {
-        if step.0 == "persist" {
-            before.1 = -1;
-            continue;
-        }
-        let [module, library, mixed] = same_ms(con, *step, keys, n % 2 == 0, &before);
-        let context = format!("{tag}, step {n} {step:?}");
-        assert_eq!(module, library, "module, library: {context}");
-        assert_eq!(module, mixed, "module, mixed: {context}");
-        if step.0 == "take" {
-            let values: Vec<i64> = redis::from_redis_value(module.0.clone())
+    let replies = assert_same_as_the_module(con, tag, steps);
+    let run = steps.iter().filter(|step| step.0 != "persist");
+    run.zip(replies)
+        .filter(|(step, _)| step.0 == "take")
+        .map(|(step, reply)| {
+            let context = format!("{tag}, {step:?}");
+            let values: Vec<i64> = redis::from_redis_value(reply)
                 .unwrap_or_else(|e| panic!("{context}: an error, not a grant: {e}"));
             assert_eq!(values.len(), 6, "{context}: {values:?}");
             assert_eq!(values[0], i64::from(values[5] > 0), "{context}: {values:?}");
-            grants.push(Granted {
+            Granted {
                 granted: values[5],
                 upto: upto_of(step.1),
-            });
-        }
-        before = (module.1, module.2);
-    }
-    grants
+            }
+        })
+        .collect()
 }
 
 /// Takes, partial grants, grants of nothing, looks, give-backs with `COST g`, a lost
