@@ -7,11 +7,15 @@ use std::time::{Duration, Instant};
 use testkit::gateway::*;
 use testkit::sentinel::Sentinels;
 
+/// GCRA over 30 days, not a fixed window of an hour: the budget carried across the
+/// failover is checked to the unit, and a fixed window's end (on the clock's hour) between
+/// the decisions would start it afresh; a GCRA unit comes back only after 7.2 hours.
 const RULES: &str = r#"
 [[rule]]
 name = "strict"
 path = "/strict/**"
-limits = ["100/1h"]
+limits = ["100/30d"]
+algorithm = "gcra"
 on_redis_failure = "closed"
 "#;
 
