@@ -41,6 +41,8 @@ mod host_names;
 mod ipv6;
 mod kubernetes;
 mod lifecycle;
+mod local_quota;
+mod local_quota_cluster;
 mod log_flood;
 mod methods;
 mod misconfig;

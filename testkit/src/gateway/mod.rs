@@ -15,6 +15,7 @@ pub mod envoy;
 mod http;
 mod metrics;
 mod process;
+mod quota;
 pub mod raw_http;
 mod spent;
 pub mod tls_upstream;
@@ -22,6 +23,7 @@ pub mod tls_upstream;
 pub use http::*;
 pub use metrics::*;
 pub use process::*;
+pub use quota::*;
 
 pub use spent::{assert_spent, Spent};
 

@@ -1,0 +1,576 @@
+//! Local quota (`local_quota = true`): the gateway takes a hot key's units from Redis in
+//! batches (`RL.TAKE ... UPTO n`), decides requests from them in memory, tops a batch up in
+//! the background when half of it is spent, and gives unused units back (`RL.REFUND`) when
+//! they sit unspent for `hold_ms`, before their window ends, and on a reload. On Redis 7.0
+//! and Valkey 8.1: a cold key still costs one `RL.TAKE` per request, fixed windows admit
+//! exactly their limit across gateways, a killed gateway's units come back with the next
+//! window or the refilled bucket, and check mode, Envoy's gRPC front end and the Functions
+//! library grant the same batches. A rule local quota cannot keep is refused at load.
+//! Redis Cluster is in `local_quota_cluster.rs`.
+//!
+//! Every count here is read from Redis (`INFO commandstats`, `RL.PEEK`), never from time:
+//! the rules' `interval_ms` of a second makes any burst of a test batch, and `hold_ms`
+//! says which give-back a test waits for.
+
+use std::sync::Arc;
+use std::time::Duration;
+use testkit::gateway::envoy::*;
+use testkit::gateway::*;
+
+/// How long units may take to come back (a debug build on a busy machine).
+const GIVE_BACK: Duration = Duration::from_secs(20);
+
+/// `[local_quota]`.
+pub(crate) fn quota(interval_ms: u64, hold_ms: u64, max_batch_percent: u64) -> String {
+    format!(
+        "[local_quota]\ninterval_ms = {interval_ms}\nhold_ms = {hold_ms}\n\
+         max_batch_percent = {max_batch_percent}\n"
+    )
+}
+
+/// A rule with local quota: one tier `limit` (`"50/1d"`) of `algorithm`, keyed by `key`.
+pub(crate) fn rule(name: &str, path: &str, key: &str, limit: &str, algorithm: &str) -> String {
+    format!(
+        "[[rule]]\nname = \"{name}\"\npath = \"{path}\"\nkey = \"{key}\"\n\
+         limits = [\"{limit}\"]\nalgorithm = \"{algorithm}\"\nlocal_quota = true\n"
+    )
+}
+
+/// The words `RL.PEEK` reads the rule's tier with: `"50 1d ALGO fixed"`.
+pub(crate) fn spec(limit: &str, algorithm: &str) -> String {
+    format!("{} ALGO {algorithm}", limit.replace('/', " "))
+}
+
+/// The key of rule `name` with `key = "global"`.
+fn global(name: &str) -> String {
+    format!("rl:{{global}}:{name}")
+}
+
+/// Asserts an answer under a budget of `limit`: a 200 that shows what is left, or a 429
+/// with a Retry-After within `window_s` and nothing left; never let through by a failure.
+fn assert_decided(resp: &Resp, limit: i64, window_s: u64, what: &str) {
+    match resp.status {
+        200 => {
+            let left = resp.remaining();
+            assert!((0..limit).contains(&left), "{what}: {resp:?}");
+            assert_eq!(resp.fail_open_reason(), None, "{what}: {resp:?}");
+        }
+        429 => {
+            assert!(resp.retry_after() <= window_s, "{what}: {resp:?}");
+            assert_eq!(resp.remaining(), 0, "{what}: {resp:?}");
+        }
+        _ => panic!("{what}: neither allowed nor denied: {resp:?}"),
+    }
+}
+
+/// `n` requests `GET path` in a row, each of which must be allowed with `remaining`
+/// counting down from `left_before - 1`: the units a gateway holds are still the client's.
+fn allowed_in_a_row(gateway: &Gateway, path: &str, n: i64, left_before: i64, what: &str) {
+    for i in 1..=n {
+        let resp = gateway.get(path);
+        assert_eq!(resp.status, 200, "{what}: request {i}: {resp:?}");
+        assert_eq!(resp.remaining(), left_before - i, "{what}: request {i}");
+    }
+}
+
+/// `n` requests `GET path` in a row, each of which must be allowed (a bucket refills
+/// while they are asked, so what is left is not counted down).
+fn all_allowed(gateway: &Gateway, path: &str, n: usize, what: &str) {
+    for i in 1..=n {
+        let resp = gateway.get(path);
+        assert_eq!(resp.status, 200, "{what}: request {i}: {resp:?}");
+    }
+}
+
+#[test]
+fn a_hot_key_is_decided_from_batches_and_a_cold_key_takes_per_request() {
+    each_flavor(|flavor| {
+        let rules = format!(
+            "{}{}{}",
+            quota(1000, 5000, 1),
+            rule("hot", "/hot/**", "global", "100000/1d", "fixed"),
+            rule("cold", "/cold/**", "header:X-User", "100000/1d", "fixed"),
+        );
+        let (redis, upstream, gateway) = stack(flavor, &rules);
+        let what = format!("{flavor:?}");
+        let first = gateway.get("/hot/x");
+        assert_eq!(
+            first.policy(),
+            [PolicyTier {
+                name: "hot".into(),
+                q: 100000,
+                w: Some(86400)
+            }],
+            "{what}: {first:?}"
+        );
+        assert_eq!(first.remaining(), 99999, "{what}");
+        allowed_in_a_row(&gateway, "/hot/x", 99, 99999, &what);
+
+        // Eight clients at once: every answer a 200 with its own remaining.
+        let gateway = Arc::new(gateway);
+        let clients: Vec<_> = (0..8)
+            .map(|_| {
+                let gateway = gateway.clone();
+                std::thread::spawn(move || {
+                    (0..50)
+                        .map(|_| {
+                            let resp = gateway.get("/hot/x");
+                            assert_eq!(resp.status, 200, "{resp:?}");
+                            resp.remaining()
+                        })
+                        .collect::<Vec<i64>>()
+                })
+            })
+            .collect();
+        let mut shown: Vec<i64> = clients
+            .into_iter()
+            .flat_map(|c| c.join().expect("a client thread"))
+            .collect();
+        shown.sort_unstable();
+        shown.dedup();
+        assert_eq!(shown.len(), 400, "{what}: a remaining shown twice");
+        assert!(
+            shown[0] >= 100000 - 500 && shown[399] < 100000 - 100,
+            "{what}: {:?}..{:?}",
+            shown.first(),
+            shown.last()
+        );
+
+        let takes = take_calls(&redis);
+        assert!(takes < 250, "{what}: {takes} RL.TAKE for 500 requests");
+        assert_eq!(hit_calls(&redis), 0, "{what}: no RL.HIT");
+        assert_eq!(upstream.requests(), 500, "{what}");
+        let counted = units_counted(&redis, &global("hot"), &spec("100000/1d", "fixed"));
+        assert!(
+            (500..=500 + 1000).contains(&counted),
+            "{what}: Redis counts the 500 and at most a batch held: {counted}"
+        );
+        let metrics = gateway.metrics();
+        metrics.assert_decisions(&what, &[("hot", "allowed", 500.0)]);
+
+        // A key seen fewer than four times a second takes its own unit, one call each.
+        let before = take_calls(&redis);
+        for user in ["u1", "u2", "u3", "u4", "u5"] {
+            for left in [99999, 99998, 99997] {
+                let resp = gateway.send("GET", "/cold/x", &[("X-User", user)]);
+                assert_eq!(resp.status, 200, "{what} {user}: {resp:?}");
+                assert_eq!(resp.remaining(), left, "{what} {user}");
+            }
+            let key = format!("rl:{{h:{user}}}:cold");
+            let counted = units_counted(&redis, &key, &spec("100000/1d", "fixed"));
+            assert_eq!(counted, 3, "{what} {user}: nothing held");
+        }
+        assert_eq!(take_calls(&redis) - before, 15, "{what}: one each");
+    });
+}
+
+#[test]
+fn two_gateways_sharing_a_key_admit_exactly_the_limit() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let redis = ServerConfig::new(flavor).start();
+        let upstream = Upstream::start();
+        // No deny cache: a gateway denied while the other held the last units asks Redis
+        // again once they are back.
+        let rules = format!(
+            "[deny_cache]\ncapacity = 0\n{}{}",
+            quota(1000, 300, 100),
+            rule("api", "/**", "global", "50/1d", "fixed"),
+        );
+        let gateways: Vec<Arc<Gateway>> = (0..2)
+            .map(|_| Arc::new(Gateway::in_front_of(&upstream, &redis, &rules)))
+            .collect();
+        // Two clients on each gateway ask 80 times for 50 units.
+        let clients: Vec<_> = (0..4)
+            .map(|c| {
+                let gateway = gateways[c % 2].clone();
+                std::thread::spawn(move || {
+                    (0..20)
+                        .filter(|_| {
+                            let resp = gateway.get("/x");
+                            assert_decided(&resp, 50, 86400, "a client");
+                            resp.status == 200
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        let mut admitted: usize = clients
+            .into_iter()
+            .map(|c| c.join().expect("a client thread"))
+            .sum();
+        assert!(admitted <= 50, "{what}: {admitted} admitted of 50");
+        // Units a gateway took and did not spend go back within hold_ms...
+        let (key, words) = (global("api"), spec("50/1d", "fixed"));
+        wait_until(GIVE_BACK, "the held units given back", || {
+            units_counted(&redis, &key, &words) == admitted as i64
+        });
+        // ...for whoever asks next, and nobody gets more.
+        for gateway in &gateways {
+            loop {
+                let resp = gateway.get("/x");
+                assert_decided(&resp, 50, 86400, &what);
+                if resp.status == 429 {
+                    break;
+                }
+                admitted += 1;
+                assert!(admitted <= 50, "{what}: admitted above the limit");
+            }
+        }
+        assert_eq!(admitted, 50, "{what}");
+        assert_eq!(upstream.requests(), 50, "{what}");
+        assert_eq!(units_counted(&redis, &key, &words), 50, "{what}");
+    });
+}
+
+#[test]
+fn a_batch_half_spent_is_topped_up_before_it_runs_out() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        // Batches of at most 200 (1 % of 20000), each lasting 100 requests after its
+        // refill is asked: far longer than an RL.TAKE takes.
+        let rules = format!(
+            "{}{}",
+            quota(1000, 10000, 1),
+            rule("api", "/**", "global", "20000/1d", "fixed")
+        );
+        let (redis, _upstream, gateway) = stack(flavor, &rules);
+        let (key, words) = (global("api"), spec("20000/1d", "fixed"));
+        // The key's rate grows until its batches are full.
+        allowed_in_a_row(&gateway, "/x", 300, 20000, &what);
+        let takes_before = take_calls(&redis);
+        let mut con = redis.conn();
+        let mut ran_dry = Vec::new();
+        for n in 301..=900 {
+            let resp = gateway.get("/x");
+            assert_eq!(resp.status, 200, "{what}: {resp:?}");
+            // What Redis counts beyond the admitted requests is what the gateway holds.
+            if units_counted_on(&mut con, &key, &words) <= n {
+                ran_dry.push(n);
+            }
+        }
+        assert_eq!(
+            ran_dry,
+            Vec::<i64>::new(),
+            "{what}: after these requests the gateway held nothing, so the next waited"
+        );
+        let takes = take_calls(&redis) - takes_before;
+        assert!(
+            (3..300).contains(&takes),
+            "{what}: 600 requests of batches of at most 200 took {takes} times"
+        );
+    });
+}
+
+#[test]
+fn units_unspent_for_hold_ms_go_back() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let rules = format!(
+            "{}{}",
+            quota(1000, 1000, 100),
+            rule("api", "/**", "global", "1000/1d", "fixed")
+        );
+        let (redis, _upstream, gateway) = stack(flavor, &rules);
+        let (key, words) = (global("api"), spec("1000/1d", "fixed"));
+        allowed_in_a_row(&gateway, "/x", 50, 1000, &what);
+        let counted = units_counted(&redis, &key, &words);
+        assert!(counted > 50, "{what}: the gateway holds units: {counted}");
+        let refunds = refund_calls(&redis);
+        wait_until(GIVE_BACK, "the idle key's units given back", || {
+            units_counted(&redis, &key, &words) == 50
+        });
+        assert!(refund_calls(&redis) > refunds, "{what}: by RL.REFUND");
+        allowed_in_a_row(&gateway, "/x", 1, 950, &what);
+    });
+}
+
+/// The time in ms until the end of the window of `window_ms` Redis's clock is in
+/// (fixed windows start at multiples of their length since the epoch).
+fn left_in_window(redis: &Server, window_ms: i64) -> i64 {
+    window_ms - redis.time_ms().rem_euclid(window_ms)
+}
+
+/// Waits until a window of `window_ms` has at least `at_least_ms` left.
+fn wait_for_window_start(redis: &Server, window_ms: i64, at_least_ms: i64) {
+    let left = left_in_window(redis, window_ms);
+    if left < at_least_ms {
+        let wait = u64::try_from(left + 20).unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(wait));
+    }
+}
+
+#[test]
+fn units_go_back_before_their_window_ends_and_never_serve_the_next() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        // hold_ms far longer than the window: only its end gives the units back.
+        let rules = format!(
+            "{}{}",
+            quota(1000, 30000, 100),
+            rule("api", "/**", "global", "1000/2s", "fixed")
+        );
+        let (redis, _upstream, gateway) = stack(flavor, &rules);
+        let (key, words) = (global("api"), spec("1000/2s", "fixed"));
+        wait_for_window_start(&redis, 2000, 1500);
+        let window = redis.time_ms() / 2000;
+        allowed_in_a_row(&gateway, "/x", 40, 1000, &what);
+        assert_eq!(
+            redis.time_ms() / 2000,
+            window,
+            "{what}: 40 requests took 500 ms: the machine is too busy for this test"
+        );
+        assert!(
+            units_counted(&redis, &key, &words) > 40,
+            "{what}: the gateway holds units"
+        );
+        // Watch the window to its end: its count comes down to the 40 admitted before the
+        // key expires with it (a count of 0 is the next window).
+        let mut con = redis.conn();
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            let counted = units_counted_on(&mut con, &key, &words);
+            if seen.last() != Some(&counted) {
+                seen.push(counted);
+            }
+            if counted == 40 || counted == 0 {
+                break;
+            }
+        }
+        assert_eq!(
+            seen.last(),
+            Some(&40),
+            "{what}: the counts seen to the window's end: {seen:?}"
+        );
+        wait_until(Duration::from_secs(5), "the next window", || {
+            redis.time_ms() / 2000 > window
+        });
+        // The next request is counted in its own window, not paid with the old units.
+        let takes = take_calls(&redis);
+        let resp = gateway.get("/x");
+        assert_eq!(resp.status, 200, "{what}: {resp:?}");
+        assert!(take_calls(&redis) > takes, "{what}: it asked Redis");
+        assert!(
+            units_counted(&redis, &key, &words) >= 1,
+            "{what}: counted in the new window"
+        );
+    });
+}
+
+const KILLED_RULES: [(&str, &str, &str); 2] =
+    [("fixed", "30/4s", "fixed"), ("bucket", "20/4s", "gcra")];
+
+#[test]
+fn a_killed_gateways_units_come_back_with_the_next_window_or_the_refilled_bucket() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let redis = ServerConfig::new(flavor).start();
+        let upstream = Upstream::start();
+        let mut rules = quota(1000, 30000, 100);
+        for (name, limit, algorithm) in KILLED_RULES {
+            rules.push_str(&rule(name, &format!("/{name}"), "global", limit, algorithm));
+        }
+        let mut doomed = Gateway::in_front_of(&upstream, &redis, &rules);
+        let survivor = Gateway::in_front_of(&upstream, &redis, &rules);
+        wait_for_window_start(&redis, 4000, 3000);
+        let window = redis.time_ms() / 4000;
+        allowed_in_a_row(&doomed, "/fixed", 10, 30, &what);
+        let counted = units_counted(&redis, &global("fixed"), &spec("30/4s", "fixed"));
+        assert!(counted > 10, "{what}: units held: {counted}");
+        all_allowed(&doomed, "/bucket", 10, &what);
+        doomed.signal("KILL");
+        wait_until(Duration::from_secs(10), "the gateway gone", || {
+            !doomed.running()
+        });
+        // The bucket refills by itself, within its window.
+        let bucket = (global("bucket"), spec("20/4s", "gcra"));
+        wait_until(Duration::from_secs(10), "the bucket refilled", || {
+            units_counted(&redis, &bucket.0, &bucket.1) == 0
+        });
+        all_allowed(&survivor, "/bucket", 20, &what);
+        // The window the lost units were counted in ends and takes them with it.
+        wait_until(Duration::from_secs(10), "the next window", || {
+            redis.time_ms() / 4000 > window
+        });
+        let next = redis.time_ms() / 4000;
+        let statuses: Vec<u16> = (0..35).map(|_| survivor.get("/fixed").status).collect();
+        assert_eq!(redis.time_ms() / 4000, next, "{what}: 35 requests took 4 s");
+        let expected: Vec<u16> = [[200; 30].as_slice(), &[429; 5]].concat();
+        assert_eq!(
+            statuses, expected,
+            "{what}: the whole limit in the next window"
+        );
+    });
+}
+
+#[test]
+fn a_reload_gives_every_held_unit_back_and_the_new_rule_applies() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let redis = ServerConfig::new(flavor).start();
+        let upstream = Upstream::start();
+        let rules = |limit: &str| {
+            format!(
+                "{}{}{}",
+                redis_section(redis.port(), ""),
+                quota(1000, 60000, 100),
+                rule("api", "/**", "global", limit, "fixed")
+            )
+        };
+        let gateway = Gateway::start(
+            &format!("{}reload_interval_ms = 0\n", upstream.server_line()),
+            &rules("1000/1d"),
+        );
+        let (key, words) = (global("api"), spec("500/1d", "fixed"));
+        allowed_in_a_row(&gateway, "/x", 30, 1000, &what);
+        assert!(
+            units_counted(&redis, &key, &words) > 30,
+            "{what}: the gateway holds units"
+        );
+        let refunds = refund_calls(&redis);
+        gateway.rewrite(&rules("500/1d"));
+        gateway.signal("HUP");
+        wait_until(GIVE_BACK, "the reload", || {
+            gateway.metrics().reloads("ok") >= 1.0
+        });
+        // hold_ms is a minute: only the reload gives them back.
+        wait_until(GIVE_BACK, "the units given back on reload", || {
+            units_counted(&redis, &key, &words) == 30
+        });
+        assert!(refund_calls(&redis) > refunds, "{what}: by RL.REFUND");
+        let resp = gateway.get("/x");
+        assert_eq!(resp.status, 200, "{what}: {resp:?}");
+        assert_eq!(resp.policy()[0].q, 500, "{what}: the new limit");
+        assert_eq!(resp.remaining(), 500 - 31, "{what}");
+    });
+}
+
+/// Envoy's descriptors of the hot key test: one user's daily budget.
+const DESCRIPTORS: &str = r#"
+domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      unit: day
+      requests_per_unit: 100000
+"#;
+
+#[test]
+fn check_mode_and_envoy_decide_from_the_same_batches() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?} check mode");
+        let redis = ServerConfig::new(flavor).start();
+        let sections = format!(
+            "{}{}",
+            redis_section(redis.port(), ""),
+            quota(1000, 5000, 1)
+        );
+        let check = Gateway::start(
+            "mode = \"check\"\n",
+            &format!(
+                "{sections}{}",
+                rule("api", "/**", "global", "100000/1d", "fixed")
+            ),
+        );
+        for left in (100000 - 200..100000).rev() {
+            let resp = check.get("/x");
+            assert_eq!((resp.status, resp.body.as_str()), (200, ""), "{what}");
+            assert_eq!(resp.remaining(), left, "{what}");
+        }
+        let takes = take_calls(&redis);
+        assert!(takes < 100, "{what}: {takes} RL.TAKE for 200 requests");
+        drop(check);
+
+        let what = format!("{flavor:?} Envoy");
+        let mut envoy = EnvoyGateway::start_with(
+            &sections,
+            "local_quota = true\n",
+            &[("api.yaml", DESCRIPTORS)],
+        );
+        for left in (100000 - 200..100000).rev() {
+            let answer = envoy.ask(request("api", vec![desc(&[("user", "u1")])]));
+            assert_eq!(overall(&answer), Code::Ok, "{what}");
+            assert_eq!(i64::from(remaining(&answer, 0)), left, "{what}");
+        }
+        let envoy_takes = take_calls(&redis) - takes;
+        assert!(envoy_takes < 100, "{what}: {envoy_takes} RL.TAKE");
+        assert_eq!(hit_calls(&redis), 0, "{flavor:?}: no RL.HIT");
+        assert_eq!(redis.command_calls("RL.MHIT"), None, "{flavor:?}");
+    });
+}
+
+#[test]
+fn the_functions_library_grants_the_batches_through_rl_take() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let redis = ServerConfig::managed(flavor).start();
+        redis.load_functions();
+        let rules = format!(
+            "{}{}{}",
+            quota(1000, 5000, 100),
+            rule("hot", "/hot", "global", "100000/1d", "fixed"),
+            rule("exact", "/exact", "global", "30/1d", "fixed"),
+        );
+        let (redis, upstream, gateway) = stack_on(redis, &rules);
+        wait_until(Duration::from_secs(20), "/readyz 200", || {
+            gateway.admin_get("/readyz").status == 200
+        });
+        let before = redis.command_calls("FCALL").unwrap_or(0);
+        allowed_in_a_row(&gateway, "/hot", 200, 100000, &what);
+        let calls = redis.command_calls("FCALL").unwrap_or(0) - before;
+        assert!(calls < 100, "{what}: {calls} FCALL for 200 requests");
+
+        let statuses: Vec<u16> = (0..40).map(|_| gateway.get("/exact").status).collect();
+        let expected: Vec<u16> = [[200; 30].as_slice(), &[429; 10]].concat();
+        assert_eq!(statuses, expected, "{what}");
+        assert_eq!(upstream.requests(), 230, "{what}");
+    });
+}
+
+/// A `[[rule]]` with local quota and `lines`, which local quota cannot keep.
+const REFUSED: [(&str, &str); 5] = [
+    ("concurrency", "limits = [\"5/1h\"]\nconcurrency = 2\n"),
+    (
+        "count statuses",
+        "limits = [\"5/1h\"]\ncount = [401, 403]\n",
+    ),
+    ("shadow", "limits = [\"5/1h\"]\nmode = \"shadow\"\n"),
+    ("policy", "policy = \"gw-api\"\n"),
+    ("no limits", "limits = []\n"),
+];
+
+#[test]
+fn a_rule_local_quota_cannot_keep_is_refused_at_load_naming_local_quota() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("rules.toml");
+    let write = |lines: &str| {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\n\
+             upstream = \"http://127.0.0.1:{}\"\n{}[[rule]]\nname = \"api\"\npath = \"/**\"\n\
+             local_quota = true\n{lines}",
+            free_port(),
+            free_port(),
+            free_port(),
+            redis_section(free_port(), ""),
+        );
+        std::fs::write(&path, text).expect("write the rules");
+    };
+    write("limits = [\"5/1h\"]\n");
+    let output = check_config(&path);
+    assert!(
+        output.status.success(),
+        "the rule alone is fine: {output:?}"
+    );
+    for (case, lines) in REFUSED {
+        write(lines);
+        for (how, output) in [
+            ("--check-config", check_config(&path)),
+            ("--config", refused_start(&path)),
+        ] {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{case} {how}: accepted: {stderr}");
+            assert!(stderr.contains("local_quota"), "{case} {how}: {stderr}");
+        }
+    }
+}
