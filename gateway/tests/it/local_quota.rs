@@ -446,6 +446,84 @@ fn a_reload_gives_every_held_unit_back_and_the_new_rule_applies() {
     });
 }
 
+#[test]
+fn held_units_are_spent_while_redis_is_frozen_then_on_redis_failure_decides() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let rules = format!(
+            "{}{}on_redis_failure = \"closed\"\n",
+            quota(1000, 60000, 100),
+            rule("api", "/**", "global", "1000/1d", "fixed")
+        );
+        let (redis, upstream, gateway) = stack(flavor, &rules);
+        let (key, words) = (global("api"), spec("1000/1d", "fixed"));
+        allowed_in_a_row(&gateway, "/x", 60, 1000, &what);
+        // Once a refill asked for has landed, what Redis counts beyond the 60 is held.
+        let mut last = -1;
+        wait_until(GIVE_BACK, "no take in flight", || {
+            let counted = units_counted(&redis, &key, &words);
+            std::mem::replace(&mut last, counted) == counted
+        });
+        let held = usize::try_from(last - 60).expect("Redis counts the 60");
+        assert!(held >= 2, "{what}: the gateway holds units: {held}");
+
+        let frozen = Stopped::new(redis.pid());
+        // Each held unit admits a request without Redis, the refills asked on the way
+        // hanging; then the rule fails closed.
+        let statuses: Vec<u16> = (0..=held).map(|_| gateway.get("/x").status).collect();
+        frozen.resume();
+        let mut expected = vec![200; held];
+        expected.push(503);
+        assert_eq!(statuses, expected, "{what}: {held} units held");
+        assert_eq!(upstream.requests(), 60 + held as u64, "{what}");
+    });
+}
+
+#[test]
+fn stacked_rules_use_local_units_only_when_every_one_has_local_quota() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let stacked = |cap_local: bool| {
+            let cap = rule("cap", "/api/**", "global", "100000/1d", "fixed");
+            let cap = if cap_local {
+                cap
+            } else {
+                cap.replace("local_quota = true\n", "")
+            };
+            format!(
+                "{}{}stack = true\n{cap}",
+                quota(1000, 5000, 1),
+                rule("user", "/api/**", "header:X-User", "100000/1d", "fixed"),
+            )
+        };
+        // One rule without local quota: every request is decided by Redis, exactly.
+        let (redis, _upstream, gateway) = stack(flavor, &stacked(false));
+        for left in (100000 - 100..100000).rev() {
+            let resp = gateway.send("GET", "/api/x", &[("X-User", "u1")]);
+            assert_eq!(resp.status, 200, "{what}: {resp:?}");
+            let shown: Vec<i64> = resp.limits().iter().map(|t| t.r).collect();
+            assert_eq!(shown, [left, left], "{what}: {resp:?}");
+        }
+        assert_eq!(redis.command_calls("RL.MHIT"), Some(100), "{what}");
+        assert_eq!(take_calls(&redis), 0, "{what}");
+        drop((redis, gateway));
+
+        // Both with local quota: both are decided from their batches.
+        let (redis, _upstream, gateway) = stack(flavor, &stacked(true));
+        for left in (100000 - 100..100000).rev() {
+            let resp = gateway.send("GET", "/api/x", &[("X-User", "u1")]);
+            assert_eq!(resp.status, 200, "{what}: {resp:?}");
+            let shown: Vec<i64> = resp.limits().iter().map(|t| t.r).collect();
+            assert_eq!(shown, [left, left], "{what}: {resp:?}");
+        }
+        let calls = take_calls(&redis) + redis.command_calls("RL.MHIT").unwrap_or(0);
+        assert!(
+            calls < 100,
+            "{what}: {calls} calls for 100 requests of two rules"
+        );
+    });
+}
+
 /// Envoy's descriptors of the hot key test: one user's daily budget.
 const DESCRIPTORS: &str = r#"
 domain: api
