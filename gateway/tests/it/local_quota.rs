@@ -2,7 +2,7 @@
 //! batches (`RL.TAKE ... UPTO n`), decides requests from them in memory, tops a batch up in
 //! the background when half of it is spent, and gives unused units back (`RL.REFUND`) when
 //! they sit unspent for `hold_ms`, before their window ends, and on a reload. On Redis 7.0
-//! and Valkey 8.1: a cold key still costs one `RL.TAKE` per request, fixed windows admit
+//! and Valkey 8.1: a cold key still costs one call per request, fixed windows admit
 //! exactly their limit across gateways, a killed gateway's units come back with the next
 //! window or the refilled bucket, and check mode, Envoy's gRPC front end and the Functions
 //! library grant the same batches. A rule local quota cannot keep is refused at load.
@@ -136,9 +136,9 @@ fn a_hot_key_is_decided_from_batches_and_a_cold_key_takes_per_request() {
             shown.last()
         );
 
-        let takes = take_calls(&redis);
-        assert!(takes < 250, "{what}: {takes} RL.TAKE for 500 requests");
-        assert_eq!(hit_calls(&redis), 0, "{what}: no RL.HIT");
+        let calls = decision_calls(&redis);
+        assert!(calls < 250, "{what}: {calls} calls for 500 requests");
+        assert!(take_calls(&redis) > 0, "{what}: batches taken");
         assert_eq!(upstream.requests(), 500, "{what}");
         let counted = units_counted(&redis, &global("hot"), &spec("100000/1d", "fixed"));
         assert!(
@@ -148,8 +148,8 @@ fn a_hot_key_is_decided_from_batches_and_a_cold_key_takes_per_request() {
         let metrics = gateway.metrics();
         metrics.assert_decisions(&what, &[("hot", "allowed", 500.0)]);
 
-        // A key seen fewer than four times a second takes its own unit, one call each.
-        let before = take_calls(&redis);
+        // A key seen fewer than four times a second is charged one request at a time.
+        let before = decision_calls(&redis);
         for user in ["u1", "u2", "u3", "u4", "u5"] {
             for left in [99999, 99998, 99997] {
                 let resp = gateway.send("GET", "/cold/x", &[("X-User", user)]);
@@ -160,7 +160,7 @@ fn a_hot_key_is_decided_from_batches_and_a_cold_key_takes_per_request() {
             let counted = units_counted(&redis, &key, &spec("100000/1d", "fixed"));
             assert_eq!(counted, 3, "{what} {user}: nothing held");
         }
-        assert_eq!(take_calls(&redis) - before, 15, "{what}: one each");
+        assert_eq!(decision_calls(&redis) - before, 15, "{what}: one each");
     });
 }
 
@@ -174,7 +174,7 @@ fn two_gateways_sharing_a_key_admit_exactly_the_limit() {
         // again once they are back.
         let rules = format!(
             "[deny_cache]\ncapacity = 0\n{}{}",
-            quota(1000, 300, 100),
+            quota(1000, 1000, 50),
             rule("api", "/**", "global", "50/1d", "fixed"),
         );
         let gateways: Vec<Arc<Gateway>> = (0..2)
@@ -238,7 +238,7 @@ fn a_batch_half_spent_is_topped_up_before_it_runs_out() {
         let (key, words) = (global("api"), spec("20000/1d", "fixed"));
         // The key's rate grows until its batches are full.
         allowed_in_a_row(&gateway, "/x", 300, 20000, &what);
-        let takes_before = take_calls(&redis);
+        let takes_before = decision_calls(&redis);
         let mut con = redis.conn();
         let mut ran_dry = Vec::new();
         for n in 301..=900 {
@@ -254,7 +254,7 @@ fn a_batch_half_spent_is_topped_up_before_it_runs_out() {
             Vec::<i64>::new(),
             "{what}: after these requests the gateway held nothing, so the next waited"
         );
-        let takes = take_calls(&redis) - takes_before;
+        let takes = decision_calls(&redis) - takes_before;
         assert!(
             (3..300).contains(&takes),
             "{what}: 600 requests of batches of at most 200 took {takes} times"
@@ -268,7 +268,7 @@ fn units_unspent_for_hold_ms_go_back() {
         let what = format!("{flavor:?}");
         let rules = format!(
             "{}{}",
-            quota(1000, 1000, 100),
+            quota(1000, 1000, 50),
             rule("api", "/**", "global", "1000/1d", "fixed")
         );
         let (redis, _upstream, gateway) = stack(flavor, &rules);
@@ -307,7 +307,7 @@ fn units_go_back_before_their_window_ends_and_never_serve_the_next() {
         // hold_ms far longer than the window: only its end gives the units back.
         let rules = format!(
             "{}{}",
-            quota(1000, 30000, 100),
+            quota(1000, 30000, 50),
             rule("api", "/**", "global", "1000/2s", "fixed")
         );
         let (redis, _upstream, gateway) = stack(flavor, &rules);
@@ -347,10 +347,10 @@ fn units_go_back_before_their_window_ends_and_never_serve_the_next() {
             redis.time_ms() / 2000 > window
         });
         // The next request is counted in its own window, not paid with the old units.
-        let takes = take_calls(&redis);
+        let calls = decision_calls(&redis);
         let resp = gateway.get("/x");
         assert_eq!(resp.status, 200, "{what}: {resp:?}");
-        assert!(take_calls(&redis) > takes, "{what}: it asked Redis");
+        assert!(decision_calls(&redis) > calls, "{what}: it asked Redis");
         assert!(
             units_counted(&redis, &key, &words) >= 1,
             "{what}: counted in the new window"
@@ -367,7 +367,7 @@ fn a_killed_gateways_units_come_back_with_the_next_window_or_the_refilled_bucket
         let what = format!("{flavor:?}");
         let redis = ServerConfig::new(flavor).start();
         let upstream = Upstream::start();
-        let mut rules = quota(1000, 30000, 100);
+        let mut rules = quota(1000, 30000, 50);
         for (name, limit, algorithm) in KILLED_RULES {
             rules.push_str(&rule(name, &format!("/{name}"), "global", limit, algorithm));
         }
@@ -414,7 +414,7 @@ fn a_reload_gives_every_held_unit_back_and_the_new_rule_applies() {
             format!(
                 "{}{}{}",
                 redis_section(redis.port(), ""),
-                quota(1000, 60000, 100),
+                quota(1000, 60000, 50),
                 rule("api", "/**", "global", limit, "fixed")
             )
         };
@@ -452,7 +452,7 @@ fn held_units_are_spent_while_redis_is_frozen_then_on_redis_failure_decides() {
         let what = format!("{flavor:?}");
         let rules = format!(
             "{}{}on_redis_failure = \"closed\"\n",
-            quota(1000, 60000, 100),
+            quota(1000, 60000, 50),
             rule("api", "/**", "global", "1000/1d", "fixed")
         );
         let (redis, upstream, gateway) = stack(flavor, &rules);
@@ -479,25 +479,22 @@ fn held_units_are_spent_while_redis_is_frozen_then_on_redis_failure_decides() {
     });
 }
 
+/// Two rules on the API, stacked: a user's budget with local quota, then `second`.
+fn stacked(second: &str) -> String {
+    format!(
+        "{}{}stack = true\n[[rule]]\nname = \"second\"\npath = \"/api/**\"\n{second}",
+        quota(1000, 5000, 1),
+        rule("user", "/api/**", "header:X-User", "100000/1d", "fixed"),
+    )
+}
+
 #[test]
-fn stacked_rules_use_local_units_only_when_every_one_has_local_quota() {
+fn stacked_rules_use_local_units_only_when_every_limited_one_has_local_quota() {
     each_flavor(|flavor| {
         let what = format!("{flavor:?}");
-        let stacked = |cap_local: bool| {
-            let cap = rule("cap", "/api/**", "global", "100000/1d", "fixed");
-            let cap = if cap_local {
-                cap
-            } else {
-                cap.replace("local_quota = true\n", "")
-            };
-            format!(
-                "{}{}stack = true\n{cap}",
-                quota(1000, 5000, 1),
-                rule("user", "/api/**", "header:X-User", "100000/1d", "fixed"),
-            )
-        };
-        // One rule without local quota: every request is decided by Redis, exactly.
-        let (redis, _upstream, gateway) = stack(flavor, &stacked(false));
+        // A limited rule without local quota: every request is decided by Redis, exactly.
+        let cap = "key = \"global\"\nlimits = [\"100000/1d\"]\nalgorithm = \"fixed\"\n";
+        let (redis, _upstream, gateway) = stack(flavor, &stacked(cap));
         for left in (100000 - 100..100000).rev() {
             let resp = gateway.send("GET", "/api/x", &[("X-User", "u1")]);
             assert_eq!(resp.status, 200, "{what}: {resp:?}");
@@ -508,20 +505,22 @@ fn stacked_rules_use_local_units_only_when_every_one_has_local_quota() {
         assert_eq!(take_calls(&redis), 0, "{what}");
         drop((redis, gateway));
 
-        // Both with local quota: both are decided from their batches.
-        let (redis, _upstream, gateway) = stack(flavor, &stacked(true));
-        for left in (100000 - 100..100000).rev() {
-            let resp = gateway.send("GET", "/api/x", &[("X-User", "u1")]);
-            assert_eq!(resp.status, 200, "{what}: {resp:?}");
-            let shown: Vec<i64> = resp.limits().iter().map(|t| t.r).collect();
-            assert_eq!(shown, [left, left], "{what}: {resp:?}");
-        }
-        let calls = take_calls(&redis) + redis.command_calls("RL.MHIT").unwrap_or(0);
-        assert!(
-            calls < 100,
-            "{what}: {calls} calls for 100 requests of two rules"
-        );
+        // A rule that limits nothing: the user's rule is the only one to hold units for.
+        let (redis, _upstream, gateway) = stack(flavor, &stacked("limits = []\n"));
+        allowed_as_user(&gateway, 100, &what);
+        let calls = decision_calls(&redis);
+        assert!(calls < 50, "{what}: {calls} calls for 100 requests");
     });
+}
+
+/// `n` requests of user `u1` in a row on the API, each allowed with its remaining
+/// counting down from the whole day's budget.
+fn allowed_as_user(gateway: &Gateway, n: i64, what: &str) {
+    for i in 1..=n {
+        let resp = gateway.send("GET", "/api/x", &[("X-User", "u1")]);
+        assert_eq!(resp.status, 200, "{what}: {resp:?}");
+        assert_eq!(resp.remaining(), 100000 - i, "{what}: {resp:?}");
+    }
 }
 
 /// Envoy's descriptors of the hot key test: one user's daily budget.
@@ -556,8 +555,8 @@ fn check_mode_and_envoy_decide_from_the_same_batches() {
             assert_eq!((resp.status, resp.body.as_str()), (200, ""), "{what}");
             assert_eq!(resp.remaining(), left, "{what}");
         }
-        let takes = take_calls(&redis);
-        assert!(takes < 100, "{what}: {takes} RL.TAKE for 200 requests");
+        let calls = decision_calls(&redis);
+        assert!(calls < 100, "{what}: {calls} calls for 200 requests");
         drop(check);
 
         let what = format!("{flavor:?} Envoy");
@@ -571,10 +570,11 @@ fn check_mode_and_envoy_decide_from_the_same_batches() {
             assert_eq!(overall(&answer), Code::Ok, "{what}");
             assert_eq!(i64::from(remaining(&answer, 0)), left, "{what}");
         }
-        let envoy_takes = take_calls(&redis) - takes;
-        assert!(envoy_takes < 100, "{what}: {envoy_takes} RL.TAKE");
-        assert_eq!(hit_calls(&redis), 0, "{flavor:?}: no RL.HIT");
-        assert_eq!(redis.command_calls("RL.MHIT"), None, "{flavor:?}");
+        let envoy_calls = decision_calls(&redis) - calls;
+        assert!(
+            envoy_calls < 100,
+            "{what}: {envoy_calls} calls for 200 requests"
+        );
     });
 }
 
@@ -586,7 +586,7 @@ fn the_functions_library_grants_the_batches_through_rl_take() {
         redis.load_functions();
         let rules = format!(
             "{}{}{}",
-            quota(1000, 5000, 100),
+            quota(1000, 5000, 50),
             rule("hot", "/hot", "global", "100000/1d", "fixed"),
             rule("exact", "/exact", "global", "30/1d", "fixed"),
         );
@@ -650,5 +650,15 @@ fn a_rule_local_quota_cannot_keep_is_refused_at_load_naming_local_quota() {
             assert!(!output.status.success(), "{case} {how}: accepted: {stderr}");
             assert!(stderr.contains("local_quota"), "{case} {how}: {stderr}");
         }
+    }
+    // Envoy's descriptors: not with the modes that charge them apart.
+    let files = [("api.yaml", DESCRIPTORS)];
+    let output = check_descriptors(&files, "local_quota = true\n");
+    assert!(output.status.success(), "{output:?}");
+    for mode in ["shadow_mode", "quota_mode"] {
+        let output = check_descriptors(&files, &format!("local_quota = true\n{mode} = true\n"));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{mode}: accepted: {stderr}");
+        assert!(stderr.contains("local_quota"), "{mode}: {stderr}");
     }
 }

@@ -1,4 +1,4 @@
-//! What the local quota tests read: the partial grants (`RL.TAKE`) and refunds
+//! What the local quota tests read: the partial grants (`RL.TAKE`), hits and refunds
 //! (`RL.REFUND`) a gateway sent, how many units a key's window counts, and a gateway that
 //! must refuse its file at start.
 
@@ -7,6 +7,15 @@ use super::*;
 /// `RL.TAKE` calls the server has run so far (0 before the first).
 pub fn take_calls(server: &Server) -> i64 {
     server.command_calls("RL.TAKE").unwrap_or(0)
+}
+
+/// The calls that decide a request the server has run so far: `RL.TAKE`, and `RL.HIT` or
+/// `RL.MHIT` (a key too quiet to batch is charged as without local quota).
+pub fn decision_calls(server: &Server) -> i64 {
+    ["RL.TAKE", "RL.HIT", "RL.MHIT"]
+        .iter()
+        .map(|command| server.command_calls(command).unwrap_or(0))
+        .sum()
 }
 
 /// `RL.REFUND` calls the server has run so far (0 before the first).
