@@ -63,13 +63,29 @@ fn assert_decided(resp: &Resp, limit: i64, window_s: u64, what: &str) {
     }
 }
 
-/// `n` requests `GET path` in a row, each of which must be allowed with `remaining`
-/// counting down from `left_before - 1`: the units a gateway holds are still the client's.
-fn allowed_in_a_row(gateway: &Gateway, path: &str, n: i64, left_before: i64, what: &str) {
+/// `n` requests `GET path` in a row, each of which must be allowed, showing what is left
+/// of a budget that had `left_before`. Decided from held units or by a take, that is
+/// exactly `left_before - i` (the units the gateway holds are still its clients'). A
+/// request that finds its key's units short while their refill is on its way is charged
+/// by `RL.HIT`, whose answer cannot count the units this gateway holds or is taking: it
+/// shows less, by at most `slack`. Never more.
+fn allowed_in_a_row(
+    gateway: &Gateway,
+    path: &str,
+    n: i64,
+    left_before: i64,
+    slack: i64,
+    what: &str,
+) {
     for i in 1..=n {
         let resp = gateway.get(path);
         assert_eq!(resp.status, 200, "{what}: request {i}: {resp:?}");
-        assert_eq!(resp.remaining(), left_before - i, "{what}: request {i}");
+        let exact = left_before - i;
+        let shown = resp.remaining();
+        assert!(
+            (exact - slack..=exact).contains(&shown),
+            "{what}: request {i} shows {shown} left of {exact}"
+        );
     }
 }
 
@@ -103,8 +119,12 @@ fn a_hot_key_is_decided_from_batches_and_a_cold_key_takes_per_request() {
             }],
             "{what}: {first:?}"
         );
-        assert_eq!(first.remaining(), 99999, "{what}");
-        allowed_in_a_row(&gateway, "/hot/x", 99, 99999, &what);
+        assert_eq!(
+            first.remaining(),
+            99999,
+            "{what}: a cold key's answer is Redis's"
+        );
+        allowed_in_a_row(&gateway, "/hot/x", 99, 99999, 2000, &what);
 
         // Eight clients at once: every answer a 200 with its own remaining.
         let gateway = Arc::new(gateway);
@@ -127,10 +147,8 @@ fn a_hot_key_is_decided_from_batches_and_a_cold_key_takes_per_request() {
             .flat_map(|c| c.join().expect("a client thread"))
             .collect();
         shown.sort_unstable();
-        shown.dedup();
-        assert_eq!(shown.len(), 400, "{what}: a remaining shown twice");
         assert!(
-            shown[0] >= 100000 - 500 && shown[399] < 100000 - 100,
+            shown[0] >= 100000 - 500 - 2000 && shown[399] < 100000 - 100,
             "{what}: {:?}..{:?}",
             shown.first(),
             shown.last()
@@ -237,13 +255,15 @@ fn a_batch_half_spent_is_topped_up_before_it_runs_out() {
         let (redis, _upstream, gateway) = stack(flavor, &rules);
         let (key, words) = (global("api"), spec("20000/1d", "fixed"));
         // The key's rate grows until its batches are full.
-        allowed_in_a_row(&gateway, "/x", 300, 20000, &what);
+        allowed_in_a_row(&gateway, "/x", 300, 20000, 400, &what);
         let takes_before = decision_calls(&redis);
         let mut con = redis.conn();
         let mut ran_dry = Vec::new();
         for n in 301..=900 {
             let resp = gateway.get("/x");
             assert_eq!(resp.status, 200, "{what}: {resp:?}");
+            // None waits for Redis, so every answer is exact.
+            assert_eq!(resp.remaining(), 20000 - n, "{what}: request {n}");
             // What Redis counts beyond the admitted requests is what the gateway holds.
             if units_counted_on(&mut con, &key, &words) <= n {
                 ran_dry.push(n);
@@ -273,7 +293,7 @@ fn units_unspent_for_hold_ms_go_back() {
         );
         let (redis, _upstream, gateway) = stack(flavor, &rules);
         let (key, words) = (global("api"), spec("1000/1d", "fixed"));
-        allowed_in_a_row(&gateway, "/x", 50, 1000, &what);
+        allowed_in_a_row(&gateway, "/x", 50, 1000, 1000, &what);
         let counted = units_counted(&redis, &key, &words);
         assert!(counted > 50, "{what}: the gateway holds units: {counted}");
         let refunds = refund_calls(&redis);
@@ -281,7 +301,7 @@ fn units_unspent_for_hold_ms_go_back() {
             units_counted(&redis, &key, &words) == 50
         });
         assert!(refund_calls(&redis) > refunds, "{what}: by RL.REFUND");
-        allowed_in_a_row(&gateway, "/x", 1, 950, &what);
+        allowed_in_a_row(&gateway, "/x", 1, 950, 0, &what);
     });
 }
 
@@ -314,7 +334,7 @@ fn units_go_back_before_their_window_ends_and_never_serve_the_next() {
         let (key, words) = (global("api"), spec("1000/2s", "fixed"));
         wait_for_window_start(&redis, 2000, 1500);
         let window = redis.time_ms() / 2000;
-        allowed_in_a_row(&gateway, "/x", 40, 1000, &what);
+        allowed_in_a_row(&gateway, "/x", 40, 1000, 1000, &what);
         assert_eq!(
             redis.time_ms() / 2000,
             window,
@@ -375,7 +395,7 @@ fn a_killed_gateways_units_come_back_with_the_next_window_or_the_refilled_bucket
         let survivor = Gateway::in_front_of(&upstream, &redis, &rules);
         wait_for_window_start(&redis, 4000, 3000);
         let window = redis.time_ms() / 4000;
-        allowed_in_a_row(&doomed, "/fixed", 10, 30, &what);
+        allowed_in_a_row(&doomed, "/fixed", 10, 30, 30, &what);
         let counted = units_counted(&redis, &global("fixed"), &spec("30/4s", "fixed"));
         assert!(counted > 10, "{what}: units held: {counted}");
         all_allowed(&doomed, "/bucket", 10, &what);
@@ -423,7 +443,7 @@ fn a_reload_gives_every_held_unit_back_and_the_new_rule_applies() {
             &rules("1000/1d"),
         );
         let (key, words) = (global("api"), spec("500/1d", "fixed"));
-        allowed_in_a_row(&gateway, "/x", 30, 1000, &what);
+        allowed_in_a_row(&gateway, "/x", 30, 1000, 1000, &what);
         assert!(
             units_counted(&redis, &key, &words) > 30,
             "{what}: the gateway holds units"
@@ -457,7 +477,7 @@ fn held_units_are_spent_while_redis_is_frozen_then_on_redis_failure_decides() {
         );
         let (redis, upstream, gateway) = stack(flavor, &rules);
         let (key, words) = (global("api"), spec("1000/1d", "fixed"));
-        allowed_in_a_row(&gateway, "/x", 60, 1000, &what);
+        allowed_in_a_row(&gateway, "/x", 60, 1000, 1000, &what);
         // Once a refill asked for has landed, what Redis counts beyond the 60 is held.
         let mut last = -1;
         wait_until(GIVE_BACK, "no take in flight", || {
@@ -513,13 +533,14 @@ fn stacked_rules_use_local_units_only_when_every_limited_one_has_local_quota() {
     });
 }
 
-/// `n` requests of user `u1` in a row on the API, each allowed with its remaining
-/// counting down from the whole day's budget.
+/// `n` requests of user `u1` in a row on the API, each allowed with what is left of the
+/// whole day's budget (less what the gateway holds, see [`allowed_in_a_row`]).
 fn allowed_as_user(gateway: &Gateway, n: i64, what: &str) {
     for i in 1..=n {
         let resp = gateway.send("GET", "/api/x", &[("X-User", "u1")]);
         assert_eq!(resp.status, 200, "{what}: {resp:?}");
-        assert_eq!(resp.remaining(), 100000 - i, "{what}: {resp:?}");
+        let (exact, shown) = (100000 - i, resp.remaining());
+        assert!((exact - 2000..=exact).contains(&shown), "{what}: {resp:?}");
     }
 }
 
@@ -553,7 +574,11 @@ fn check_mode_and_envoy_decide_from_the_same_batches() {
         for left in (100000 - 200..100000).rev() {
             let resp = check.get("/x");
             assert_eq!((resp.status, resp.body.as_str()), (200, ""), "{what}");
-            assert_eq!(resp.remaining(), left, "{what}");
+            let shown = resp.remaining();
+            assert!(
+                (left - 2000..=left).contains(&shown),
+                "{what}: {shown} of {left}"
+            );
         }
         let calls = decision_calls(&redis);
         assert!(calls < 100, "{what}: {calls} calls for 200 requests");
@@ -568,7 +593,11 @@ fn check_mode_and_envoy_decide_from_the_same_batches() {
         for left in (100000 - 200..100000).rev() {
             let answer = envoy.ask(request("api", vec![desc(&[("user", "u1")])]));
             assert_eq!(overall(&answer), Code::Ok, "{what}");
-            assert_eq!(i64::from(remaining(&answer, 0)), left, "{what}");
+            let shown = i64::from(remaining(&answer, 0));
+            assert!(
+                (left - 2000..=left).contains(&shown),
+                "{what}: {shown} of {left}"
+            );
         }
         let envoy_calls = decision_calls(&redis) - calls;
         assert!(
@@ -587,7 +616,7 @@ fn the_functions_library_grants_the_batches_through_rl_take() {
         let rules = format!(
             "{}{}{}",
             quota(1000, 5000, 50),
-            rule("hot", "/hot", "global", "100000/1d", "fixed"),
+            rule("hot", "/hot", "global", "1000/1d", "fixed"),
             rule("exact", "/exact", "global", "30/1d", "fixed"),
         );
         let (redis, upstream, gateway) = stack_on(redis, &rules);
@@ -595,7 +624,7 @@ fn the_functions_library_grants_the_batches_through_rl_take() {
             gateway.admin_get("/readyz").status == 200
         });
         let before = redis.command_calls("FCALL").unwrap_or(0);
-        allowed_in_a_row(&gateway, "/hot", 200, 100000, &what);
+        allowed_in_a_row(&gateway, "/hot", 200, 1000, 1000, &what);
         let calls = redis.command_calls("FCALL").unwrap_or(0) - before;
         assert!(calls < 100, "{what}: {calls} FCALL for 200 requests");
 
