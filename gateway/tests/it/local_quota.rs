@@ -182,22 +182,76 @@ fn a_hot_key_is_decided_from_batches_and_a_cold_key_takes_per_request() {
     });
 }
 
+/// Two gateways in front of one upstream and one Redis, without a deny cache (a gateway
+/// denied while the other held the last units asks Redis again once they are back), a
+/// rule of 50 a day on one key.
+fn two_gateways(flavor: Flavor) -> (Server, Upstream, [Arc<Gateway>; 2]) {
+    let redis = ServerConfig::new(flavor).start();
+    let upstream = Upstream::start();
+    let rules = format!(
+        "[deny_cache]\ncapacity = 0\n{}{}",
+        quota(1000, 1000, 50),
+        rule("api", "/**", "global", "50/1d", "fixed"),
+    );
+    let start = || Arc::new(Gateway::in_front_of(&upstream, &redis, &rules));
+    let gateways = [start(), start()];
+    (redis, upstream, gateways)
+}
+
+/// What `key` counts once no take is on its way any more (two reads in a row agree).
+fn settled_count(redis: &Server, key: &str, words: &str) -> i64 {
+    let mut last = -1;
+    wait_until(GIVE_BACK, "no take on its way", || {
+        let counted = units_counted(redis, key, words);
+        std::mem::replace(&mut last, counted) == counted
+    });
+    last
+}
+
+/// `GET /x` through `gateway` until it is denied: how many were allowed.
+fn allowed_until_denied(gateway: &Gateway, what: &str) -> i64 {
+    let mut allowed = 0;
+    loop {
+        let resp = gateway.get("/x");
+        assert_decided(&resp, 50, 86400, what);
+        if resp.status == 429 {
+            return allowed;
+        }
+        allowed += 1;
+        assert!(allowed <= 50, "{what}: allowed above the limit");
+    }
+}
+
 #[test]
-fn two_gateways_sharing_a_key_admit_exactly_the_limit() {
+fn units_one_gateway_holds_while_another_is_denied_come_back_to_it() {
     each_flavor(|flavor| {
         let what = format!("{flavor:?}");
-        let redis = ServerConfig::new(flavor).start();
-        let upstream = Upstream::start();
-        // No deny cache: a gateway denied while the other held the last units asks Redis
-        // again once they are back.
-        let rules = format!(
-            "[deny_cache]\ncapacity = 0\n{}{}",
-            quota(1000, 1000, 50),
-            rule("api", "/**", "global", "50/1d", "fixed"),
-        );
-        let gateways: Vec<Arc<Gateway>> = (0..2)
-            .map(|_| Arc::new(Gateway::in_front_of(&upstream, &redis, &rules)))
-            .collect();
+        let (redis, upstream, [holder, other]) = two_gateways(flavor);
+        let (key, words) = (global("api"), spec("50/1d", "fixed"));
+        allowed_in_a_row(&holder, "/x", 20, 50, 50, &what);
+        let counted = settled_count(&redis, &key, &words);
+        let held = counted - 20;
+        assert!(held > 0, "{what}: the first gateway holds units");
+        // The other gets what Redis has left, and is denied while those units are held...
+        let first = allowed_until_denied(&other, &what);
+        assert_eq!(first, 50 - counted, "{what}");
+        // ...until they go back, unspent for hold_ms: then they are its.
+        wait_until(GIVE_BACK, "the held units given back", || {
+            units_counted(&redis, &key, &words) == 20 + first
+        });
+        let second = allowed_until_denied(&other, &what);
+        assert_eq!(second, held, "{what}");
+        assert_eq!(allowed_until_denied(&holder, &what), 0, "{what}");
+        assert_eq!(upstream.requests(), 50, "{what}");
+        assert_eq!(units_counted(&redis, &key, &words), 50, "{what}");
+    });
+}
+
+#[test]
+fn a_crowd_on_two_gateways_sharing_a_key_gets_exactly_the_limit() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let (redis, upstream, gateways) = two_gateways(flavor);
         // Two clients on each gateway ask 80 times for 50 units.
         let clients: Vec<_> = (0..4)
             .map(|c| {
@@ -225,15 +279,7 @@ fn two_gateways_sharing_a_key_admit_exactly_the_limit() {
         });
         // ...for whoever asks next, and nobody gets more.
         for gateway in &gateways {
-            loop {
-                let resp = gateway.get("/x");
-                assert_decided(&resp, 50, 86400, &what);
-                if resp.status == 429 {
-                    break;
-                }
-                admitted += 1;
-                assert!(admitted <= 50, "{what}: admitted above the limit");
-            }
+            admitted += usize::try_from(allowed_until_denied(gateway, &what)).unwrap_or(0);
         }
         assert_eq!(admitted, 50, "{what}");
         assert_eq!(upstream.requests(), 50, "{what}");
@@ -479,12 +525,8 @@ fn held_units_are_spent_while_redis_is_frozen_then_on_redis_failure_decides() {
         let (key, words) = (global("api"), spec("1000/1d", "fixed"));
         allowed_in_a_row(&gateway, "/x", 60, 1000, 1000, &what);
         // Once a refill asked for has landed, what Redis counts beyond the 60 is held.
-        let mut last = -1;
-        wait_until(GIVE_BACK, "no take in flight", || {
-            let counted = units_counted(&redis, &key, &words);
-            std::mem::replace(&mut last, counted) == counted
-        });
-        let held = usize::try_from(last - 60).expect("Redis counts the 60");
+        let counted = settled_count(&redis, &key, &words);
+        let held = usize::try_from(counted - 60).expect("Redis counts the 60");
         assert!(held >= 2, "{what}: the gateway holds units: {held}");
 
         let frozen = Stopped::new(redis.pid());
