@@ -20,6 +20,11 @@ use testkit::gateway::*;
 /// How long units may take to come back (a debug build on a busy machine).
 const GIVE_BACK: Duration = Duration::from_secs(20);
 
+/// The most an allowed answer may show above what is really left: none. (A request
+/// charged by `RL.HIT` while its key's refill is out is left out of what the answers
+/// decided from that refill show; `a_request_charged_while_its_refill_is_out_...` pins it.)
+const OVERSTATED: i64 = 0;
+
 /// `[local_quota]`.
 pub(crate) fn quota(interval_ms: u64, hold_ms: u64, max_batch_percent: u64) -> String {
     format!(
@@ -68,7 +73,7 @@ fn assert_decided(resp: &Resp, limit: i64, window_s: u64, what: &str) {
 /// exactly `left_before - i` (the units the gateway holds are still its clients'). A
 /// request that finds its key's units short while their refill is on its way is charged
 /// by `RL.HIT`, whose answer cannot count the units this gateway holds or is taking: it
-/// shows less, by at most `slack`. Never more.
+/// shows less, by at most `slack`. Never more (see [`OVERSTATED`]).
 fn allowed_in_a_row(
     gateway: &Gateway,
     path: &str,
@@ -83,7 +88,7 @@ fn allowed_in_a_row(
         let exact = left_before - i;
         let shown = resp.remaining();
         assert!(
-            (exact - slack..=exact).contains(&shown),
+            (exact - slack..=exact + OVERSTATED).contains(&shown),
             "{what}: request {i} shows {shown} left of {exact}"
         );
     }
@@ -98,60 +103,61 @@ fn all_allowed(gateway: &Gateway, path: &str, n: usize, what: &str) {
     }
 }
 
-#[test]
-fn a_hot_key_is_decided_from_batches_and_a_cold_key_takes_per_request() {
-    each_flavor(|flavor| {
-        let rules = format!(
-            "{}{}{}",
-            quota(1000, 5000, 1),
-            rule("hot", "/hot/**", "global", "100000/1d", "fixed"),
-            rule("cold", "/cold/**", "header:X-User", "100000/1d", "fixed"),
-        );
-        let (redis, upstream, gateway) = stack(flavor, &rules);
-        let what = format!("{flavor:?}");
-        let first = gateway.get("/hot/x");
-        assert_eq!(
-            first.policy(),
-            [PolicyTier {
-                name: "hot".into(),
-                q: 100000,
-                w: Some(86400)
-            }],
-            "{what}: {first:?}"
-        );
-        assert_eq!(
-            first.remaining(),
-            99999,
-            "{what}: a cold key's answer is Redis's"
-        );
-        allowed_in_a_row(&gateway, "/hot/x", 99, 99999, 2000, &what);
+/// A hot rule and a cold one, each of 100000 a day, in batches of at most 1000.
+fn hot_and_cold() -> String {
+    format!(
+        "{}{}{}",
+        quota(1000, 5000, 1),
+        rule("hot", "/hot/**", "global", "100000/1d", "fixed"),
+        rule("cold", "/cold/**", "header:X-User", "100000/1d", "fixed"),
+    )
+}
 
-        // Eight clients at once: every answer a 200 with its own remaining.
-        let gateway = Arc::new(gateway);
-        let clients: Vec<_> = (0..8)
-            .map(|_| {
-                let gateway = gateway.clone();
-                std::thread::spawn(move || {
-                    (0..50)
-                        .map(|_| {
-                            let resp = gateway.get("/hot/x");
-                            assert_eq!(resp.status, 200, "{resp:?}");
-                            resp.remaining()
-                        })
-                        .collect::<Vec<i64>>()
-                })
+/// Eight clients sending `n` requests each at once, all of which must be allowed: what
+/// each answer showed left, sorted.
+fn eight_clients(gateway: &Arc<Gateway>, path: &'static str, n: usize) -> Vec<i64> {
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let gateway = gateway.clone();
+            std::thread::spawn(move || {
+                (0..n)
+                    .map(|_| {
+                        let resp = gateway.get(path);
+                        assert_eq!(resp.status, 200, "{resp:?}");
+                        resp.remaining()
+                    })
+                    .collect::<Vec<i64>>()
             })
-            .collect();
-        let mut shown: Vec<i64> = clients
-            .into_iter()
-            .flat_map(|c| c.join().expect("a client thread"))
-            .collect();
-        shown.sort_unstable();
+        })
+        .collect();
+    let mut shown: Vec<i64> = clients
+        .into_iter()
+        .flat_map(|c| c.join().expect("a client thread"))
+        .collect();
+    shown.sort_unstable();
+    shown
+}
+
+#[test]
+fn a_hot_key_is_decided_from_batches_in_far_fewer_calls_than_requests() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let (redis, upstream, gateway) = stack(flavor, &hot_and_cold());
+        let first = gateway.get("/hot/x");
+        let policy = PolicyTier {
+            name: "hot".into(),
+            q: 100000,
+            w: Some(86400),
+        };
+        assert_eq!(first.policy(), [policy], "{what}: {first:?}");
+        assert_eq!(first.remaining(), 99999, "{what}: a cold key's is Redis's");
+        allowed_in_a_row(&gateway, "/hot/x", 99, 99999, 2000, &what);
+        let gateway = Arc::new(gateway);
+        let shown = eight_clients(&gateway, "/hot/x", 50);
+        let (least, most) = (shown[0], shown[shown.len() - 1]);
         assert!(
-            shown[0] >= 100000 - 500 - 2000 && shown[399] < 100000 - 100,
-            "{what}: {:?}..{:?}",
-            shown.first(),
-            shown.last()
+            least >= 100000 - 500 - 2000 && most < 100000 - 100,
+            "{what}: {least}..{most}"
         );
 
         let calls = decision_calls(&redis);
@@ -160,14 +166,21 @@ fn a_hot_key_is_decided_from_batches_and_a_cold_key_takes_per_request() {
         assert_eq!(upstream.requests(), 500, "{what}");
         let counted = units_counted(&redis, &global("hot"), &spec("100000/1d", "fixed"));
         assert!(
-            (500..=500 + 1000).contains(&counted),
-            "{what}: Redis counts the 500 and at most a batch held: {counted}"
+            (500..=500 + 1500).contains(&counted),
+            "{what}: Redis counts the 500 and at most a batch and a half held: {counted}"
         );
-        let metrics = gateway.metrics();
-        metrics.assert_decisions(&what, &[("hot", "allowed", 500.0)]);
+        // Decided in memory or by Redis, each is counted as allowed.
+        gateway
+            .metrics()
+            .assert_decisions(&what, &[("hot", "allowed", 500.0)]);
+    });
+}
 
-        // A key seen fewer than four times a second is charged one request at a time.
-        let before = decision_calls(&redis);
+#[test]
+fn a_key_seen_fewer_than_four_times_an_interval_is_charged_per_request() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let (redis, _upstream, gateway) = stack(flavor, &hot_and_cold());
         for user in ["u1", "u2", "u3", "u4", "u5"] {
             for left in [99999, 99998, 99997] {
                 let resp = gateway.send("GET", "/cold/x", &[("X-User", user)]);
@@ -178,7 +191,10 @@ fn a_hot_key_is_decided_from_batches_and_a_cold_key_takes_per_request() {
             let counted = units_counted(&redis, &key, &spec("100000/1d", "fixed"));
             assert_eq!(counted, 3, "{what} {user}: nothing held");
         }
-        assert_eq!(decision_calls(&redis) - before, 15, "{what}: one each");
+        assert_eq!(decision_calls(&redis), 15, "{what}: one call each");
+        gateway
+            .metrics()
+            .assert_decisions(&what, &[("cold", "allowed", 15.0)]);
     });
 }
 
@@ -614,7 +630,9 @@ fn a_request_charged_while_its_refill_is_out_is_counted_in_the_next_answers() {
         std::thread::sleep(Duration::from_millis(200));
         let calls = decision_calls(&redis);
         let admitted = 60 + held + 1;
-        allowed_in_a_row(&gateway, "/x", 3, 1000 - admitted, 0, &what);
+        let shown: Vec<i64> = (0..3).map(|_| gateway.get("/x").remaining()).collect();
+        let left: Vec<i64> = (1..=3).map(|i| 1000 - admitted - i).collect();
+        assert_eq!(shown, left, "{what}: what the next answers show left");
         assert_eq!(decision_calls(&redis), calls, "{what}: decided in memory");
     });
 }
@@ -659,8 +677,7 @@ fn allowed_as_user(gateway: &Gateway, n: i64, what: &str) {
     for i in 1..=n {
         let resp = gateway.send("GET", "/api/x", &[("X-User", "u1")]);
         assert_eq!(resp.status, 200, "{what}: {resp:?}");
-        let (exact, shown) = (100000 - i, resp.remaining());
-        assert!((exact - 2000..=exact).contains(&shown), "{what}: {resp:?}");
+        assert_left(resp.remaining(), 100000 - i, what);
     }
 }
 
@@ -674,84 +691,56 @@ descriptors:
       requests_per_unit: 100000
 "#;
 
+/// `[redis]` on `redis` and `[local_quota]` with batches of at most 1 % of a limit.
+fn sections(redis: &Server) -> String {
+    format!(
+        "{}{}",
+        redis_section(redis.port(), ""),
+        quota(1000, 5000, 1)
+    )
+}
+
+/// Asserts that an answer shows `shown` of the `left` a budget had after it: never more,
+/// and less only by what the gateway holds (see [`allowed_in_a_row`]).
+fn assert_left(shown: i64, left: i64, what: &str) {
+    let held = 2000;
+    assert!(
+        (left - held..=left + OVERSTATED).contains(&shown),
+        "{what}: {shown} of {left}"
+    );
+}
+
 #[test]
-fn check_mode_and_envoy_decide_from_the_same_batches() {
+fn check_mode_decides_from_batches() {
     each_flavor(|flavor| {
-        let what = format!("{flavor:?} check mode");
+        let what = format!("{flavor:?}");
         let redis = ServerConfig::new(flavor).start();
-        let sections = format!(
-            "{}{}",
-            redis_section(redis.port(), ""),
-            quota(1000, 5000, 1)
-        );
-        let check = Gateway::start(
-            "mode = \"check\"\n",
-            &format!(
-                "{sections}{}",
-                rule("api", "/**", "global", "100000/1d", "fixed")
-            ),
-        );
+        let rules = rule("api", "/**", "global", "100000/1d", "fixed");
+        let check = Gateway::start("mode = \"check\"\n", &(sections(&redis) + &rules));
         for left in (100000 - 200..100000).rev() {
             let resp = check.get("/x");
             assert_eq!((resp.status, resp.body.as_str()), (200, ""), "{what}");
-            let shown = resp.remaining();
-            assert!(
-                (left - 2000..=left).contains(&shown),
-                "{what}: {shown} of {left}"
-            );
+            assert_left(resp.remaining(), left, &what);
         }
         let calls = decision_calls(&redis);
         assert!(calls < 100, "{what}: {calls} calls for 200 requests");
-        drop(check);
-
-        let what = format!("{flavor:?} Envoy");
-        let mut envoy = EnvoyGateway::start_with(
-            &sections,
-            "local_quota = true\n",
-            &[("api.yaml", DESCRIPTORS)],
-        );
-        for left in (100000 - 200..100000).rev() {
-            let answer = envoy.ask(request("api", vec![desc(&[("user", "u1")])]));
-            assert_eq!(overall(&answer), Code::Ok, "{what}");
-            let shown = i64::from(remaining(&answer, 0));
-            assert!(
-                (left - 2000..=left).contains(&shown),
-                "{what}: {shown} of {left}"
-            );
-        }
-        let envoy_calls = decision_calls(&redis) - calls;
-        assert!(
-            envoy_calls < 100,
-            "{what}: {envoy_calls} calls for 200 requests"
-        );
     });
 }
 
 #[test]
-fn the_functions_library_grants_the_batches_through_rl_take() {
+fn envoy_descriptors_take_batches_with_local_quota_on() {
     each_flavor(|flavor| {
         let what = format!("{flavor:?}");
-        let redis = ServerConfig::managed(flavor).start();
-        redis.load_functions();
-        let rules = format!(
-            "{}{}{}",
-            quota(1000, 5000, 50),
-            rule("hot", "/hot", "global", "1000/1d", "fixed"),
-            rule("exact", "/exact", "global", "30/1d", "fixed"),
-        );
-        let (redis, upstream, gateway) = stack_on(redis, &rules);
-        wait_until(Duration::from_secs(20), "/readyz 200", || {
-            gateway.admin_get("/readyz").status == 200
-        });
-        let before = redis.command_calls("FCALL").unwrap_or(0);
-        allowed_in_a_row(&gateway, "/hot", 200, 1000, 1000, &what);
-        let calls = redis.command_calls("FCALL").unwrap_or(0) - before;
-        assert!(calls < 100, "{what}: {calls} FCALL for 200 requests");
-
-        let statuses: Vec<u16> = (0..40).map(|_| gateway.get("/exact").status).collect();
-        let expected: Vec<u16> = [[200; 30].as_slice(), &[429; 10]].concat();
-        assert_eq!(statuses, expected, "{what}");
-        assert_eq!(upstream.requests(), 230, "{what}");
+        let redis = ServerConfig::new(flavor).start();
+        let files = [("api.yaml", DESCRIPTORS)];
+        let mut envoy = EnvoyGateway::start_with(&sections(&redis), "local_quota = true\n", &files);
+        for left in (100000 - 200..100000).rev() {
+            let answer = envoy.ask(request("api", vec![desc(&[("user", "u1")])]));
+            assert_eq!(overall(&answer), Code::Ok, "{what}");
+            assert_left(i64::from(remaining(&answer, 0)), left, &what);
+        }
+        let calls = decision_calls(&redis);
+        assert!(calls < 100, "{what}: {calls} calls for 200 requests");
     });
 }
 
