@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use testkit::functions::fcall_reply;
 use testkit::gateway::envoy::*;
 use testkit::gateway::*;
 
@@ -741,6 +742,46 @@ fn envoy_descriptors_take_batches_with_local_quota_on() {
         }
         let calls = decision_calls(&redis);
         assert!(calls < 100, "{what}: {calls} calls for 200 requests");
+    });
+}
+
+#[test]
+fn the_functions_library_grants_and_takes_back_the_batches() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let redis = ServerConfig::managed(flavor).start();
+        redis.load_functions();
+        let rules = format!(
+            "{}{}{}",
+            quota(1000, 1000, 50),
+            rule("hot", "/hot", "global", "1000/1d", "fixed"),
+            rule("exact", "/exact", "global", "30/1d", "fixed"),
+        );
+        let (redis, upstream, gateway) = stack_on(redis, &rules);
+        wait_until(Duration::from_secs(20), "/readyz 200", || {
+            gateway.admin_get("/readyz").status == 200
+        });
+        let before = redis.command_calls("FCALL").unwrap_or(0);
+        allowed_in_a_row(&gateway, "/hot", 200, 1000, 1000, &what);
+        let calls = redis.command_calls("FCALL").unwrap_or(0) - before;
+        assert!(calls < 100, "{what}: {calls} FCALL for 200 requests");
+        // The library's own look at the key: what was held comes back through it too.
+        let counted = || {
+            let look = fcall_reply(
+                &mut redis.conn(),
+                "rl_peek",
+                &global("hot"),
+                &["1000", "1d"],
+            );
+            look.limit - look.remaining - i64::from(look.allowed)
+        };
+        assert!(counted() > 200, "{what}: the gateway holds units");
+        wait_until(GIVE_BACK, "the held units given back", || counted() == 200);
+
+        let statuses: Vec<u16> = (0..40).map(|_| gateway.get("/exact").status).collect();
+        let expected: Vec<u16> = [[200; 30].as_slice(), &[429; 10]].concat();
+        assert_eq!(statuses, expected, "{what}");
+        assert_eq!(upstream.requests(), 230, "{what}");
     });
 }
 

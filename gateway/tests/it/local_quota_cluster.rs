@@ -1,8 +1,9 @@
 //! Local quota on a real Redis Cluster (3 primaries, the module on every node), on Redis
-//! and on Valkey: each key's batches are taken from the primary that serves it, and the
-//! limits hold exactly there.
+//! and on Valkey: each key's batches are taken from the primary that serves it, the
+//! limits hold exactly there, and unspent units go back to it.
 
 use crate::local_quota::{quota, rule, spec};
+use std::time::Duration;
 use testkit::cluster::Cluster;
 use testkit::gateway::*;
 
@@ -28,15 +29,34 @@ fn calls(primaries: &[&Server]) -> Vec<i64> {
     primaries.iter().map(|p| decision_calls(p)).collect()
 }
 
+/// 20 requests of `user` (whose keys `primary` serves) on the idle rule: the units the
+/// gateway took beyond them go back to `primary`, unspent for hold_ms.
+fn gives_back_on(primary: &Server, gateway: &Gateway, user: &str, what: &str) {
+    for _ in 0..20 {
+        let resp = gateway.send("GET", "/idle/x", &[("X-User", user)]);
+        assert_eq!(resp.status, 200, "{what}: {resp:?}");
+    }
+    let key = format!("rl:{{h:{user}}}:idle");
+    let words = spec("1000/1d", "fixed");
+    assert!(
+        units_counted(primary, &key, &words) > 20,
+        "{what}: units held"
+    );
+    wait_until(Duration::from_secs(20), "the units given back", || {
+        units_counted(primary, &key, &words) == 20
+    });
+}
+
 #[test]
 fn each_primary_grants_its_own_keys_batches_and_their_limits_hold() {
     each_flavor(|flavor| {
         let cluster = Cluster::start(flavor, 3, 0);
         let upstream = Upstream::start();
         let rules = format!(
-            "{}{}",
-            quota(1000, 5000, 50),
-            rule("user", "/api/**", "header:X-User", "30/1d", "fixed")
+            "{}{}{}",
+            quota(1000, 1000, 50),
+            rule("user", "/api/**", "header:X-User", "30/1d", "fixed"),
+            rule("idle", "/idle/**", "header:X-User", "1000/1d", "fixed"),
         );
         let gateway = gateway_on(&cluster, &upstream, &rules);
         let primaries = cluster.primaries();
@@ -73,7 +93,8 @@ fn each_primary_grants_its_own_keys_batches_and_their_limits_hold() {
             let key = format!("rl:{{{tag}}}:user");
             let counted = units_counted(primary, &key, &spec("30/1d", "fixed"));
             assert_eq!(counted, 30, "{what}");
+            gives_back_on(primary, &gateway, user, &what);
         }
-        assert_eq!(upstream.requests(), 90, "{flavor:?}");
+        assert_eq!(upstream.requests(), 90 + 3 * 20, "{flavor:?}");
     });
 }
