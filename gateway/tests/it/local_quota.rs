@@ -199,6 +199,45 @@ fn a_key_seen_fewer_than_four_times_an_interval_is_charged_per_request() {
     });
 }
 
+#[test]
+fn a_denial_is_redis_s_with_its_retry_after_and_goes_to_the_deny_cache() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let rules = format!(
+            "{}{}",
+            quota(1000, 5000, 50),
+            rule("api", "/**", "global", "30/1d", "fixed")
+        );
+        let (redis, upstream, gateway) = stack(flavor, &rules);
+        allowed_in_a_row(&gateway, "/x", 30, 30, 30, &what);
+        let denied = gateway.get("/x");
+        assert_eq!(denied.status, 429, "{what}: {denied:?}");
+        assert_eq!(denied.remaining(), 0, "{what}");
+        // The wait Redis gives, in whole seconds (rounded up, or a second later).
+        let wait_ms = peek(&redis, &global("api"), &spec("30/1d", "fixed")).retry_after_ms;
+        let wait = u64::try_from(wait_ms).expect("a wait");
+        let retry = denied.retry_after();
+        assert!(
+            (wait.div_ceil(1000)..=wait.div_ceil(1000) + 1).contains(&retry),
+            "{what}: Retry-After {retry} for a wait of {wait_ms} ms"
+        );
+        let calls = decision_calls(&redis);
+        for _ in 0..5 {
+            assert_eq!(gateway.get("/x").status, 429, "{what}");
+        }
+        assert_eq!(decision_calls(&redis), calls, "{what}: from the deny cache");
+        assert_eq!(upstream.requests(), 30, "{what}");
+        gateway.metrics().assert_decisions(
+            &what,
+            &[
+                ("api", "allowed", 30.0),
+                ("api", "denied", 1.0),
+                ("api", "denied_cached", 5.0),
+            ],
+        );
+    });
+}
+
 /// Two gateways in front of one upstream and one Redis, without a deny cache (a gateway
 /// denied while the other held the last units asks Redis again once they are back), a
 /// rule of 50 a day on one key.
