@@ -24,7 +24,7 @@ const GIVE_BACK: Duration = Duration::from_secs(20);
 /// The most an allowed answer may show above what is really left: none. (A request
 /// charged by `RL.HIT` while its key's refill is out is left out of what the answers
 /// decided from that refill show; `a_request_charged_while_its_refill_is_out_...` pins it.)
-const OVERSTATED: i64 = 0;
+pub(crate) const OVERSTATED: i64 = 0;
 
 /// `[local_quota]`.
 pub(crate) fn quota(interval_ms: u64, hold_ms: u64, max_batch_percent: u64) -> String {
@@ -246,7 +246,7 @@ fn two_gateways(flavor: Flavor) -> (Server, Upstream, [Arc<Gateway>; 2]) {
     let upstream = Upstream::start();
     let rules = format!(
         "[deny_cache]\ncapacity = 0\n{}{}",
-        quota(1000, 1000, 50),
+        quota(1000, 5000, 50),
         rule("api", "/**", "global", "50/1d", "fixed"),
     );
     let start = || Arc::new(Gateway::in_front_of(&upstream, &redis, &rules));
@@ -364,8 +364,10 @@ fn a_batch_half_spent_is_topped_up_before_it_runs_out() {
         for n in 301..=900 {
             let resp = gateway.get("/x");
             assert_eq!(resp.status, 200, "{what}: {resp:?}");
-            // None waits for Redis, so every answer is exact.
-            assert_eq!(resp.remaining(), 20000 - n, "{what}: request {n}");
+            // None waits for Redis, so every answer is exact (see [`OVERSTATED`]).
+            let (shown, exact) = (resp.remaining(), 20000 - n);
+            let what = format!("{what}: request {n} shows {shown} left of {exact}");
+            assert!((exact..=exact + OVERSTATED).contains(&shown), "{what}");
             // What Redis counts beyond the admitted requests is what the gateway holds.
             if units_counted_on(&mut con, &key, &words) <= n {
                 ran_dry.push(n);
@@ -396,13 +398,12 @@ fn units_unspent_for_hold_ms_go_back() {
         let (redis, _upstream, gateway) = stack(flavor, &rules);
         let (key, words) = (global("api"), spec("1000/1d", "fixed"));
         allowed_in_a_row(&gateway, "/x", 50, 1000, 1000, &what);
-        let counted = units_counted(&redis, &key, &words);
+        let counted = settled_count(&redis, &key, &words);
         assert!(counted > 50, "{what}: the gateway holds units: {counted}");
-        let refunds = refund_calls(&redis);
         wait_until(GIVE_BACK, "the idle key's units given back", || {
             units_counted(&redis, &key, &words) == 50
         });
-        assert!(refund_calls(&redis) > refunds, "{what}: by RL.REFUND");
+        assert!(refund_calls(&redis) > 0, "{what}: by RL.REFUND");
         allowed_in_a_row(&gateway, "/x", 1, 950, 0, &what);
     });
 }
@@ -467,7 +468,7 @@ fn units_go_back_before_their_window_ends_and_never_serve_the_next() {
             if window_now(&redis, 2000).0 != window {
                 return false;
             }
-            let counted = units_counted(&redis, &key, &words);
+            let counted = settled_count(&redis, &key, &words);
             assert!(counted > 40, "{what}: the gateway holds units: {counted}");
             assert_eq!(
                 counts_to_the_end(&redis, &key, &words, 40),
@@ -524,7 +525,7 @@ fn a_killed_gateways_units_come_back_with_the_next_window_or_the_refilled_bucket
         let survivor = Gateway::in_front_of(&upstream, &redis, &rules);
         let window = fresh_window(&redis, 4000, i64::MIN, 3000);
         allowed_in_a_row(&doomed, "/fixed", 10, 30, 30, &what);
-        let counted = units_counted(&redis, &global("fixed"), &spec("30/4s", "fixed"));
+        let counted = settled_count(&redis, &global("fixed"), &spec("30/4s", "fixed"));
         assert!(counted > 10, "{what}: units held: {counted}");
         all_allowed(&doomed, "/bucket", 10, &what);
         doomed.signal("KILL");
@@ -574,7 +575,7 @@ fn a_reload_gives_every_held_unit_back_and_the_new_rule_applies() {
         let (key, words) = (global("api"), spec("500/1d", "fixed"));
         allowed_in_a_row(&gateway, "/x", 30, 1000, 1000, &what);
         assert!(
-            units_counted(&redis, &key, &words) > 30,
+            settled_count(&redis, &key, &words) > 30,
             "{what}: the gateway holds units"
         );
         let refunds = refund_calls(&redis);
@@ -814,7 +815,8 @@ fn the_functions_library_grants_and_takes_back_the_batches() {
             );
             look.limit - look.remaining - i64::from(look.allowed)
         };
-        assert!(counted() > 200, "{what}: the gateway holds units");
+        // Units held (a refill on its way lands first).
+        wait_until(GIVE_BACK, "units held", || counted() > 200);
         wait_until(GIVE_BACK, "the held units given back", || counted() == 200);
 
         let statuses: Vec<u16> = (0..40).map(|_| gateway.get("/exact").status).collect();

@@ -2,7 +2,7 @@
 //! and on Valkey: each key's batches are taken from the primary that serves it, the
 //! limits hold exactly there, and unspent units go back to it.
 
-use crate::local_quota::{quota, rule, spec};
+use crate::local_quota::{quota, rule, spec, OVERSTATED};
 use std::time::Duration;
 use testkit::cluster::Cluster;
 use testkit::gateway::*;
@@ -38,10 +38,10 @@ fn gives_back_on(primary: &Server, gateway: &Gateway, user: &str, what: &str) {
     }
     let key = format!("rl:{{h:{user}}}:idle");
     let words = spec("1000/1d", "fixed");
-    assert!(
-        units_counted(primary, &key, &words) > 20,
-        "{what}: units held"
-    );
+    // Units held (a refill on its way lands first).
+    wait_until(Duration::from_secs(20), "units held", || {
+        units_counted(primary, &key, &words) > 20
+    });
     wait_until(Duration::from_secs(20), "the units given back", || {
         units_counted(primary, &key, &words) == 20
     });
@@ -72,7 +72,8 @@ fn each_primary_grants_its_own_keys_batches_and_their_limits_hold() {
                 if n <= 30 {
                     // Never more than is left (less while a refill is on its way).
                     let shown = resp.remaining();
-                    assert!((0..=30 - n).contains(&shown), "{what}: {resp:?}");
+                    let most = 30 - n + OVERSTATED;
+                    assert!((0..=most).contains(&shown), "{what}: {resp:?}");
                 }
                 expected.push(if n <= 30 { 200 } else { 429 });
                 statuses.push(resp.status);
