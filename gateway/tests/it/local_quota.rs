@@ -1,12 +1,14 @@
 //! Local quota (`local_quota = true`): the gateway takes a hot key's units from Redis in
 //! batches (`RL.TAKE ... UPTO n`), decides requests from them in memory, tops a batch up in
 //! the background when half of it is spent, and gives unused units back (`RL.REFUND`) when
-//! they sit unspent for `hold_ms`, before their window ends, and on a reload. On Redis 7.0
-//! and Valkey 8.1: a cold key still costs one call per request, fixed windows admit
-//! exactly their limit across gateways, a killed gateway's units come back with the next
-//! window or the refilled bucket, and check mode, Envoy's gRPC front end and the Functions
-//! library grant the same batches. A rule local quota cannot keep is refused at load.
-//! Redis Cluster is in `local_quota_cluster.rs`.
+//! they sit unspent for `hold_ms`, before their window ends, on a reload and on SIGTERM.
+//! On Redis 7.0 and Valkey 8.1: a quiet key still costs one call per request, a denial is
+//! Redis's (Retry-After, deny cache), fixed windows admit exactly their limit across
+//! gateways, units held while Redis is frozen are spent, a killed gateway's units come back
+//! with the next window or the refilled bucket, stacked rules batch only when every limited
+//! one has local quota, and check mode, Envoy's gRPC front end and the Functions library
+//! take the same batches. A rule local quota cannot keep is refused at load. Redis Cluster
+//! is in `local_quota_cluster.rs`.
 //!
 //! Every count here is read from Redis (`INFO commandstats`, `RL.PEEK`), never from time:
 //! the rules' `interval_ms` of a second makes any burst of a test batch, and `hold_ms`
@@ -551,6 +553,26 @@ fn a_killed_gateways_units_come_back_with_the_next_window_or_the_refilled_bucket
             );
             true
         });
+    });
+}
+
+#[test]
+fn a_gateway_stopped_by_sigterm_gives_its_units_back_before_it_exits() {
+    each_flavor(|flavor| {
+        let what = format!("{flavor:?}");
+        let rules = format!(
+            "{}{}",
+            quota(1000, 60000, 50),
+            rule("api", "/**", "global", "1000/1d", "fixed")
+        );
+        let (redis, _upstream, mut gateway) = stack(flavor, &rules);
+        let (key, words) = (global("api"), spec("1000/1d", "fixed"));
+        allowed_in_a_row(&gateway, "/x", 30, 1000, 1000, &what);
+        let counted = settled_count(&redis, &key, &words);
+        assert!(counted > 30, "{what}: the gateway holds units: {counted}");
+        let status = gateway.terminate();
+        assert!(status.success(), "{what}: {status:?}");
+        assert_eq!(units_counted(&redis, &key, &words), 30, "{what}: all back");
     });
 }
 
