@@ -73,7 +73,10 @@ fn each_primary_grants_its_own_keys_batches_and_their_limits_hold() {
                     // Never more than is left (less while a refill is on its way).
                     let shown = resp.remaining();
                     let most = 30 - n + OVERSTATED;
-                    assert!((0..=most).contains(&shown), "{what}: {resp:?}");
+                    assert!(
+                        (0..=most).contains(&shown),
+                        "{what}: request {n} shows {shown} left, at most {most}"
+                    );
                 }
                 expected.push(if n <= 30 { 200 } else { 429 });
                 statuses.push(resp.status);
