@@ -119,6 +119,30 @@ impl Verdict {
         }
     }
 
+    /// This verdict with each tier's remaining no more than `other`'s (tier by tier, where
+    /// both name the same tiers; else the binding tier's): of two answers Redis gave in an
+    /// order the gateway cannot tell, the lower remaining is the later one.
+    pub(crate) fn lowest(&self, other: &Verdict) -> Verdict {
+        let low = |t: &TierState, o: &TierState| TierState {
+            remaining: t.remaining.min(o.remaining),
+            ..*t
+        };
+        let tiers = match self.tiers.len() == other.tiers.len() {
+            true => self
+                .tiers
+                .iter()
+                .zip(&other.tiers)
+                .map(|(t, o)| low(t, o))
+                .collect(),
+            false => self.tiers.clone(),
+        };
+        Verdict {
+            binding: low(&self.binding, &other.binding),
+            tiers,
+            shadow_denied: self.shadow_denied,
+        }
+    }
+
     /// Reads a reply of RL.TAKE: RL.HIT's verdict and the units granted (RESP2: a sixth
     /// integer; RESP3: the `granted` field). `None` when it is not one, or when what it
     /// says does not hold together (units granted on a denial, none on an allowance).

@@ -164,6 +164,9 @@ impl<T: Transport> Decider<T> {
                 Some(verdict) => verdict,
                 None => self.call("RL.HIT", applied, deadline, Some(late)).await?,
             };
+            if applied.rule.local_quota {
+                self.quotas.hit_answered(&applied.key, &verdict);
+            }
             return Ok(Charged {
                 allowed: verdict.allowed(),
                 keys: SmallVec::from_elem((verdict, true), 1),

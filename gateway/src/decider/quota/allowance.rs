@@ -108,6 +108,9 @@ pub(super) struct Allowance {
     /// Takes answer only the binding tier: the units of one cannot be held (see
     /// `Quotas::granted`).
     pub(super) unbatched: bool,
+    /// What Redis last answered a request of this key charged by `RL.HIT` while a take
+    /// was out: the take's answer may be older than it.
+    pub(super) hit_while_taking: Option<Verdict>,
 }
 
 impl Allowance {
@@ -119,6 +122,7 @@ impl Allowance {
             taking: false,
             arrivals: Arrivals::new(now),
             unbatched: false,
+            hit_while_taking: None,
         }
     }
 
@@ -163,6 +167,20 @@ impl Allowance {
         self.last_grant = granted;
         if lot.units > 0 {
             self.lots.push(lot);
+        }
+    }
+
+    /// A hit of this key answered `verdict`. Every lot's take was answered before it was
+    /// sent, so it is the newer word on what Redis has left, unless a take is out: that
+    /// take's answer may be older or newer, and gets the lower of the two when it lands.
+    pub(super) fn saw(&mut self, verdict: &Verdict) {
+        if self.taking {
+            self.hit_while_taking = Some(match self.hit_while_taking.take() {
+                Some(earlier) => verdict.lowest(&earlier),
+                None => verdict.clone(),
+            });
+        } else if let Some(lot) = self.lots.last_mut() {
+            lot.verdict = lot.verdict.lowest(verdict);
         }
     }
 

@@ -204,8 +204,14 @@ impl Quotas {
             }
             return;
         }
-        let lot = Lot::new(leftover, asked_at, verdict, &windows, &self.settings);
         let allowance = store.allowance(rule, key, asked_at);
+        // A hit answered while the take was out may have been counted after it: the
+        // lower remaining of the two is what is left.
+        let verdict = match allowance.hit_while_taking.take() {
+            Some(hit) => verdict.lowest(&hit),
+            None => verdict,
+        };
+        let lot = Lot::new(leftover, asked_at, verdict, &windows, &self.settings);
         allowance.taking = false;
         allowance.add(lot, granted);
         store.holding.insert(key.to_owned());
@@ -215,6 +221,17 @@ impl Quotas {
     pub(crate) fn take_ended(&self, key: &str) {
         if let Some(allowance) = self.store().keys.peek_mut(key) {
             allowance.taking = false;
+            allowance.hit_while_taking = None;
+        }
+    }
+
+    /// A request of `key` was charged by `RL.HIT` and allowed: what is left in Redis
+    /// is then no more than it says.
+    pub(crate) fn hit_answered(&self, key: &str, verdict: &Verdict) {
+        if let Some(allowance) = self.store().keys.peek_mut(key) {
+            if verdict.allowed() {
+                allowance.saw(verdict);
+            }
         }
     }
 
