@@ -89,12 +89,15 @@ local function single(command, step)
         RL.apply(keys[1], outcome.write)
         return RL.values(outcome.decision)
     end)
-    local fast = RL.fast_single
+    local fast = RL.fast_path(command, step)
+    if fast == nil then
+        return general
+    end
     return function(keys, args)
-        if keys[2] == nil and keys[1] ~= nil then
+        if #keys == 1 then
             -- An error of the fast path (a key of another type, a number too large) is the
             -- general path's to report, with its texts.
-            local ok, reply = pcall(fast, command, step, keys[1], args)
+            local ok, reply = pcall(fast, keys[1], args)
             if ok and reply then
                 return reply
             end

@@ -10,12 +10,12 @@
 
 -- The library functions the calls use, as locals: taken at the first call, since the
 -- server lets a library reach them only when its functions run, not while it loads.
-local byte, char, sub, format, find, floor, call
+local byte, char, sub, format, find, floor, call, number
 
 local function take_locals()
     byte, char, sub, format, find = string.byte, string.char, string.sub, string.format,
         string.find
-    floor, call = math.floor, redis.call
+    floor, call, number = math.floor, redis.call, tonumber
 end
 
 local MAX_EXACT = RL.MAX_EXACT
@@ -91,41 +91,13 @@ local function end_text(fast, ends)
 end
 
 -- Fixed window: the plain count, its window's end in the key's expiry.
-local function fixed(fast, key, value, hit)
-    local window, limit, cost = fast.window, fast.limit, fast.cost
-    -- now_ms, written out: the fixed window's hit is the commonest call.
-    local time = call('TIME')
-    local seconds = time[1]
-    if seconds ~= last_seconds then
-        last_seconds_ms = tonumber(seconds) * 1000
-        last_seconds = seconds
-    end
-    local now = last_seconds_ms + floor(time[2] / 1000)
-    local ends = now - now % window + window
-    local count = 0
-    if value then
-        -- Only canonical counts below 10^15; the expiry must end this very window.
-        if #value > 15 or not find(value, '^[1-9]%d*$') then
-            return nil
-        end
-        if call('PEXPIRETIME', key) ~= ends then
-            return nil
-        end
-        count = tonumber(value)
-    end
-    local total = count + cost
-    if total <= limit then
-        if hit then
-            call('SET', key, format('%d', total), 'PXAT', end_text(fast, ends))
-        end
-        REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit - total, ends - now, 0
-        return REPLY
-    end
+local function fixed_denied(fast, now, ends, count)
+    local limit = fast.limit
     local reset, retry = 0, ends - now
     if count ~= 0 then
         reset = retry
     end
-    if cost > limit then
+    if fast.cost > limit then
         retry = RL.NEVER
     end
     local remaining = limit - count
@@ -133,6 +105,56 @@ local function fixed(fast, key, value, hit)
         remaining = 0
     end
     return decided(0, limit, remaining, reset, retry)
+end
+
+-- No key: the window starts with this call.
+local function fixed_new(fast, key, hit)
+    local now = now_ms()
+    local window, limit, cost = fast.window, fast.limit, fast.cost
+    local ends = now - now % window + window
+    if cost > limit then
+        return fixed_denied(fast, now, ends, 0)
+    end
+    if hit then
+        call('SET', key, fast.cost_text, 'PXAT', end_text(fast, ends))
+    end
+    return decided(1, limit, limit - cost, ends - now, 0)
+end
+
+-- A count below 10^15 whose key's expiry ends the window the clock is in. The clock is
+-- read as that expiry less the key's PTTL (one integer each, where TIME answers two
+-- strings to convert); a key of another window, or without an expiry, fails the test.
+local function fixed(fast, key, value, hit)
+    if not value then
+        return fixed_new(fast, key, hit)
+    end
+    local count = number(value)
+    if not (count and count >= 1 and count < 1e15) then
+        return nil
+    end
+    local at = call('PEXPIRETIME', key)
+    local now = at - call('PTTL', key)
+    local window, limit = fast.window, fast.limit
+    if at ~= now - now % window + window then
+        return nil
+    end
+    local total = count + fast.cost
+    if total > limit or not hit then
+        -- No write vouches for the text: only a canonical count is the module's.
+        if #value > 15 or not find(value, '^[1-9]%d*$') then
+            return nil
+        end
+        if total > limit then
+            return fixed_denied(fast, now, at, count)
+        end
+    else
+        -- INCRBY stores the text SET would and keeps the expiry, which already ends this
+        -- window; it refuses a value that is not a canonical integer (a leading zero, a
+        -- sign, a space, a fraction), so an error sends it to the general path unwritten.
+        call('INCRBY', key, fast.cost_text)
+    end
+    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit - total, at - now, 0
+    return REPLY
 end
 
 -- floor(a / b) for exact integers and b >= 1, corrected for the division's rounding
@@ -439,6 +461,7 @@ local function fast_rule(rule)
         window = quota.window }
     if algo.name == 'fixed' then
         fast.run = fixed
+        fast.cost_text = string.format('%d', rule.cost)
     elseif algo.name == 'sliding' then
         fast.run = sliding
         fast.capacity_ms = RL.mul(quota.limit, quota.window)
@@ -477,6 +500,10 @@ local rules, count = {}, 0
 
 -- Parses a rule not seen yet and keeps what the fast path needs of it.
 local function learn(command, args)
+    -- Every call of the fast path's locals comes after a rule was learned.
+    if floor == nil then
+        take_locals()
+    end
     local ok, rule = pcall(RL.parse_limits, command, args, 1)
     if not ok then
         -- The general path gives the error.
@@ -511,32 +538,30 @@ local function learn(command, args)
     return fast
 end
 
--- The reply of `step` ('hit' or 'peek') on `key`, or nil for the general path to answer.
--- Nothing is written before the answer is certain, so the general path can start afresh.
-local function answer(command, step, key, args)
+-- The fast path of `command` for `step`: a function of the key and the rule's arguments
+-- that answers, or gives nil for the general path to answer; none for a refund. Nothing
+-- is written before the answer is certain, so the general path can start afresh.
+-- commands.lua calls it under pcall: it may raise.
+function RL.fast_path(command, step)
     if step ~= 'hit' and step ~= 'peek' then
         return nil
     end
-    if floor == nil then
-        take_locals()
-    end
-    local node = rules
-    for i = 1, #args do
-        node = node[args[i]]
-        if node == nil then
-            break
+    local hit = step == 'hit'
+    return function(key, args)
+        local node = rules
+        for i = 1, #args do
+            node = node[args[i]]
+            if node == nil then
+                break
+            end
         end
+        local fast = node and node[RULE]
+        if fast == nil then
+            fast = learn(command, args)
+        end
+        if not fast then
+            return nil
+        end
+        return fast.run(fast, key, call('GET', key), hit)
     end
-    local fast = node and node[RULE]
-    if fast == nil then
-        fast = learn(command, args)
-    end
-    if not fast then
-        return nil
-    end
-    local value = call('GET', key)
-    return fast.run(fast, key, value, step == 'hit')
 end
-
--- The fast path's answer (commands.lua's `single` calls it under pcall: it may raise).
-RL.fast_single = answer
