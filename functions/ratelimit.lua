@@ -2290,20 +2290,33 @@ RL.several = several
 -- one tier of fixed length (ALGO fixed, sliding, token or gcra, with or without COST and
 -- BURST) on no key, or on a key in the form the same rule writes, is answered here with
 -- the fewest server calls (GET, TIME, SET PXAT; PEXPIRETIME only when the answer needs
--- the expiry), locals instead of tables where the general path builds them, and numbers
--- turned into text once per window instead of once per call. Anything else (several
+-- the expiry; for a fixed window's live key GET, PEXPIRETIME, PTTL and INCRBY), locals
+-- instead of tables where the general path builds them, and numbers turned into text
+-- once per window instead of once per call. Anything else (several
 -- tiers, calendar windows, another rule's key, a refund, an error, a damaged value) gets
 -- nil and takes the general path, which then answers from scratch; both answer the same
 -- replies, bytes and expiries (tests/it/functions_fast.rs compares them with the module).
 
 -- The library functions the calls use, as locals: taken at the first call, since the
 -- server lets a library reach them only when its functions run, not while it loads.
-local byte, char, sub, format, find, floor, call, number
+local byte, char, sub, format, find, floor, call, call_or_error, number
 
 local function take_locals()
     byte, char, sub, format, find = string.byte, string.char, string.sub, string.format,
         string.find
-    floor, call, number = math.floor, redis.call, tonumber
+    floor, call, call_or_error, number = math.floor, redis.call, redis.pcall, tonumber
+end
+
+-- `run` under pcall: an error (a key of another type, a number too large) gives nil, and
+-- the general path then reports it with its texts.
+local function protect(run)
+    return function(fast, key, value, hit)
+        local ok, reply = pcall(run, fast, key, value, hit)
+        if ok then
+            return reply
+        end
+        return nil
+    end
 end
 
 local MAX_EXACT = RL.MAX_EXACT
@@ -2396,7 +2409,7 @@ local function fixed_denied(fast, now, ends, count)
 end
 
 -- No key: the window starts with this call.
-local function fixed_new(fast, key, hit)
+local function fixed_new(fast, key, _value, hit)
     local now = now_ms()
     local window, limit, cost = fast.window, fast.limit, fast.cost
     local ends = now - now % window + window
@@ -2409,40 +2422,53 @@ local function fixed_new(fast, key, hit)
     return decided(1, limit, limit - cost, ends - now, 0)
 end
 
--- A count below 10^15 whose key's expiry ends the window the clock is in. The clock is
--- read as that expiry less the key's PTTL (one integer each, where TIME answers two
--- strings to convert); a key of another window, or without an expiry, fails the test.
-local function fixed(fast, key, value, hit)
-    if not value then
-        return fixed_new(fast, key, hit)
-    end
-    local count = number(value)
-    if not (count and count >= 1 and count < 1e15) then
-        return nil
-    end
-    local at = call('PEXPIRETIME', key)
-    local now = at - call('PTTL', key)
-    local window, limit = fast.window, fast.limit
-    if at ~= now - now % window + window then
-        return nil
-    end
-    local total = count + fast.cost
-    if total > limit or not hit then
-        -- No write vouches for the text: only a canonical count is the module's.
-        if #value > 15 or not find(value, '^[1-9]%d*$') then
+-- The fixed window's run for one rule, its numbers in upvalues. A live key holds a count
+-- below 10^15 whose expiry ends the window the clock is in. The clock is read as that
+-- expiry less the key's PTTL (one integer each, where TIME answers two strings to
+-- convert); a key of another window, or without an expiry, fails the test. Nothing here
+-- raises (the run is not under pcall): a value that is an error (a key of another type)
+-- is not a number, PEXPIRETIME and PTTL answer any key (only an ACL that forbids them
+-- fails, and the caller then gets the server's NOPERM), and INCRBY's error is not the
+-- count it would answer.
+local function fixed_run(fast)
+    local window, limit, cost, cost_text = fast.window, fast.limit, fast.cost, fast.cost_text
+    local new = protect(fixed_new)
+    -- The allowed reply, its constant fields filled once: a call fills in the other two.
+    local allowed = { 1, limit, 0, 0, 0 }
+    return function(_, key, value, hit)
+        if not value then
+            return new(fast, key, value, hit)
+        end
+        local count = number(value)
+        if not (count and count >= 1 and count < 1e15) then
             return nil
         end
-        if total > limit then
-            return fixed_denied(fast, now, at, count)
+        local at = call('PEXPIRETIME', key)
+        local now = at - call('PTTL', key)
+        if at ~= now - now % window + window then
+            return nil
         end
-    else
-        -- INCRBY stores the text SET would and keeps the expiry, which already ends this
-        -- window; it refuses a value that is not a canonical integer (a leading zero, a
-        -- sign, a space, a fraction), so an error sends it to the general path unwritten.
-        call('INCRBY', key, fast.cost_text)
+        local total = count + cost
+        if total <= limit and hit then
+            -- INCRBY stores the text SET would and keeps the expiry, which already ends
+            -- this window; it refuses a value that is not a canonical integer (a leading
+            -- zero, a sign, a space, a fraction), which then goes to the general path
+            -- unwritten.
+            if call_or_error('INCRBY', key, cost_text) ~= total then
+                return nil
+            end
+        else
+            -- No write vouches for the text: only a canonical count is the module's.
+            if #value > 15 or not find(value, '^[1-9]%d*$') then
+                return nil
+            end
+            if total > limit then
+                return fixed_denied(fast, now, at, count)
+            end
+        end
+        allowed[3], allowed[4] = limit - total, at - now
+        return allowed
     end
-    REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit - total, at - now, 0
-    return REPLY
 end
 
 -- floor(a / b) for exact integers and b >= 1, corrected for the division's rounding
@@ -2748,10 +2774,10 @@ local function fast_rule(rule)
     local fast = { algo = algo, quota = quota, cost = rule.cost, limit = quota.limit,
         window = quota.window }
     if algo.name == 'fixed' then
-        fast.run = fixed
         fast.cost_text = string.format('%d', rule.cost)
+        fast.run = fixed_run(fast)
     elseif algo.name == 'sliding' then
-        fast.run = sliding
+        fast.run = protect(sliding)
         fast.capacity_ms = RL.mul(quota.limit, quota.window)
         local out = {}
         RL.put_byte(out, RL.FORMAT_V1)
@@ -2762,7 +2788,7 @@ local function fast_rule(rule)
         RL.put_varint(out, quota.burst)
         fast.prefix = table.concat(out)
     elseif algo.name == 'token' or algo.name == 'gcra' then
-        fast.run = bucket
+        fast.run = protect(bucket)
         fast.span = algo.span(quota)
         -- The quota's rate, worked out (and kept on the quota) by a look at no key.
         algo.view(nil, 0, quota)
@@ -2781,10 +2807,12 @@ local function fast_rule(rule)
 end
 
 -- Rules by their arguments, one table level per argument (the arguments are interned
--- strings: each level is one lookup, and no key text is built per call); the rule itself
--- under RULE. Emptied when it holds 1000 rules.
+-- strings: each level is one lookup, and no key text is built per call): a rule of two
+-- arguments (a limit and a window, the commonest) in `two`, two[limit][window]; a
+-- longer one in `rules`, its rule under RULE at the end of its path. Both are emptied
+-- when they hold 1000 rules.
 local RULE = {}
-local rules, count = {}, 0
+local two, rules, count = {}, {}, 0
 
 -- Parses a rule not seen yet and keeps what the fast path needs of it.
 local function learn(command, args)
@@ -2805,15 +2833,21 @@ local function learn(command, args)
     for i = 1, #args do
         length = length + #args[i]
     end
-    if length > 256 then
-        -- Long arguments (a rule padded with zeros) are not kept, as args.lua does not.
+    if length > 256 or #args < 2 then
+        -- Long arguments (a rule padded with zeros) are not kept, as args.lua does not;
+        -- fewer than two are an error the general path gives.
         return fast
     end
     if count >= 1000 then
-        rules, count = {}, 0
+        two, rules, count = {}, {}, 0
     end
+    count = count + 1
     local node = rules
-    for i = 1, #args do
+    local last = #args
+    if last == 2 then
+        node, last = two, 1
+    end
+    for i = 1, last do
         local child = node[args[i]]
         if child == nil then
             child = {}
@@ -2821,36 +2855,63 @@ local function learn(command, args)
         end
         node = child
     end
-    node[RULE] = fast
-    count = count + 1
+    if last == 1 then
+        node[args[2]] = fast
+    else
+        node[RULE] = fast
+    end
     return fast
 end
 
--- The fast path of `command` for `step`: a function of the key and the rule's arguments
--- that answers, or gives nil for the general path to answer; none for a refund. Nothing
--- is written before the answer is certain, so the general path can start afresh.
--- commands.lua calls it under pcall: it may raise.
-function RL.fast_path(command, step)
-    if step ~= 'hit' and step ~= 'peek' then
-        return nil
+-- The rule kept for `args`: false for one the fast path does not take, nil for one not
+-- seen yet.
+local function kept(args)
+    if args[3] == nil then
+        local node = two[args[1]]
+        return node and node[args[2]]
     end
-    local hit = step == 'hit'
-    return function(key, args)
-        local node = rules
-        for i = 1, #args do
-            node = node[args[i]]
-            if node == nil then
-                break
-            end
-        end
-        local fast = node and node[RULE]
-        if fast == nil then
-            fast = learn(command, args)
-        end
-        if not fast then
+    local node = rules
+    for i = 1, #args do
+        node = node[args[i]]
+        if node == nil then
             return nil
         end
-        return fast.run(fast, key, call('GET', key), hit)
+    end
+    return node[RULE]
+end
+
+-- The function of `command` for `step` on one key: the fast path where it answers, else
+-- `general`, which answers everything (a refund always). Nothing is written before the
+-- answer is certain, so the general path can start afresh; nothing raises (the runs that
+-- can are under pcall), so no pcall is paid for the fixed window's hit.
+function RL.fast_single(command, step, general)
+    if step ~= 'hit' and step ~= 'peek' then
+        return general
+    end
+    local hit = step == 'hit'
+    return function(keys, args)
+        if #keys == 1 then
+            local key = keys[1]
+            local fast
+            if args[3] == nil then
+                -- kept(args), written out for the commonest rule.
+                local node = two[args[1]]
+                fast = node and node[args[2]]
+            else
+                fast = kept(args)
+            end
+            if fast == nil then
+                fast = learn(command, args)
+            end
+            if fast then
+                -- GET's error (a key of another type) is a value no run takes.
+                local reply = fast.run(fast, key, call_or_error('GET', key), hit)
+                if reply then
+                    return reply
+                end
+            end
+        end
+        return general(keys, args)
     end
 end
 
@@ -2946,21 +3007,7 @@ local function single(command, step)
         RL.apply(keys[1], outcome.write)
         return RL.values(outcome.decision)
     end)
-    local fast = RL.fast_path(command, step)
-    if fast == nil then
-        return general
-    end
-    return function(keys, args)
-        if #keys == 1 then
-            -- An error of the fast path (a key of another type, a number too large) is the
-            -- general path's to report, with its texts.
-            local ok, reply = pcall(fast, keys[1], args)
-            if ok and reply then
-                return reply
-            end
-        end
-        return general(keys, args)
-    end
+    return RL.fast_single(command, step, general)
 end
 
 local function reset(keys, args)
