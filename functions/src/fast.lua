@@ -163,9 +163,9 @@ local function fixed_run(fast)
         local total = count + cost
         if total <= limit and hit then
             -- INCRBY stores the text SET would and keeps the expiry, which already ends
-            -- this window; it refuses a value that is not a canonical integer (a leading
-            -- zero, a sign, a space, a fraction), which then goes to the general path
-            -- unwritten.
+            -- this window; it refuses a value that is not an integer in canonical form (a
+            -- leading zero, a '+', a space, a fraction; the count is at least 1, so no
+            -- '-'), which then goes to the general path unwritten.
             if call_or_error('INCRBY', key, cost_text) ~= total then
                 return nil
             end
