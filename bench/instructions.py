@@ -153,6 +153,10 @@ def lua_rows() -> List[Row]:
                     ["1000000", "1h"]),
         script_row("Lua fixed window (INCR+PEXPIRE), 1000000/1h", "fixed_window.lua",
                    ["1000000", str(HOUR_MS), "1"]),
+        # The same algorithm with RL.HIT's semantics (a denied hit not counted), written
+        # by hand: GET, INCRBY, and PEXPIREAT on the window's first hit.
+        script_row("Lua fixed window, denials not counted (GET+INCRBY), 1000000/1h",
+                   "fixed_window_exact.lua", ["1000000", str(HOUR_MS), "1"]),
         library_row("FCALL rl_hit sliding, 1000000/1h (Functions library)", "rl_hit",
                     ["1000000", "1h", "ALGO", "sliding"]),
         library_row("FCALL rl_hit token, 100/1h (Functions library, live keys)", "rl_hit",

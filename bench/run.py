@@ -102,6 +102,8 @@ def throughput_rows(far_future_ms: int) -> List[Row]:
         Row(REFERENCE_ROW, ["INCR", KEY]),
         Row(NATIVE_WRITE_ROW, ["SET", KEY, "1", "PXAT", str(far_future_ms)]),
         Row("Lua fixed window (INCR+PEXPIRE)", lua_args, lua="fixed_window.lua"),
+        Row("Lua fixed window, denials not counted (GET+INCRBY)", lua_args,
+            lua="fixed_window_exact.lua"),
         Row("Lua GCRA (one key, TAT)", lua_args, lua="gcra.lua"),
         Row("Lua token bucket (hash)", lua_args, lua="token_bucket.lua"),
         Row(f"Lua sliding log (zset; {log_name})", [str(LOG_LIMIT), str(LOG_WINDOW_MS), "1"],

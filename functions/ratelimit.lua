@@ -2290,20 +2290,33 @@ RL.several = several
 -- one tier of fixed length (ALGO fixed, sliding, token or gcra, with or without COST and
 -- BURST) on no key, or on a key in the form the same rule writes, is answered here with
 -- the fewest server calls (GET, TIME, SET PXAT; PEXPIRETIME only when the answer needs
--- the expiry), locals instead of tables where the general path builds them, and numbers
--- turned into text once per window instead of once per call. Anything else (several
+-- the expiry; for a fixed window's live key GET, PEXPIRETIME, PTTL and INCRBY), locals
+-- instead of tables where the general path builds them, and numbers turned into text
+-- once per window instead of once per call. Anything else (several
 -- tiers, calendar windows, another rule's key, a refund, an error, a damaged value) gets
 -- nil and takes the general path, which then answers from scratch; both answer the same
 -- replies, bytes and expiries (tests/it/functions_fast.rs compares them with the module).
 
 -- The library functions the calls use, as locals: taken at the first call, since the
 -- server lets a library reach them only when its functions run, not while it loads.
-local byte, char, sub, format, find, floor, call
+local byte, char, sub, format, find, floor, call, call_or_error, number
 
 local function take_locals()
     byte, char, sub, format, find = string.byte, string.char, string.sub, string.format,
         string.find
-    floor, call = math.floor, redis.call
+    floor, call, call_or_error, number = math.floor, redis.call, redis.pcall, tonumber
+end
+
+-- `run` under pcall: an error (a key of another type, a number too large) gives nil, and
+-- the general path then reports it with its texts.
+local function protect(run)
+    return function(fast, key, value, hit)
+        local ok, reply = pcall(run, fast, key, value, hit)
+        if ok then
+            return reply
+        end
+        return nil
+    end
 end
 
 local MAX_EXACT = RL.MAX_EXACT
@@ -2379,41 +2392,13 @@ local function end_text(fast, ends)
 end
 
 -- Fixed window: the plain count, its window's end in the key's expiry.
-local function fixed(fast, key, value, hit)
-    local window, limit, cost = fast.window, fast.limit, fast.cost
-    -- now_ms, written out: the fixed window's hit is the commonest call.
-    local time = call('TIME')
-    local seconds = time[1]
-    if seconds ~= last_seconds then
-        last_seconds_ms = tonumber(seconds) * 1000
-        last_seconds = seconds
-    end
-    local now = last_seconds_ms + floor(time[2] / 1000)
-    local ends = now - now % window + window
-    local count = 0
-    if value then
-        -- Only canonical counts below 10^15; the expiry must end this very window.
-        if #value > 15 or not find(value, '^[1-9]%d*$') then
-            return nil
-        end
-        if call('PEXPIRETIME', key) ~= ends then
-            return nil
-        end
-        count = tonumber(value)
-    end
-    local total = count + cost
-    if total <= limit then
-        if hit then
-            call('SET', key, format('%d', total), 'PXAT', end_text(fast, ends))
-        end
-        REPLY[1], REPLY[2], REPLY[3], REPLY[4], REPLY[5] = 1, limit, limit - total, ends - now, 0
-        return REPLY
-    end
+local function fixed_denied(fast, now, ends, count)
+    local limit = fast.limit
     local reset, retry = 0, ends - now
     if count ~= 0 then
         reset = retry
     end
-    if cost > limit then
+    if fast.cost > limit then
         retry = RL.NEVER
     end
     local remaining = limit - count
@@ -2421,6 +2406,69 @@ local function fixed(fast, key, value, hit)
         remaining = 0
     end
     return decided(0, limit, remaining, reset, retry)
+end
+
+-- No key: the window starts with this call.
+local function fixed_new(fast, key, _value, hit)
+    local now = now_ms()
+    local window, limit, cost = fast.window, fast.limit, fast.cost
+    local ends = now - now % window + window
+    if cost > limit then
+        return fixed_denied(fast, now, ends, 0)
+    end
+    if hit then
+        call('SET', key, fast.cost_text, 'PXAT', end_text(fast, ends))
+    end
+    return decided(1, limit, limit - cost, ends - now, 0)
+end
+
+-- The fixed window's run for one rule, its numbers in upvalues. A live key holds a count
+-- below 10^15 whose expiry ends the window the clock is in. The clock is read as that
+-- expiry less the key's PTTL (one integer each, where TIME answers two strings to
+-- convert); a key of another window, or without an expiry, fails the test. Nothing here
+-- raises (the run is not under pcall): a value that is an error (a key of another type)
+-- is not a number, PEXPIRETIME and PTTL answer any key (only an ACL that forbids them
+-- fails, and the caller then gets the server's NOPERM), and INCRBY's error is not the
+-- count it would answer.
+local function fixed_run(fast)
+    local window, limit, cost, cost_text = fast.window, fast.limit, fast.cost, fast.cost_text
+    local new = protect(fixed_new)
+    -- The allowed reply, its constant fields filled once: a call fills in the other two.
+    local allowed = { 1, limit, 0, 0, 0 }
+    return function(_, key, value, hit)
+        if not value then
+            return new(fast, key, value, hit)
+        end
+        local count = number(value)
+        if not (count and count >= 1 and count < 1e15) then
+            return nil
+        end
+        local at = call('PEXPIRETIME', key)
+        local now = at - call('PTTL', key)
+        if at ~= now - now % window + window then
+            return nil
+        end
+        local total = count + cost
+        if total <= limit and hit then
+            -- INCRBY stores the text SET would and keeps the expiry, which already ends
+            -- this window; it refuses a value that is not an integer in canonical form (a
+            -- leading zero, a '+', a space, a fraction; the count is at least 1, so no
+            -- '-'), which then goes to the general path unwritten.
+            if call_or_error('INCRBY', key, cost_text) ~= total then
+                return nil
+            end
+        else
+            -- No write vouches for the text: only a canonical count is the module's.
+            if #value > 15 or not find(value, '^[1-9]%d*$') then
+                return nil
+            end
+            if total > limit then
+                return fixed_denied(fast, now, at, count)
+            end
+        end
+        allowed[3], allowed[4] = limit - total, at - now
+        return allowed
+    end
 end
 
 -- floor(a / b) for exact integers and b >= 1, corrected for the division's rounding
@@ -2726,9 +2774,10 @@ local function fast_rule(rule)
     local fast = { algo = algo, quota = quota, cost = rule.cost, limit = quota.limit,
         window = quota.window }
     if algo.name == 'fixed' then
-        fast.run = fixed
+        fast.cost_text = string.format('%d', rule.cost)
+        fast.run = fixed_run(fast)
     elseif algo.name == 'sliding' then
-        fast.run = sliding
+        fast.run = protect(sliding)
         fast.capacity_ms = RL.mul(quota.limit, quota.window)
         local out = {}
         RL.put_byte(out, RL.FORMAT_V1)
@@ -2739,7 +2788,7 @@ local function fast_rule(rule)
         RL.put_varint(out, quota.burst)
         fast.prefix = table.concat(out)
     elseif algo.name == 'token' or algo.name == 'gcra' then
-        fast.run = bucket
+        fast.run = protect(bucket)
         fast.span = algo.span(quota)
         -- The quota's rate, worked out (and kept on the quota) by a look at no key.
         algo.view(nil, 0, quota)
@@ -2758,13 +2807,19 @@ local function fast_rule(rule)
 end
 
 -- Rules by their arguments, one table level per argument (the arguments are interned
--- strings: each level is one lookup, and no key text is built per call); the rule itself
--- under RULE. Emptied when it holds 1000 rules.
+-- strings: each level is one lookup, and no key text is built per call): a rule of two
+-- arguments (a limit and a window, the commonest) in `two`, two[limit][window]; a
+-- longer one in `rules`, its rule under RULE at the end of its path. Both are emptied
+-- when they hold 1000 rules.
 local RULE = {}
-local rules, count = {}, 0
+local two, rules, count = {}, {}, 0
 
 -- Parses a rule not seen yet and keeps what the fast path needs of it.
 local function learn(command, args)
+    -- Every call of the fast path's locals comes after a rule was learned.
+    if floor == nil then
+        take_locals()
+    end
     local ok, rule = pcall(RL.parse_limits, command, args, 1)
     if not ok then
         -- The general path gives the error.
@@ -2778,15 +2833,21 @@ local function learn(command, args)
     for i = 1, #args do
         length = length + #args[i]
     end
-    if length > 256 then
-        -- Long arguments (a rule padded with zeros) are not kept, as args.lua does not.
+    if length > 256 or #args < 2 then
+        -- Long arguments (a rule padded with zeros) are not kept, as args.lua does not;
+        -- fewer than two are an error the general path gives.
         return fast
     end
     if count >= 1000 then
-        rules, count = {}, 0
+        two, rules, count = {}, {}, 0
     end
+    count = count + 1
     local node = rules
-    for i = 1, #args do
+    local last = #args
+    if last == 2 then
+        node, last = two, 1
+    end
+    for i = 1, last do
         local child = node[args[i]]
         if child == nil then
             child = {}
@@ -2794,40 +2855,65 @@ local function learn(command, args)
         end
         node = child
     end
-    node[RULE] = fast
-    count = count + 1
+    if last == 1 then
+        node[args[2]] = fast
+    else
+        node[RULE] = fast
+    end
     return fast
 end
 
--- The reply of `step` ('hit' or 'peek') on `key`, or nil for the general path to answer.
--- Nothing is written before the answer is certain, so the general path can start afresh.
-local function answer(command, step, key, args)
-    if step ~= 'hit' and step ~= 'peek' then
-        return nil
-    end
-    if floor == nil then
-        take_locals()
+-- The rule kept for `args`: false for one the fast path does not take, nil for one not
+-- seen yet.
+local function kept(args)
+    if args[3] == nil then
+        local node = two[args[1]]
+        return node and node[args[2]]
     end
     local node = rules
     for i = 1, #args do
         node = node[args[i]]
         if node == nil then
-            break
+            return nil
         end
     end
-    local fast = node and node[RULE]
-    if fast == nil then
-        fast = learn(command, args)
-    end
-    if not fast then
-        return nil
-    end
-    local value = call('GET', key)
-    return fast.run(fast, key, value, step == 'hit')
+    return node[RULE]
 end
 
--- The fast path's answer (commands.lua's `single` calls it under pcall: it may raise).
-RL.fast_single = answer
+-- The function of `command` for `step` on one key: the fast path where it answers, else
+-- `general`, which answers everything (a refund always). Nothing is written before the
+-- answer is certain, so the general path can start afresh; nothing raises (the runs that
+-- can are under pcall), so no pcall is paid for the fixed window's hit.
+function RL.fast_single(command, step, general)
+    if step ~= 'hit' and step ~= 'peek' then
+        return general
+    end
+    local hit = step == 'hit'
+    return function(keys, args)
+        if #keys == 1 then
+            local key = keys[1]
+            local fast
+            if args[3] == nil then
+                -- kept(args), written out for the commonest rule.
+                local node = two[args[1]]
+                fast = node and node[args[2]]
+            else
+                fast = kept(args)
+            end
+            if fast == nil then
+                fast = learn(command, args)
+            end
+            if fast then
+                -- GET's error (a key of another type) is a value no run takes.
+                local reply = fast.run(fast, key, call_or_error('GET', key), hit)
+                if reply then
+                    return reply
+                end
+            end
+        end
+        return general(keys, args)
+    end
+end
 
 -- ==== commands.lua ====
 -- commands.lua: the functions, registered last. Calling convention:
@@ -2921,18 +3007,7 @@ local function single(command, step)
         RL.apply(keys[1], outcome.write)
         return RL.values(outcome.decision)
     end)
-    local fast = RL.fast_single
-    return function(keys, args)
-        if keys[2] == nil and keys[1] ~= nil then
-            -- An error of the fast path (a key of another type, a number too large) is the
-            -- general path's to report, with its texts.
-            local ok, reply = pcall(fast, command, step, keys[1], args)
-            if ok and reply then
-                return reply
-            end
-        end
-        return general(keys, args)
-    end
+    return RL.fast_single(command, step, general)
 end
 
 local function reset(keys, args)

@@ -89,18 +89,7 @@ local function single(command, step)
         RL.apply(keys[1], outcome.write)
         return RL.values(outcome.decision)
     end)
-    local fast = RL.fast_single
-    return function(keys, args)
-        if keys[2] == nil and keys[1] ~= nil then
-            -- An error of the fast path (a key of another type, a number too large) is the
-            -- general path's to report, with its texts.
-            local ok, reply = pcall(fast, command, step, keys[1], args)
-            if ok and reply then
-                return reply
-            end
-        end
-        return general(keys, args)
-    end
+    return RL.fast_single(command, step, general)
 end
 
 local function reset(keys, args)
