@@ -299,11 +299,13 @@ impl<T: Transport> Decider<T> {
         let first = &applying[group[0]];
         let (rule, key) = (first.rule.clone(), first.key.clone());
         let backend = self.backend.clone();
+        let quotas = self.quotas.clone();
         tokio::spawn(async move {
             let Ok(reply) = late.await else { return };
-            // A take (local quota) counted the units it granted, all of which go back.
-            if let Some((_, granted)) = Verdict::from_take_reply(&reply) {
-                if granted > 0 {
+            // A take (local quota) counted the units it granted, all of which go back
+            // while their window lasts (else they end with it).
+            if let Some((verdict, granted)) = Verdict::from_take_reply(&reply) {
+                if granted > 0 && quotas.may_give_back(&rule, &verdict) {
                     let applied = Applied {
                         rule,
                         key,

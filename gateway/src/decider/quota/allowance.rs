@@ -22,10 +22,19 @@ pub(super) struct Lot {
     pub(super) units: u64,
     /// When the take was sent: no later than when Redis counted the units.
     asked_at: Instant,
-    /// The units are spent before then, and what is left goes back to Redis at then: a
-    /// little before they stop counting, so that it arrives while their window still
+    /// The units are spent before then, and what is left goes back to Redis at then: an
+    /// interval before they stop counting, so that it arrives while their window still
     /// counts them.
     give_back_at: Instant,
+    /// For units of a window: a give-back is sent only until then (half an interval before
+    /// the window ends). Redis takes a refund off the window current when it runs, so one
+    /// that arrived after the end would be taken off the next window, which never counted
+    /// these units, and let its budget be spent twice; past then the units are left to end
+    /// with their window. `None` for a bucket's or the log's units, which may go back at
+    /// any time.
+    refund_until: Option<Instant>,
+    /// When the window the units count in ends, if before the hold.
+    window_end: Option<Instant>,
     /// The take's answer, for the headers of the requests the lot admits.
     verdict: Verdict,
 }
@@ -42,21 +51,42 @@ impl Lot {
         settings: &QuotaSettings,
     ) -> Lot {
         let hold = settings.hold;
-        let counts_for = window_left(&verdict, windows).map_or(hold, |left| left.min(hold));
-        let spend_until = asked_at + counts_for;
-        // Given back one interval before the end (a round trip is far shorter), or at the
-        // hold when that comes first; never before the take.
-        let lead = settings.interval.min(counts_for / 4);
+        // Given back one interval before the hold ends (a round trip is far shorter).
+        let at_hold = asked_at + hold - settings.interval.min(hold / 4);
+        let (give_back_at, refund_until, window_end) = match window_left(&verdict, windows) {
+            Some(left) if left <= hold => {
+                let ends = asked_at + left;
+                let lead = settings.interval;
+                let give_back_at = ends.checked_sub(lead).unwrap_or(asked_at).max(asked_at);
+                let refund_until = ends.checked_sub(lead / 2).unwrap_or(asked_at);
+                (give_back_at, Some(refund_until), Some(ends))
+            }
+            // The hold ends first, or the units are a bucket's: they may go back any time.
+            Some(_) => (at_hold, None, None),
+            None if windows.is_empty() => (at_hold, None, None),
+            // The window's end is unknown: nothing may be held (see `Quotas::granted`).
+            None => (asked_at, Some(asked_at), Some(asked_at)),
+        };
         Lot {
             units,
             asked_at,
-            give_back_at: spend_until - lead,
+            give_back_at,
+            refund_until,
+            window_end,
             verdict,
         }
     }
 
     fn spendable(&self, now: Instant) -> bool {
         self.units > 0 && now < self.give_back_at
+    }
+
+    /// Whether `now` is in the last interval of the window this lot counts in (when it
+    /// ends before the hold): units taken then could neither be spent nor safely given
+    /// back before the window ends.
+    fn in_window_tail(&self, now: Instant) -> bool {
+        self.window_end
+            .is_some_and(|end| now >= self.give_back_at && now < end)
     }
 }
 
@@ -68,7 +98,7 @@ impl Lot {
 /// end plus one window (the current count weighs on the next window): the current window
 /// ends at `reset - window` when that is positive. A calendar tier's nominal length may be
 /// shorter than its period: the end is then taken earlier than it is, the safe side.
-fn window_left(verdict: &Verdict, windows: &[u64]) -> Option<Duration> {
+pub(super) fn window_left(verdict: &Verdict, windows: &[u64]) -> Option<Duration> {
     let tiers = verdict.tiers();
     if windows.is_empty() || tiers.len() != windows.len() {
         return None;
@@ -111,6 +141,9 @@ pub(super) struct Allowance {
     /// What Redis last answered a request of this key charged by `RL.HIT` while a take
     /// was out: the take's answer may be older than it.
     pub(super) hit_while_taking: Option<Verdict>,
+    /// The newest lot as taken, kept after it is spent or given back for when its window
+    /// ends.
+    last_lot: Option<Lot>,
 }
 
 impl Allowance {
@@ -123,6 +156,7 @@ impl Allowance {
             arrivals: Arrivals::new(now),
             unbatched: false,
             hit_while_taking: None,
+            last_lot: None,
         }
     }
 
@@ -165,6 +199,7 @@ impl Allowance {
     /// Adds what a take granted beyond the request it was for.
     pub(super) fn add(&mut self, lot: Lot, granted: u64) {
         self.last_grant = granted;
+        self.last_lot = Some(lot.clone());
         if lot.units > 0 {
             self.lots.push(lot);
         }
@@ -191,20 +226,27 @@ impl Allowance {
     }
 
     /// Takes out the units of every lot whose time to go back has come (all of them with
-    /// `all`): the units to give back.
+    /// `all`): the units to give back. A window's units found too late to go back safely
+    /// (see [`Lot::refund_until`]) are dropped: they end with their window.
     pub(super) fn due(&mut self, now: Instant, all: bool) -> u64 {
         let mut units = 0;
         self.lots.retain(|lot| {
             let going = all || now >= lot.give_back_at || lot.units == 0;
-            if going {
-                // Past its window's end a give-back would be refused by the module
-                // anyway (never into another window): it is sent all the same, which
-                // costs a call and is always safe.
+            if going && lot.refund_until.is_none_or(|until| now <= until) {
                 units += lot.units;
             }
             !going
         });
         units
+    }
+
+    /// Whether `now` is in the last interval of the window the newest lot counted in: a
+    /// batch taken then could not be spent, nor safely given back, before the window ends,
+    /// so the key's requests take their own units until it has ended.
+    pub(super) fn in_window_tail(&self, now: Instant) -> bool {
+        self.last_lot
+            .as_ref()
+            .is_some_and(|lot| lot.in_window_tail(now))
     }
 
     /// Whether the allowance holds nothing and asks nothing: it can be forgotten.

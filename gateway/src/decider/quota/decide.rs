@@ -145,7 +145,9 @@ impl<T: Transport> Decider<T> {
             return Ok(Taken::Decided(verdict));
         }
         if granted < cost {
-            self.give_back_units(applied.rule.clone(), applied.key.clone(), granted);
+            if self.quotas.may_give_back(&applied.rule, &verdict) {
+                self.give_back_units(applied.rule.clone(), applied.key.clone(), granted);
+            }
             return Ok(Taken::TooFew);
         }
         let leftover = granted - cost;

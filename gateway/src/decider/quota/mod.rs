@@ -217,6 +217,16 @@ impl Quotas {
         store.holding.insert(key.to_owned());
     }
 
+    /// Whether units of `rule` that a take answered with `verdict` just now may be given
+    /// back at once: for a window's units, only while at least half an interval of it is
+    /// left (see `allowance::Lot`); otherwise they end with their window.
+    pub(crate) fn may_give_back(&self, rule: &Rule, verdict: &Verdict) -> bool {
+        let windows = windows(rule);
+        let margin = self.settings.interval / 2;
+        windows.is_empty()
+            || allowance::window_left(verdict, &windows).is_some_and(|left| left > margin)
+    }
+
     /// A take for `key` came to nothing (no answer, an error, a denial): another may go.
     pub(crate) fn take_ended(&self, key: &str) {
         if let Some(allowance) = self.store().keys.peek_mut(key) {
@@ -269,7 +279,7 @@ impl Quotas {
 
     /// The units a batch of `rule` on a key this busy is: the units asked for in the last
     /// interval, at most `max_batch_percent` of the smallest limit; only the request's own
-    /// below [`MIN_BATCH`].
+    /// below [`MIN_BATCH`] and in the last interval of the window the key's units count in.
     fn batch(&self, allowance: &mut Allowance, rule: &Rule, cost: u64, now: Instant) -> u64 {
         let wanted = allowance.arrivals.per_interval(now, self.settings.interval);
         let cap = smallest_limit(rule)
@@ -277,7 +287,8 @@ impl Quotas {
             .checked_div(100)
             .unwrap_or(0)
             .max(1);
-        if wanted < MIN_BATCH || cap < MIN_BATCH || allowance.unbatched {
+        let tail = allowance.in_window_tail(now);
+        if wanted < MIN_BATCH || cap < MIN_BATCH || allowance.unbatched || tail {
             return cost;
         }
         wanted.min(cap).max(cost)

@@ -7,6 +7,12 @@ use crate::verdict::TierState;
 
 const MS: Duration = Duration::from_millis(1);
 
+/// A rule of 100,000 an hour under `algorithm`, named `name`.
+fn rule_named(name: &str, algorithm: Option<&str>) -> Arc<Rule> {
+    let rule = test_rule(name, 100_000, 3_600_000, algorithm, 1, RedisFailure::Open);
+    Arc::new(rule.with_local_quota(true))
+}
+
 fn rule(limit: u64, window_ms: u64, algorithm: Option<&str>) -> Arc<Rule> {
     let rule = test_rule("q", limit, window_ms, algorithm, 1, RedisFailure::Open);
     Arc::new(rule.with_local_quota(true))
@@ -134,20 +140,45 @@ fn a_fixed_window_s_units_stop_counting_before_its_end() {
     let rule = rule(100_000, 1_000, Some("fixed"));
     let t0 = Instant::now();
     requests(&q, &rule, "k", 4, t0);
-    // The window ends 40 ms after the take was sent: given back a quarter of that (10 ms,
-    // less than an interval) before, spent until then.
-    q.granted(&rule, "k", 4, 3, granted_verdict(100_000, 10, 40), t0);
+    // The window ends 60 ms after the take was sent: the units are spent until an interval
+    // (20 ms) before, then given back.
+    q.granted(&rule, "k", 4, 3, granted_verdict(100_000, 10, 60), t0);
     assert!(matches!(
-        q.plan(&rule, "k", 1, t0 + 29 * MS),
+        q.plan(&rule, "k", 1, t0 + 39 * MS),
         Plan::Spent(..)
     ));
-    assert!(q.due(t0 + 29 * MS).is_empty());
-    // The key's next request finds none that counts and takes anew.
-    assert!(matches!(q.plan(&rule, "k", 1, t0 + 30 * MS), Plan::Take(_)));
-    let due = q.due(t0 + 30 * MS);
+    assert!(q.due(t0 + 39 * MS).is_empty());
+    // The window's last interval: a busy key's requests take their own units, since a
+    // batch could neither be spent nor safely given back before the end.
+    assert_eq!(q.plan(&rule, "k", 1, t0 + 40 * MS), Plan::Hit);
+    let due = q.due(t0 + 40 * MS);
     assert_eq!(due.len(), 1);
     assert_eq!((due[0].key.as_str(), due[0].units), ("k", 2));
-    assert!(q.due(t0 + 35 * MS).is_empty(), "given back once");
+    assert!(q.due(t0 + 45 * MS).is_empty(), "given back once");
+    assert_eq!(q.plan(&rule, "k", 1, t0 + 59 * MS), Plan::Hit);
+    // The next window: batches again.
+    assert!(matches!(
+        requests(&q, &rule, "k", 4, t0 + 61 * MS),
+        Plan::Take(_)
+    ));
+}
+
+#[test]
+fn a_window_s_units_found_too_late_to_go_back_safely_end_with_it() {
+    let q = quotas();
+    let rule = rule(100_000, 1_000, Some("fixed"));
+    let t0 = Instant::now();
+    requests(&q, &rule, "k", 4, t0);
+    q.granted(&rule, "k", 4, 3, granted_verdict(100_000, 10, 60), t0);
+    // Looked at less than half an interval before the end (the machine stalled): a refund
+    // now could run in the next window, which never counted these units.
+    assert!(q.due(t0 + 51 * MS).is_empty());
+    assert!(q.due(t0 + 70 * MS).is_empty(), "dropped, not kept");
+    // A bucket's units go back however late.
+    let bucket = rule_named("b", Some("gcra"));
+    requests(&q, &bucket, "b", 4, t0);
+    q.granted(&bucket, "b", 4, 3, granted_verdict(100_000, 10, 60), t0);
+    assert_eq!(q.due(t0 + 500 * MS).iter().map(|g| g.units).sum::<u64>(), 3);
 }
 
 #[test]
@@ -156,13 +187,13 @@ fn a_sliding_window_s_units_count_until_its_current_window_ends() {
     let rule = rule(100_000, 1_000, Some("sliding"));
     let t0 = Instant::now();
     requests(&q, &rule, "k", 4, t0);
-    // A sliding window's reset is its end plus one window: 1040 ms is an end in 40 ms.
-    q.granted(&rule, "k", 4, 3, granted_verdict(100_000, 10, 1_040), t0);
+    // A sliding window's reset is its end plus one window: 1060 ms is an end in 60 ms.
+    q.granted(&rule, "k", 4, 3, granted_verdict(100_000, 10, 1_060), t0);
     assert!(matches!(
-        q.plan(&rule, "k", 1, t0 + 29 * MS),
+        q.plan(&rule, "k", 1, t0 + 39 * MS),
         Plan::Spent(..)
     ));
-    assert!(matches!(q.plan(&rule, "k", 1, t0 + 30 * MS), Plan::Take(_)));
+    assert_eq!(q.plan(&rule, "k", 1, t0 + 40 * MS), Plan::Hit);
 }
 
 #[test]
