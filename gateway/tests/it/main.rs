@@ -41,6 +41,7 @@ mod host_names;
 mod ipv6;
 mod kubernetes;
 mod lifecycle;
+mod local_quota_accuracy;
 mod log_flood;
 mod methods;
 mod misconfig;

@@ -1,0 +1,333 @@
+//! Local quota's accuracy (`local_quota = true`): four gateways, each its own process, share
+//! one server and one key (`key = "global"`), and clients on every gateway ask twice the
+//! limit for five windows, once per algorithm. Each gateway spends in its own memory the
+//! units it took from Redis in batches, so the question is whether the four together ever
+//! admit more than Redis granted:
+//!
+//! - fixed and sliding windows: in every window, aligned as the module aligns them, the
+//!   requests surely decided in it (sent and answered within it) are at most the limit;
+//! - token, gcra and log: in every aligned window at most the module's own bound with the
+//!   window `hold_ms` longer (burst + limit x (window + hold) / window), and over the whole
+//!   run, which began on a fresh key, at most what the module can grant in that time.
+//!
+//! What the gateways leave unspent while requests are denied (the shortfall: the limit
+//! less what a window admitted at most, in the windows with denials) is printed in a table
+//! with the Redis calls, not asserted: a client that falls behind on a busy machine leaves
+//! a window short too. `cargo test -p rl-gateway --test it -- local_quota_accuracy
+//! --nocapture` prints it (bench/QUOTA-ACCURACY-RESULTS.md).
+
+use testkit::gateway::paced::{sleep_until_micros, unix_micros, Pace, Timed};
+use testkit::gateway::windows::{tally, WindowTally};
+use testkit::gateway::*;
+
+const GATEWAYS: usize = 4;
+const CLIENTS_PER_GATEWAY: usize = 4;
+/// One limit for every algorithm: at the default 1 % a batch is at most 10 units, and at
+/// twice the limit each gateway sees 10 requests per `interval_ms`, so batches form.
+const LIMIT: u64 = 1000;
+const WINDOW_MS: i64 = 1000;
+const WINDOWS: i64 = 5;
+const HOLD_MS: i64 = 100;
+const DEMAND_TIMES_LIMIT: u64 = 2;
+const ALGORITHMS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "log"];
+
+/// Set (to anything), the rules leave out `local_quota`: every request is decided by
+/// Redis, the baseline of the shortfall, which `bench/quota_accuracy.py` runs beside.
+const WITHOUT_LOCAL_QUOTA: &str = "RL_ACCURACY_WITHOUT_LOCAL_QUOTA";
+
+fn local_quota() -> bool {
+    std::env::var_os(WITHOUT_LOCAL_QUOTA).is_none()
+}
+
+/// One rule per algorithm, on its own path and key. A rule fails closed: a failed-open
+/// 200 would be an admission no budget paid for. The baseline leaves out every line of
+/// local quota, so that it runs on a gateway without it too.
+fn rules() -> String {
+    let (section, opt_in) = if local_quota() {
+        (
+            format!(
+                "[local_quota]\ninterval_ms = 20\nhold_ms = {HOLD_MS}\nmax_batch_percent = 1\n"
+            ),
+            "local_quota = true\n",
+        )
+    } else {
+        (String::new(), "")
+    };
+    let mut text = section;
+    for algorithm in ALGORITHMS {
+        text.push_str(&format!(
+            r#"
+[[rule]]
+name = "{algorithm}"
+path = "/{algorithm}"
+key = "global"
+limits = ["{LIMIT}/{WINDOW_MS}ms"]
+algorithm = "{algorithm}"
+on_redis_failure = "closed"
+{opt_in}"#
+        ));
+    }
+    text
+}
+
+/// The module's calls a run made, from `INFO commandstats`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Calls {
+    take: i64,
+    refund: i64,
+    hit: i64,
+}
+
+impl Calls {
+    fn read(redis: &Server) -> Calls {
+        let calls = |name| redis.command_calls(name).unwrap_or(0);
+        Calls {
+            take: calls("rl.take"),
+            refund: calls("rl.refund"),
+            hit: calls("rl.hit"),
+        }
+    }
+
+    fn since(self, before: Calls) -> Calls {
+        Calls {
+            take: self.take - before.take,
+            refund: self.refund - before.refund,
+            hit: self.hit - before.hit,
+        }
+    }
+}
+
+/// One algorithm's run: its requests, the windows they fell in, the calls it made.
+struct Run {
+    algorithm: &'static str,
+    from_ms: i64,
+    requests: Vec<Timed>,
+    windows: Vec<WindowTally>,
+    calls: Calls,
+}
+
+/// Sends the crowd at `/<algorithm>` through every gateway for [`WINDOWS`] windows, from
+/// the start of a window on.
+fn run(redis: &Server, gateways: &[Gateway], algorithm: &'static str) -> Run {
+    let before = Calls::read(redis);
+    // The next window that starts at least 200 ms from now, so the clients are ready.
+    let window_us = WINDOW_MS * 1000;
+    let from_us = (unix_micros() + 200_000).div_euclid(window_us) * window_us + window_us;
+    let until_us = from_us + WINDOWS * window_us;
+    let pace = Pace {
+        gateways: gateways.iter().map(|g| g.url("")).collect(),
+        path: format!("/{algorithm}"),
+        clients_per_gateway: CLIENTS_PER_GATEWAY,
+        total_per_second: DEMAND_TIMES_LIMIT * LIMIT,
+        from_us,
+        until_us,
+    };
+    let requests = pace.run();
+    // The units still held are given back within hold_ms (and a sweep); count those calls.
+    sleep_until_micros(unix_micros() + 3 * HOLD_MS * 1000);
+    let calls = Calls::read(redis).since(before);
+    Run {
+        algorithm,
+        from_ms: from_us / 1000,
+        windows: tally(&requests, WINDOW_MS),
+        requests,
+        calls,
+    }
+}
+
+/// The most an aligned window may admit: the limit for the fixed and sliding windows;
+/// for the others the module's bound with the window `hold_ms` longer (a unit is spent
+/// within hold_ms of its grant), their capacity (burst = limit) plus the refill.
+fn window_bound(algorithm: &str) -> u64 {
+    match algorithm {
+        "fixed" | "sliding" => LIMIT,
+        _ => LIMIT + LIMIT * (WINDOW_MS + HOLD_MS) as u64 / WINDOW_MS as u64,
+    }
+}
+
+/// The most the module can grant a fresh key in `span_us`: a bucket its capacity plus its
+/// refill; a log the limit per window started. The module reads the clock in whole ms, so
+/// the span it sees may be 1 ms longer.
+fn run_bound(algorithm: &str, span_us: i64) -> u64 {
+    let window_us = WINDOW_MS * 1000;
+    let span_us = span_us + 1000;
+    let ceil = |n: i64| (n + window_us - 1).div_euclid(window_us) as u64;
+    match algorithm {
+        "log" => LIMIT * ceil(span_us),
+        _ => LIMIT + ceil(LIMIT as i64 * span_us),
+    }
+}
+
+impl Run {
+    fn allowed(&self) -> u64 {
+        self.requests.iter().filter(|r| r.allowed()).count() as u64
+    }
+
+    fn with_status(&self, status: u16) -> u64 {
+        self.requests.iter().filter(|r| r.status == status).count() as u64
+    }
+
+    /// From the first request sent to the last answer.
+    fn span_us(&self) -> i64 {
+        let first = self.requests.iter().map(|r| r.sent_us).min().unwrap_or(0);
+        let last = self
+            .requests
+            .iter()
+            .map(|r| r.answered_us)
+            .max()
+            .unwrap_or(0);
+        last - first
+    }
+
+    fn most_certain(&self) -> u64 {
+        self.windows.iter().map(|w| w.certain).max().unwrap_or(0)
+    }
+
+    /// The limit less what each window with denials admitted at most, for the whole
+    /// windows of the run but the first (which starts cold, and a bucket full).
+    fn shortfalls(&self) -> Vec<i64> {
+        let from = self.from_ms + WINDOW_MS;
+        let until = self.from_ms + WINDOWS * WINDOW_MS;
+        self.windows
+            .iter()
+            .filter(|w| (from..until).contains(&w.start_ms) && w.denied > 0)
+            .map(|w| LIMIT as i64 - w.admitted_at_most() as i64)
+            .collect()
+    }
+}
+
+/// The run's line of the summary table (see [`HEADER`]).
+fn row(flavor: Flavor, run: &Run) -> String {
+    let shortfalls = run.shortfalls();
+    let (mean, max) = match shortfalls.iter().max() {
+        Some(max) => (
+            format!(
+                "{:.1}",
+                shortfalls.iter().sum::<i64>() as f64 / shortfalls.len() as f64
+            ),
+            max.to_string(),
+        ),
+        None => ("n/a".into(), "n/a".into()),
+    };
+    let redis_calls = run.calls.take + run.calls.refund + run.calls.hit;
+    format!(
+        "| {flavor:?} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {mean} | {max} | {} | {} | {} | {:.1} |",
+        run.algorithm,
+        if local_quota() { "yes" } else { "no" },
+        run.requests.len(),
+        run.allowed(),
+        run.with_status(429),
+        run.with_status(503),
+        run.most_certain(),
+        window_bound(run.algorithm),
+        run.allowed(),
+        run_bound(run.algorithm, run.span_us()),
+        run.calls.take,
+        run.calls.refund,
+        run.calls.hit,
+        run.requests.len() as f64 / redis_calls.max(1) as f64,
+    )
+}
+
+const HEADER: &str = "| server | algorithm | local quota | requests | allowed | denied | 503 | most certain in a window / bound | allowed in the run / bound | shortfall mean | shortfall max | RL.TAKE | RL.REFUND | RL.HIT | requests per Redis call |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
+
+/// Each window of the run as `certain+ambiguous/denied`, for the log of a failure.
+fn per_window(flavor: Flavor, run: &Run) -> String {
+    let cells: Vec<String> = run
+        .windows
+        .iter()
+        .map(|w| format!("{}+{}/{}", w.certain, w.ambiguous, w.denied))
+        .collect();
+    format!(
+        "{flavor:?} {} windows (certain+ambiguous/denied): {}",
+        run.algorithm,
+        cells.join(" ")
+    )
+}
+
+/// What every run must show: demand above the limit, no over-admission.
+fn assert_accurate(flavor: Flavor, run: &Run) {
+    let what = per_window(flavor, run);
+    assert!(
+        run.allowed() >= LIMIT && run.with_status(429) > 0,
+        "{what}: the crowd did not go above the limit"
+    );
+    if local_quota() {
+        assert!(
+            run.calls.take > 0 && run.calls.hit == 0,
+            "{what}: local quota takes with RL.TAKE only: {:?}",
+            run.calls
+        );
+    }
+    let bound = window_bound(run.algorithm);
+    for window in &run.windows {
+        assert!(
+            window.certain <= bound,
+            "{what}: the window starting at {} ms admitted {} > {bound}",
+            window.start_ms,
+            window.certain
+        );
+    }
+    let run_bound = run_bound(run.algorithm, run.span_us());
+    assert!(
+        run.allowed() <= run_bound,
+        "{what}: the run admitted {} > {run_bound} in {} µs",
+        run.allowed(),
+        run.span_us()
+    );
+}
+
+#[test]
+fn four_gateways_sharing_a_key_never_admit_more_than_redis_granted() {
+    let mut table = vec![HEADER.to_string()];
+    println!(
+        "setup: {GATEWAYS} gateways x {CLIENTS_PER_GATEWAY} clients, {} requests/s against \
+         {LIMIT} per {WINDOW_MS} ms for {WINDOWS} windows, hold_ms {HOLD_MS}",
+        DEMAND_TIMES_LIMIT * LIMIT
+    );
+    each_flavor(|flavor| {
+        let redis = ServerConfig::new(flavor).start();
+        let rest = format!("{}{}", redis_section(redis.port(), ""), rules());
+        let gateways: Vec<Gateway> = (0..GATEWAYS)
+            .map(|_| Gateway::start("mode = \"check\"\n", &rest))
+            .collect();
+        for algorithm in ALGORITHMS {
+            let run = run(&redis, &gateways, algorithm);
+            println!("{}", per_window(flavor, &run));
+            table.push(row(flavor, &run));
+            assert_accurate(flavor, &run);
+        }
+    });
+    println!("{}", table.join("\n"));
+}
+
+fn timed(sent_us: i64, answered_us: i64, status: u16) -> Timed {
+    Timed {
+        sent_us,
+        answered_us,
+        status,
+        failed_open: false,
+    }
+}
+
+/// The accounting the test rests on, without servers: a request is certain in a window
+/// only when sent and answered within it, else ambiguous in each window it overlaps.
+#[test]
+fn a_request_counts_as_certain_only_within_one_window() {
+    let windows = tally(
+        &[
+            timed(1_000_000, 1_999_999, 200),
+            timed(1_999_000, 2_001_000, 200),
+            timed(2_500_000, 2_500_100, 429),
+            timed(2_600_000, 2_600_100, 503),
+            timed(2_700_000, 2_700_100, 200),
+        ],
+        1000,
+    );
+    let counts: Vec<(i64, u64, u64, u64)> = windows
+        .iter()
+        .map(|w| (w.start_ms, w.certain, w.ambiguous, w.denied))
+        .collect();
+    assert_eq!(counts, [(1000, 1, 1, 0), (2000, 1, 1, 1)]);
+    assert_eq!(windows[0].admitted_at_most(), 2);
+}
