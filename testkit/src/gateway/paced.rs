@@ -1,8 +1,8 @@
 //! A paced crowd: client threads spread over several gateways, each sending `GET path` at
-//! a steady pace between two wall-clock times, every request timed when it was sent and
-//! when its answer came. The times are microseconds since the Unix epoch, the clock the
-//! module decides with (the servers run on this machine), so that a test can tell in which
-//! of the module's windows a decision fell (see [`super::windows`]).
+//! a steady pace, window after window (a rate for each), every request timed when it was
+//! sent and when its answer came. The times are microseconds since the Unix epoch, the
+//! clock the module decides with (the servers run on this machine), so that a test can
+//! tell in which of the module's windows a decision fell (see [`super::windows`]).
 //!
 //! The pace is kept by the wall clock rather than by the answers (an open loop): a client
 //! whose answer is slow sends its next request at its next slot, not later, so the demand
@@ -41,12 +41,13 @@ pub struct Pace {
     pub path: String,
     /// Client threads per gateway, each with its own connection.
     pub clients_per_gateway: usize,
-    /// Requests per second over every client of every gateway.
-    pub total_per_second: u64,
-    /// When the first slot is, µs since the Unix epoch.
+    /// When the first window starts, µs since the Unix epoch.
     pub from_us: i64,
-    /// No request is sent at or after this time, µs since the Unix epoch.
-    pub until_us: i64,
+    /// How long each window lasts, µs.
+    pub window_us: i64,
+    /// Requests per second over every client of every gateway, in each window in turn;
+    /// none is sent after the last window.
+    pub rates: Vec<u64>,
 }
 
 /// Now, µs since the Unix epoch.
@@ -71,16 +72,20 @@ impl Pace {
     pub fn run(&self) -> Vec<Timed> {
         let clients = self.gateways.len() * self.clients_per_gateway;
         assert!(clients > 0, "a crowd needs a gateway and a client");
-        assert!(self.total_per_second > 0, "a crowd needs a rate");
-        // Each client sends one request per `period`; their first slots are spread evenly
-        // over one period, so that together they send at the total rate.
-        let period_us = 1_000_000 * clients as i64 / self.total_per_second as i64;
+        assert!(
+            self.window_us > 0 && self.rates.iter().all(|&r| r > 0),
+            "a crowd needs windows and rates: {self:?}"
+        );
         let threads: Vec<_> = (0..clients)
             .map(|c| {
                 let url = format!("{}{}", self.gateways[c % self.gateways.len()], self.path);
-                let first = self.from_us + period_us * c as i64 / clients as i64;
-                let until = self.until_us;
-                std::thread::spawn(move || one_client(&url, first, period_us, until))
+                let client = Client {
+                    url,
+                    index: c as i64,
+                    clients: clients as i64,
+                    pace: self.clone(),
+                };
+                std::thread::spawn(move || client.run())
             })
             .collect();
         threads
@@ -88,35 +93,60 @@ impl Pace {
             .flat_map(|t| t.join().expect("a client thread panicked"))
             .collect()
     }
+
+    fn until_us(&self) -> i64 {
+        self.from_us + self.window_us * self.rates.len() as i64
+    }
 }
 
-/// One client: a request at each slot from `first_us` on, until `until_us`.
-fn one_client(url: &str, first_us: i64, period_us: i64, until_us: i64) -> Vec<Timed> {
-    let agent = agent();
-    let mut timed = Vec::new();
-    let mut slot = first_us;
-    while slot < until_us {
-        sleep_until_micros(slot);
-        let sent_us = unix_micros();
-        if sent_us >= until_us {
-            break;
-        }
-        let resp = send(&agent, "GET", url, &[]);
-        let answered_us = unix_micros();
-        assert!(
-            matches!(resp.status, 200 | 429 | 503),
-            "GET {url}: neither allowed, denied nor failed closed: {resp:?}"
-        );
-        timed.push(Timed {
-            sent_us,
-            answered_us,
-            status: resp.status,
-            failed_open: resp.has("x-ratelimit-fail-open"),
-        });
-        slot += period_us;
-        if slot < answered_us - period_us {
-            slot = answered_us;
-        }
+/// One client of `clients`: in each window it sends one request per period, where the
+/// period is what makes all of them together send at the window's rate; the clients'
+/// slots are spread evenly over one period.
+struct Client {
+    url: String,
+    index: i64,
+    clients: i64,
+    pace: Pace,
+}
+
+impl Client {
+    fn period_us(&self, at_us: i64) -> i64 {
+        let window = (at_us - self.pace.from_us).div_euclid(self.pace.window_us);
+        let rate = self.pace.rates[window.clamp(0, self.pace.rates.len() as i64 - 1) as usize];
+        (1_000_000 * self.clients / rate as i64).max(1)
     }
-    timed
+
+    fn run(self) -> Vec<Timed> {
+        let agent = agent();
+        let until_us = self.pace.until_us();
+        let mut timed = Vec::new();
+        let mut slot =
+            self.pace.from_us + self.period_us(self.pace.from_us) * self.index / self.clients;
+        while slot < until_us {
+            sleep_until_micros(slot);
+            let sent_us = unix_micros();
+            if sent_us >= until_us {
+                break;
+            }
+            let resp = send(&agent, "GET", &self.url, &[]);
+            let answered_us = unix_micros();
+            assert!(
+                matches!(resp.status, 200 | 429 | 503),
+                "GET {}: neither allowed, denied nor failed closed: {resp:?}",
+                self.url
+            );
+            timed.push(Timed {
+                sent_us,
+                answered_us,
+                status: resp.status,
+                failed_open: resp.has("x-ratelimit-fail-open"),
+            });
+            let period_us = self.period_us(slot);
+            slot += period_us;
+            if slot < answered_us - period_us {
+                slot = answered_us;
+            }
+        }
+        timed
+    }
 }
