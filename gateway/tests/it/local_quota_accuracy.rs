@@ -238,7 +238,7 @@ fn row(flavor: Flavor, run: &Run) -> String {
 
 const HEADER: &str = "| server | algorithm | local quota | requests | allowed | denied | 503 | most certain in a window / bound | allowed in the run / bound | shortfall mean | shortfall max | RL.TAKE | RL.REFUND | RL.HIT | requests per Redis call |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
-/// Each window of the run as `certain+ambiguous/denied`, for the log of a failure.
+/// Each window of the run as `certain+ambiguous/denied`, printed after every run.
 fn per_window(flavor: Flavor, run: &Run) -> String {
     let cells: Vec<String> = run
         .windows
@@ -252,45 +252,43 @@ fn per_window(flavor: Flavor, run: &Run) -> String {
     )
 }
 
-/// What every run must show: no over-admission, and local quota in use. (Whether the
-/// crowd went above the limit depends on how fast this machine is now: the table says,
-/// in its denials, and a run without any is printed as such.)
-fn assert_accurate(flavor: Flavor, run: &Run) {
-    let what = per_window(flavor, run);
+/// What a run got wrong: over-admission, or local quota not in use. (Whether the crowd
+/// went above the limit depends on how fast this machine is now: the table says, in its
+/// denials, and a run without any is printed as such.)
+fn inaccuracies(flavor: Flavor, run: &Run) -> Vec<String> {
+    let what = format!("{flavor:?} {}", run.algorithm);
     if run.with_status(429) == 0 {
-        println!(
-            "{flavor:?} {}: never above the limit (a busy machine)",
-            run.algorithm
-        );
+        println!("{what}: never above the limit (a busy machine)");
     }
-    if local_quota() {
-        assert!(
-            run.calls.take > 0 && run.calls.hit == 0,
-            "{what}: local quota takes with RL.TAKE only: {:?}",
-            run.calls
-        );
+    let mut wrong = Vec::new();
+    // A cold key, or one whose take is on its way, hits as without local quota.
+    if local_quota() && run.calls.take == 0 {
+        wrong.push(format!("{what}: no batch taken: {:?}", run.calls));
     }
     let bound = window_bound(run.algorithm);
-    for window in &run.windows {
-        assert!(
-            window.certain <= bound,
+    for window in run.windows.iter().filter(|w| w.certain > bound) {
+        wrong.push(format!(
             "{what}: the window starting at {} ms admitted {} > {bound}",
-            window.start_ms,
-            window.certain
-        );
+            window.start_ms, window.certain
+        ));
     }
     let run_bound = run_bound(run.algorithm, run.span_us());
-    assert!(
-        run.allowed() <= run_bound,
-        "{what}: the run admitted {} > {run_bound} in {} µs",
-        run.allowed(),
-        run.span_us()
-    );
+    if run.allowed() > run_bound {
+        wrong.push(format!(
+            "{what}: the run admitted {} > {run_bound} in {} µs",
+            run.allowed(),
+            run.span_us()
+        ));
+    }
+    wrong
 }
 
+/// Every algorithm on every flavour runs and is printed before the verdict, so that a
+/// failure still shows the whole table.
 #[test]
 fn four_gateways_sharing_a_key_never_admit_more_than_redis_granted() {
     let mut table = vec![HEADER.to_string()];
+    let mut wrong = Vec::new();
     println!(
         "setup: {GATEWAYS} gateways x {CLIENTS_PER_GATEWAY} clients; {LIMIT} per {WINDOW_MS} \
          ms; {WINDOWS} windows, in turn {BUSY} and {QUIET} requests/s; {}",
@@ -306,10 +304,11 @@ fn four_gateways_sharing_a_key_never_admit_more_than_redis_granted() {
             let run = run(&redis, &gateways, algorithm);
             println!("{}", per_window(flavor, &run));
             table.push(row(flavor, &run));
-            assert_accurate(flavor, &run);
+            wrong.extend(inaccuracies(flavor, &run));
         }
     });
     println!("{}", table.join("\n"));
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 fn timed(sent_us: i64, answered_us: i64, status: u16) -> Timed {
