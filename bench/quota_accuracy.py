@@ -121,10 +121,11 @@ def report(runs: List[Printed], load_before: str, load_after: str, servers: str)
         + ": rl-gateways (debug builds, check mode) on one server share one key "
         f"(`key = \"global\"`), each with paced clients ({runs[0].setup}). A request is *certain* in a window when sent and answered within it, "
         "else *ambiguous* in each window it overlaps. The bound of a window is what the test "
-        "asserts of its certain requests; the bound of the run, of every allowed request from "
-        "the first sent to the last answer (the key was fresh). The shortfall of a window is "
-        "the limit less its certain and ambiguous requests, in the whole windows after the "
-        "first that had denials; it is reported, not asserted.",
+        "asserts of its certain requests (for the log, of those within any window less "
+        "hold_ms); the bound of the run, of every allowed request from the first sent to the "
+        "last answer (the key was fresh). The shortfall of a busy window is the limit less its "
+        "certain and ambiguous requests, in the busy windows after the first that had "
+        "denials; it is reported, not asserted.",
         "",
     ]
     lines += runs[0].header
