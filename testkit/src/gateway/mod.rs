@@ -18,6 +18,7 @@ mod http;
 mod metrics;
 pub mod paced;
 mod process;
+mod quota;
 pub mod raw_http;
 mod spent;
 pub mod tls_upstream;
@@ -26,6 +27,7 @@ pub mod windows;
 pub use http::*;
 pub use metrics::*;
 pub use process::*;
+pub use quota::*;
 
 pub use spent::{assert_spent, Spent};
 
