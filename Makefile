@@ -94,7 +94,7 @@ test: ## Set up, lint, then unit and integration tests on Redis 7.0 and 8.6, Val
 	$(MAKE) fuzz-replay
 	$(MAKE) docs
 
-.PHONY: bench bench-gateway bench-gateway-instr bench-cluster bench-instr bench-core
+.PHONY: bench bench-gateway bench-gateway-instr bench-cluster bench-instr bench-core bench-quota-accuracy
 bench: ## Build, then run every benchmark: module (and the Functions library), instructions, rl-gateway and cluster (bench/*RESULTS.md)
 	$(MAKE) build
 	python3 bench/run.py
@@ -105,6 +105,7 @@ bench: ## Build, then run every benchmark: module (and the Functions library), i
 	python3 bench/gateway_instructions.py
 	python3 bench/envoy.py
 	python3 bench/cluster.py
+	python3 bench/quota_accuracy.py
 
 bench-core: ## ns per decision in the pure core, every algorithm at its common and largest shape (writes bench/CORE-RESULTS.md)
 	cargo bench -p ratelimit-core --bench decide | tee bench/CORE-RESULTS.md.new
@@ -128,6 +129,9 @@ bench-gateway-instr: ## Build, then count rl-gateway's instructions per allowed 
 bench-cluster: ## Build, then compare RL.HIT capacity on 1 and 3 cluster primaries (bench/CLUSTER-RESULTS.md)
 	$(MAKE) build
 	python3 bench/cluster.py
+
+bench-quota-accuracy: ## Local quota's accuracy: four rl-gateways sharing one key, admitted against granted per window, with and without local quota (bench/QUOTA-ACCURACY-RESULTS.md)
+	python3 bench/quota_accuracy.py
 
 clean: ## Remove build output
 	cargo clean

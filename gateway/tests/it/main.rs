@@ -42,6 +42,7 @@ mod ipv6;
 mod kubernetes;
 mod lifecycle;
 mod local_quota;
+mod local_quota_accuracy;
 mod local_quota_cluster;
 mod log_flood;
 mod methods;

@@ -7,6 +7,8 @@
 //!   and counts what it served (`GET /__requests`).
 //! - [`Gateway`]: the `rl-gateway` binary, run with a TOML file written into its own
 //!   temporary directory, stderr and stdout going to a log file there.
+//! - [`paced`] and [`windows`]: a crowd of clients at a steady pace over several gateways,
+//!   every request timed, and the module's aligned windows each was decided in.
 //!
 //! HTTP goes through ureq 2; [`Resp`] is every answer, whatever its status, with helpers
 //! that parse `RateLimit-Policy` and `RateLimit` as RFC 8941 Lists (sfv).
@@ -14,11 +16,13 @@ pub mod crowd;
 pub mod envoy;
 mod http;
 mod metrics;
+pub mod paced;
 mod process;
 mod quota;
 pub mod raw_http;
 mod spent;
 pub mod tls_upstream;
+pub mod windows;
 
 pub use http::*;
 pub use metrics::*;

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Local quota's accuracy: four rl-gateways sharing one key, as the gateway's integration test
+measures it.
+
+Runs the test `local_quota_accuracy::four_gateways_sharing_a_key_never_admit_more_than_redis_granted`
+(gateway/tests/it/local_quota_accuracy.rs) on Redis and Valkey as the tests find them
+(REDIS_SERVER, VALKEY_SERVER): once with local quota, and once with the same rules deciding
+every request in Redis (RL_ACCURACY_WITHOUT_LOCAL_QUOTA=1), the baseline of the shortfall
+that clients falling behind on a busy machine cause by themselves. It collects the summary
+rows and the per-window counts the test prints and writes them, with the load of the
+machine, to bench/QUOTA-ACCURACY-RESULTS.md.
+
+    python3 bench/quota_accuracy.py                  # make bench-quota-accuracy
+    python3 bench/quota_accuracy.py --no-baseline --output /tmp/smoke.md
+
+The test builds what it runs (the debug rl-gateway and module, as `make test` does): what is
+measured is accuracy, not speed. A test that found over-admission still printed its table: the
+results are written with what it found, and the script exits 1; a test that printed no table
+(it could not run) writes nothing.
+Python 3 standard library only; cargo runs in this process's group, so Ctrl-C stops it.
+"""
+
+import argparse
+import datetime
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, NamedTuple, Optional
+
+from lib.report import README_LINK, git_commit, log, machine_description
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+OUTPUT = BENCH_DIR / "QUOTA-ACCURACY-RESULTS.md"
+TEST = ("local_quota_accuracy::"
+        "four_gateways_sharing_a_key_never_admit_more_than_redis_granted")
+COMMAND = ["cargo", "test", "-p", "rl-gateway", "--test", "it", "--", TEST, "--exact",
+           "--nocapture"]
+BASELINE_VARIABLE = "RL_ACCURACY_WITHOUT_LOCAL_QUOTA"
+WINDOW_MARK = " windows (certain+ambiguous/denied): "
+# The test's verdicts on a run: "Redis fixed: the window starting at ... admitted 265 > 250".
+WRONG = re.compile(r"^(Redis|Valkey) \w+: (the window|the run|no batch|\d+ admitted within)")
+
+
+class Printed(NamedTuple):
+    """What one run of the test printed: its set-up, its table, its windows and what it
+    found wrong."""
+    setup: str
+    header: List[str]
+    rows: List[str]
+    windows: List[str]
+    wrong: List[str]
+
+
+def parse(stdout: str, stderr: str = "") -> Printed:
+    """The set-up line, the summary table's header (two lines) and rows, and the
+    per-window lines."""
+    lines = stdout.splitlines()
+    setup = next((line[len("setup: "):] for line in lines if line.startswith("setup: ")), "")
+    starts = [i for i, line in enumerate(lines) if line.startswith("| server |")]
+    if not starts:
+        raise ValueError("the test printed no summary table")
+    header = lines[starts[0]:starts[0] + 2]
+    rows = [line for line in lines if line.startswith(("| Redis |", "| Valkey |"))]
+    windows = [line for line in lines if WINDOW_MARK in line]
+    wrong = [line for line in stderr.splitlines() if WRONG.match(line)]
+    return Printed(setup, header, rows, windows, wrong)
+
+
+def run_test(baseline: bool) -> Printed:
+    env = dict(os.environ)
+    env.pop(BASELINE_VARIABLE, None)
+    if baseline:
+        env[BASELINE_VARIABLE] = "1"
+    log(f"running {' '.join(COMMAND)}" + (f" with {BASELINE_VARIABLE}=1" if baseline else ""))
+    result = subprocess.run(COMMAND, cwd=REPO_DIR, env=env, capture_output=True, text=True)
+    try:
+        printed = parse(result.stdout, result.stderr)
+    except ValueError:
+        sys.stderr.write(result.stdout[-20_000:] + result.stderr[-5_000:])
+        raise SystemExit(f"the test did not run (exit {result.returncode}): nothing written")
+    if result.returncode != 0 and not printed.wrong:
+        sys.stderr.write(result.stderr[-5_000:])
+        raise SystemExit(f"the test failed (exit {result.returncode}): nothing written")
+    return printed
+
+
+def server_version(variable: str, default: Optional[str]) -> str:
+    """The first line of `--version` of the server the tests would run, or why not."""
+    binary = os.environ.get(variable) or default
+    if not binary:
+        return f"({variable} not set)"
+    try:
+        result = subprocess.run([binary, "--version"], capture_output=True, text=True)
+    except OSError as err:
+        return f"({binary}: {err})"
+    return result.stdout.strip().splitlines()[0] if result.stdout.strip() else binary
+
+
+def valkey_default() -> Optional[str]:
+    result = subprocess.run([str(REPO_DIR / "scripts" / "valkey-path.sh")],
+                            capture_output=True, text=True)
+    return result.stdout.strip() or None
+
+
+def report(runs: List[Printed], load_before: str, load_after: str, servers: str) -> str:
+    command = " ".join(COMMAND)
+    lines = [
+        "# Local quota: accuracy with four gateways sharing one key",
+        "",
+        README_LINK,
+        "",
+        f"Generated by `bench/quota_accuracy.py` on {datetime.date.today()}, commit "
+        f"{git_commit()}, {machine_description()}; {servers}. Load average (1, 5, 15 min) "
+        f"{load_before} before, {load_after} after.",
+        "",
+        f"Each row is one algorithm's run of `{command}`"
+        + (f", the rows without local quota with `{BASELINE_VARIABLE}=1`" if len(runs) > 1 else "")
+        + ": rl-gateways (debug builds, check mode) on one server share one key "
+        f"(`key = \"global\"`), each with paced clients ({runs[0].setup}). A request is *certain* in a window when sent and answered within it, "
+        "else *ambiguous* in each window it overlaps. The bound of a window is what the test "
+        "asserts of its certain requests (for the log, of those within any window less "
+        "hold_ms); the bound of the run, of every allowed request from the first sent to the "
+        "last answer (the key was fresh). The shortfall of a busy window is the limit less its "
+        "certain and ambiguous requests, in the busy windows after the first that had "
+        "denials; it is reported, not asserted.",
+        "",
+    ]
+    lines += runs[0].header
+    for run in runs:
+        lines += run.rows
+    lines += ["", "Per window (certain+ambiguous/denied), in the order of the table:", "",
+              "```text"]
+    for run, local_quota in zip(runs, ["on", "off"]):
+        lines += [f"local quota {local_quota}:"] + run.windows
+    lines += ["```"]
+    for run, local_quota in zip(runs, ["on", "off"]):
+        if run.wrong:
+            lines += ["", f"The test failed with local quota {local_quota}:", "", "```text"]
+            lines += run.wrong + ["```"]
+    return "\n".join(lines) + "\n"
+
+
+def load_average() -> str:
+    return ", ".join(f"{value:.1f}" for value in os.getloadavg())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="only the run with local quota")
+    parser.add_argument("--output", type=Path, default=OUTPUT, help="the results file")
+    arguments = parser.parse_args()
+    servers = (f"{server_version('REDIS_SERVER', 'redis-server')}; "
+               f"{server_version('VALKEY_SERVER', valkey_default())}")
+    load_before = load_average()
+    runs = [run_test(baseline=False)]
+    if not arguments.no_baseline:
+        runs.append(run_test(baseline=True))
+    text = report(runs, load_before, load_average(), servers)
+    print(text)
+    arguments.output.write_text(text)
+    return 1 if any(run.wrong for run in runs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
