@@ -70,6 +70,11 @@ impl Verdict {
     /// What a look (`RL.PEEK` with `COST units`) that allowed says is left now: each
     /// allowing tier's remaining plus the units the look did not take.
     pub(crate) fn before_look(&self, units: u64) -> Verdict {
+        self.with_more(units)
+    }
+
+    /// Each allowing tier's remaining plus `units`, at most its limit.
+    fn with_more(&self, units: u64) -> Verdict {
         let back = |t: &TierState| TierState {
             remaining: if t.allowed {
                 t.remaining.saturating_add(units).min(t.limit)
@@ -103,20 +108,7 @@ impl Verdict {
     /// most its limit): what a client of a gateway holding `held` units of the key's
     /// budget (`local_quota`) can still spend.
     pub(crate) fn holding(&self, held: u64, ms: u64) -> Verdict {
-        let aged = self.aged(ms);
-        let more = |t: &TierState| TierState {
-            remaining: if t.allowed {
-                t.remaining.saturating_add(held).min(t.limit)
-            } else {
-                t.remaining
-            },
-            ..*t
-        };
-        Verdict {
-            binding: more(&aged.binding),
-            tiers: aged.tiers.iter().map(more).collect(),
-            shadow_denied: aged.shadow_denied,
-        }
+        self.aged(ms).with_more(held)
     }
 
     /// This verdict with each tier's remaining no more than `other`'s (tier by tier, where

@@ -230,6 +230,16 @@ impl Cluster {
         Self::topology_seen_by(&self.servers[0])
     }
 
+    /// The primaries as a gateway's `[redis] cluster` list: `"redis://127.0.0.1:p", ...`.
+    pub fn gateway_seeds(&self) -> String {
+        let seeds: Vec<String> = self
+            .primaries()
+            .iter()
+            .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port()))
+            .collect();
+        seeds.join(", ")
+    }
+
     /// The running primaries that serve slots, in port order.
     pub fn primaries(&self) -> Vec<&Server> {
         let mut ports: Vec<u16> = self

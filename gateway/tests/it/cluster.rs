@@ -14,17 +14,13 @@ use std::time::{Duration, Instant};
 /// A gateway in front of `upstream`, keyed by the `X-User` header, talking to `cluster`
 /// through the cluster client seeded with every primary.
 fn gateway_on(cluster: &Cluster, upstream: &Upstream, deadline_ms: u64, limits: &str) -> Gateway {
-    let seeds: Vec<String> = cluster
-        .primaries()
-        .iter()
-        .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port()))
-        .collect();
+    let seeds = cluster.gateway_seeds();
     Gateway::start(
         &upstream.server_line(),
         &format!(
             "[redis]\ncluster = [{}]\ndeadline_ms = {deadline_ms}\nbreaker_open_ms = 100\n\
              [default]\nkey = \"header:X-User\"\nlimits = {limits}\n",
-            seeds.join(", ")
+            seeds
         ),
     )
 }

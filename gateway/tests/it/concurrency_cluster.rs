@@ -23,18 +23,14 @@ fn each_clients_slot_is_held_on_its_own_shard_and_given_back() {
     each_flavor(|flavor| {
         let cluster = Cluster::start(flavor, 3, 0);
         let upstream = Upstream::start();
-        let seeds: Vec<String> = cluster
-            .primaries()
-            .iter()
-            .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port()))
-            .collect();
+        let seeds = cluster.gateway_seeds();
         let gateway = Gateway::start(
             &upstream.server_line(),
             &format!(
                 "[redis]\ncluster = [{}]\ndeadline_ms = 1000\n\
                  [[rule]]\nname = \"llm\"\npath = \"/llm\"\nkey = \"header:X-User\"\n\
                  concurrency = 1\nlease_ttl = \"300s\"\n",
-                seeds.join(", ")
+                seeds
             ),
         );
         for (n, primary) in cluster.primaries().into_iter().enumerate() {

@@ -32,16 +32,9 @@ fn calls(cluster: &Cluster, command: &str) -> i64 {
 fn one_subject_is_one_mhit_and_other_slots_are_given_back() {
     each_flavor(|flavor| {
         let cluster = Cluster::start(flavor, 3, 0);
-        let seeds: Vec<String> = cluster
-            .primaries()
-            .iter()
-            .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port()))
-            .collect();
+        let seeds = cluster.gateway_seeds();
         let mut envoy = EnvoyGateway::start(
-            &format!(
-                "[redis]\ncluster = [{}]\ndeadline_ms = 1000\n",
-                seeds.join(", ")
-            ),
+            &format!("[redis]\ncluster = [{}]\ndeadline_ms = 1000\n", seeds),
             &[("api.yaml", DESCRIPTORS)],
         );
         for primary in cluster.primaries() {

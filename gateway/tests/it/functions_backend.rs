@@ -424,17 +424,13 @@ fn backend_module_wants_the_module_even_where_the_library_is() {
 /// A gateway on `cluster` (its primaries as seeds), keyed by `X-User`, 2 per hour, with
 /// `[redis]` lines `extra`.
 fn cluster_gateway(cluster: &Cluster, upstream: &Upstream, extra: &str) -> Gateway {
-    let seeds: Vec<String> = cluster
-        .primaries()
-        .iter()
-        .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port()))
-        .collect();
+    let seeds = cluster.gateway_seeds();
     Gateway::start(
         &upstream.server_line(),
         &format!(
             "[redis]\ncluster = [{}]\ndeadline_ms = 1000\n{extra}\n[default]\n\
              key = \"header:X-User\"\nlimits = [\"2/1h\"]\n",
-            seeds.join(", ")
+            seeds
         ),
     )
 }

@@ -10,17 +10,10 @@ use testkit::gateway::*;
 /// A gateway in front of `upstream` talking to `cluster` through the cluster client
 /// seeded with every primary, with `rest` after `[redis]`.
 fn gateway_on(cluster: &Cluster, upstream: &Upstream, rest: &str) -> Gateway {
-    let seeds: Vec<String> = cluster
-        .primaries()
-        .iter()
-        .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port()))
-        .collect();
+    let seeds = cluster.gateway_seeds();
     Gateway::start(
         &upstream.server_line(),
-        &format!(
-            "[redis]\ncluster = [{}]\ndeadline_ms = 1000\n{rest}",
-            seeds.join(", ")
-        ),
+        &format!("[redis]\ncluster = [{}]\ndeadline_ms = 1000\n{rest}", seeds),
     )
 }
 

@@ -14,16 +14,12 @@ use std::sync::Arc;
 /// A gateway in front of `upstream` talking to `cluster` through its cluster client, with
 /// `rules`.
 fn gateway_on(cluster: &Cluster, upstream: &Upstream, rules: &str) -> Gateway {
-    let seeds: Vec<String> = cluster
-        .primaries()
-        .iter()
-        .map(|s| format!("\"redis://127.0.0.1:{}\"", s.port()))
-        .collect();
+    let seeds = cluster.gateway_seeds();
     Gateway::start(
         &upstream.server_line(),
         &format!(
             "[redis]\ncluster = [{}]\ndeadline_ms = 1000\n{rules}\n",
-            seeds.join(", ")
+            seeds
         ),
     )
 }
