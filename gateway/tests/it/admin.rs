@@ -180,6 +180,12 @@ const PINNED_FAMILIES: &str = r#"
 # TYPE rl_gateway_connections_refused_total counter
 # HELP rl_gateway_module_errors_total Error replies of the module (a misconfiguration: a missing policy, a refused rule), by rule.
 # TYPE rl_gateway_module_errors_total counter
+# HELP rl_gateway_local_quota_decisions_total Requests decided from units of local quota held, without a Redis call.
+# TYPE rl_gateway_local_quota_decisions_total counter
+# HELP rl_gateway_local_quota_units_taken_total Units of local quota taken from Redis (RL.TAKE).
+# TYPE rl_gateway_local_quota_units_taken_total counter
+# HELP rl_gateway_local_quota_units_given_back_total Units of local quota given back to Redis unspent (RL.REFUND).
+# TYPE rl_gateway_local_quota_units_given_back_total counter
 "#;
 
 /// Every series (name and labels, without the value) a scrape holds after the requests of
@@ -255,6 +261,9 @@ rl_gateway_lease_releases_total{cause="dropped"}
 rl_gateway_lease_releases_total{cause="end"}
 rl_gateway_lease_releases_total{cause="error"}
 rl_gateway_leases_held
+rl_gateway_local_quota_decisions_total
+rl_gateway_local_quota_units_given_back_total
+rl_gateway_local_quota_units_taken_total
 rl_gateway_module_errors_total{rule="strict"}
 rl_gateway_redis_latency_seconds_bucket{le="+Inf"}
 rl_gateway_redis_latency_seconds_bucket{le="0.0001"}
