@@ -335,6 +335,8 @@ async fn stop(running: Running, drain: Duration) {
     };
     let _ = tokio::join!(main, envoy_drained);
     give_back_leases(&gateway).await;
+    // Units of local quota held: another gateway's at once rather than at their window's end.
+    gateway.decider().give_back_held().await;
     let _ = stop_admin.send(true);
     let _ = admin.await;
 }
@@ -381,7 +383,8 @@ async fn start(
     } else {
         first_probe(&backend).await;
     }
-    let decider = decider::Decider::new(backend.clone(), &config.redis, config.deny_cache_capacity);
+    let decider = decider::Decider::new(backend.clone(), &config.redis, config.deny_cache_capacity)
+        .with_quota_settings(config.local_quota);
     let gateway = Arc::new(Gateway::new(
         config.server.clone(),
         config.redis.key_prefix.clone(),

@@ -99,6 +99,50 @@ impl Verdict {
         }
     }
 
+    /// The same verdict `ms` later, with `held` more units in every allowing tier (at
+    /// most its limit): what a client of a gateway holding `held` units of the key's
+    /// budget (`local_quota`) can still spend.
+    pub(crate) fn holding(&self, held: u64, ms: u64) -> Verdict {
+        let aged = self.aged(ms);
+        let more = |t: &TierState| TierState {
+            remaining: if t.allowed {
+                t.remaining.saturating_add(held).min(t.limit)
+            } else {
+                t.remaining
+            },
+            ..*t
+        };
+        Verdict {
+            binding: more(&aged.binding),
+            tiers: aged.tiers.iter().map(more).collect(),
+            shadow_denied: aged.shadow_denied,
+        }
+    }
+
+    /// Reads a reply of RL.TAKE: RL.HIT's verdict and the units granted (RESP2: a sixth
+    /// integer; RESP3: the `granted` field). `None` when it is not one, or when what it
+    /// says does not hold together (units granted on a denial, none on an allowance).
+    pub(crate) fn from_take_reply(value: &Value) -> Option<(Verdict, u64)> {
+        let (verdict, granted) = match value {
+            Value::Array(items) => match items.as_slice() {
+                [first @ .., granted] if first.len() == 5 => (
+                    Verdict::single(tier_from_array(first)?),
+                    non_negative(granted)?,
+                ),
+                _ => return None,
+            },
+            Value::Map(fields) => {
+                let granted = fields
+                    .iter()
+                    .find(|(name, _)| field_name(name) == Some("granted"))
+                    .and_then(|(_, value)| non_negative(value))?;
+                (Verdict::from_reply(value)?, granted)
+            }
+            _ => return None,
+        };
+        (verdict.allowed() == (granted > 0)).then_some((verdict, granted))
+    }
+
     /// Reads a reply of RL.HIT; `None` when it is not one.
     pub(crate) fn from_reply(value: &Value) -> Option<Verdict> {
         match value {

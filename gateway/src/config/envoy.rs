@@ -19,6 +19,14 @@ pub(super) fn envoy_settings(section: EnvoySection) -> Result<EnvoySettings, Str
             section.listen
         )
     })?;
+    if section.local_quota && (section.shadow_mode || section.quota_mode) {
+        return Err(
+            "[envoy] local_quota = true with shadow_mode or quota_mode: their descriptors are \
+             charged apart and never denied, so there is nothing to decide locally; turn one \
+             off"
+            .into(),
+        );
+    }
     let limits = GrpcLimitFields {
         max_connections: section.max_connections,
         handshake_timeout_ms: section.handshake_timeout_ms,
@@ -30,6 +38,7 @@ pub(super) fn envoy_settings(section: EnvoySection) -> Result<EnvoySettings, Str
         limit_headers: limit_headers(&section)?,
         shadow_mode: section.shadow_mode,
         quota_mode: section.quota_mode,
+        local_quota: section.local_quota,
         response_dynamic_metadata: section.response_dynamic_metadata,
         near_limit_ratio: near_limit_ratio(section.near_limit_ratio)?,
     };

@@ -10,6 +10,7 @@ mod concurrency;
 mod envoy;
 mod error;
 mod limit;
+mod local_quota;
 mod pem;
 mod redis_connection;
 #[doc(hidden)]
@@ -49,6 +50,8 @@ pub struct Config {
     pub rules: RuleSet,
     /// `[envoy]`, when the gRPC service is on.
     pub envoy: Option<EnvoySettings>,
+    /// `[local_quota]`: how rules with `local_quota = true` take their batches.
+    pub local_quota: crate::decider::quota::QuotaSettings,
 }
 
 /// `[envoy]`, checked; the descriptors are loaded from `descriptors` at start.
@@ -143,6 +146,7 @@ fn checked(file: FileConfig) -> Result<Config, String> {
         deny_cache_capacity: file.deny_cache.capacity,
         rules,
         envoy,
+        local_quota: local_quota::local_quota(file.local_quota)?,
     })
 }
 

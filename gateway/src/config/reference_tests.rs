@@ -2,8 +2,8 @@
 //! and against loading (each documented key is accepted), and the generator's refusals.
 
 use super::super::schema::{
-    DenyCacheSection, EnvoySection, FileConfig, HeadersSection, RedisSection, RuleSection,
-    RulesDocument, ServerSection,
+    DenyCacheSection, EnvoySection, FileConfig, HeadersSection, LocalQuotaSection, RedisSection,
+    RuleSection, RulesDocument, ServerSection,
 };
 use super::*;
 use serde::de::{DeserializeOwned, Deserializer, Error as _, Visitor};
@@ -120,6 +120,7 @@ fn every_key_serde_reads_is_in_the_committed_reference() {
         ("redis", serde_fields::<RedisSection>()),
         ("headers", serde_fields::<HeadersSection>()),
         ("deny_cache", serde_fields::<DenyCacheSection>()),
+        ("local_quota", serde_fields::<LocalQuotaSection>()),
         ("rule", serde_fields::<RuleSection>()),
         ("default", serde_fields::<RuleSection>()),
         (

@@ -185,7 +185,8 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
         ));
     }
     let stack = section.stack;
-    Ok(Rule::new(
+    let local_quota = section.local_quota;
+    let rule = Rule::new(
         name,
         methods,
         path,
@@ -197,7 +198,12 @@ fn rule(section: RuleSection, place: RulePlace, paths: &PathPolicy) -> Result<Ru
         on_failure,
     )
     .stacking(stack)
-    .limiting_concurrency(concurrency))
+    .limiting_concurrency(concurrency)
+    .with_local_quota(local_quota);
+    match rule.local_quota_refusal().filter(|_| local_quota) {
+        Some(why) => Err(format!("rule '{}': local_quota = true: {why}", rule.name)),
+        None => Ok(rule),
+    }
 }
 
 /// `"open"` (false) or `"closed"` (true), the value of the setting `name`.

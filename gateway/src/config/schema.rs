@@ -27,6 +27,8 @@ pub(super) struct FileConfig {
     pub(super) headers: HeadersSection,
     #[serde(default)]
     pub(super) deny_cache: DenyCacheSection,
+    #[serde(default)]
+    pub(super) local_quota: LocalQuotaSection,
     #[serde(default, rename = "rule")]
     pub(super) rules: Vec<RuleSection>,
     pub(super) default: Option<RuleSection>,
@@ -75,6 +77,11 @@ pub(super) struct EnvoySection {
     /// Every descriptor is a quota descriptor (`QUOTA_MODE`).
     #[serde(default)]
     pub(super) quota_mode: bool,
+    /// Every descriptor limit with `requests_per_unit` (not a policy) takes its budget in
+    /// batches, as `local_quota = true` on a rule; `[local_quota]` sizes them. Not with
+    /// `shadow_mode` or `quota_mode`, whose descriptors are charged apart.
+    #[serde(default)]
+    pub(super) local_quota: bool,
     /// The request and the passing descriptors' `metadata` in the response's
     /// `dynamic_metadata` (`RESPONSE_DYNAMIC_METADATA`).
     #[serde(default)]
@@ -341,6 +348,35 @@ impl Default for HeadersSection {
     }
 }
 
+/// `[local_quota]`: how rules with `local_quota = true` take and hold their batches.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+#[schemars(extend("x-reload" = "restart"))]
+pub(super) struct LocalQuotaSection {
+    /// 1 to 10000: a batch is the units the key's requests asked for in about this long
+    /// (so it lasts about this long at the key's rate); a key asking fewer than 4 units in
+    /// it takes each request's own.
+    pub(super) interval_ms: u64,
+    /// `interval_ms` to 60000: units are spent within this long of being taken, else
+    /// given back (so a key that goes quiet gives its units back after it); for `token`,
+    /// `gcra` and `log` the limit then holds as if each window were this much longer.
+    pub(super) hold_ms: u64,
+    /// 1 to 50: a batch is at most this percent of the rule's smallest limit, which bounds
+    /// what one gateway holds while another is denied (about one and a half batches).
+    pub(super) max_batch_percent: u64,
+}
+
+impl Default for LocalQuotaSection {
+    fn default() -> Self {
+        let settings = crate::decider::quota::QuotaSettings::default();
+        LocalQuotaSection {
+            interval_ms: millis(settings.interval),
+            hold_ms: millis(settings.hold),
+            max_batch_percent: settings.max_batch_percent,
+        }
+    }
+}
+
 /// `[deny_cache]`.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -451,6 +487,12 @@ pub(super) struct RuleSection {
     /// (it is renewed while its response is in flight).
     #[schemars(extend("default" = DEFAULT_LEASE_TTL))]
     pub(super) lease_ttl: Option<String>,
+    /// `true`: the gateway takes the key's budget from Redis in batches and decides in its
+    /// own memory, never admitting more than Redis granted; see [Local
+    /// quota](#local-quota) and `[local_quota]`. Not with `policy`, `concurrency`, `count =
+    /// [statuses]` or `mode = "shadow"`.
+    #[serde(default)]
+    pub(super) local_quota: bool,
 }
 
 /// A lease's length when the rule does not say: long enough for a slow response, short

@@ -6,24 +6,40 @@
 use super::Applied;
 
 impl Applied {
+    /// The rule's words without its own `COST` (always its last two words, see
+    /// `call_args`).
+    fn words_without_cost(&self) -> &[String] {
+        let words = &self.rule.call_args;
+        let own = words.len() >= 2 && words[words.len() - 2] == "COST";
+        &words[..words.len() - if own { 2 } else { 0 }]
+    }
+
     /// The words after the key of `RL.HIT`, `RL.PEEK` or `RL.REFUND` for this request.
     pub(super) fn push_args(&self, cmd: &mut redis::Cmd) {
-        let words = &self.rule.call_args;
         match self.cost {
             None => {
-                cmd.arg(words);
+                cmd.arg(&self.rule.call_args);
             }
             Some(cost) => {
-                // The module takes COST once: the rule's own (always its last two words,
-                // see `call_args`) gives way to this request's.
-                let own = words.len() >= 2 && words[words.len() - 2] == "COST";
-                cmd.arg(&words[..words.len() - if own { 2 } else { 0 }]);
+                // The module takes COST once: the rule's own gives way to this request's.
+                cmd.arg(self.words_without_cost());
                 if cost != 1 {
                     cmd.arg("COST").arg(cost);
                 }
             }
         }
     }
+}
+
+/// `RL.TAKE key words UPTO units` for the key of `applied` (the partial grant takes no
+/// `COST`: `UPTO` is the units asked for).
+pub(super) fn take_cmd(applied: &Applied, units: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("RL.TAKE");
+    cmd.arg(&applied.key)
+        .arg(applied.words_without_cost())
+        .arg("UPTO")
+        .arg(units);
+    cmd
 }
 
 /// `command key args...` for one applying rule.

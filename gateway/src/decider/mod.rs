@@ -16,6 +16,7 @@
 //!   [`lease_guard`] holds one while its request is served;
 //! - `calls`: one call under the deadline, through the breaker, its failure classified;
 //! - `write_back`: what local limits admitted, counted in Redis once it answers;
+//! - [`quota`]: local quota, units taken in batches and spent in memory;
 //! - `commands`: the module's commands as sent;
 //! - [`redis`]: the connection, the only code that talks to Redis.
 
@@ -29,6 +30,7 @@ mod leases;
 pub(crate) mod local_limits;
 mod look;
 pub(crate) mod module_errors;
+pub(crate) mod quota;
 pub mod redis;
 mod refund;
 mod stacked;
@@ -40,9 +42,11 @@ use self::breaker::Breaker;
 use self::deny_cache::DenyCache;
 use self::local_limits::LocalLimits;
 use self::module_errors::ModuleErrorLog;
+use self::quota::{QuotaSettings, Quotas};
 use self::redis::Backend;
 use crate::config::RedisSettings;
 use crate::metrics::Metrics;
+use std::sync::Arc;
 use std::time::Duration;
 pub(crate) use transport::Transport;
 pub(crate) use types::{Applied, End, LeaseAnswer, Look, Released, RuleOutcome, Stacked};
@@ -63,6 +67,9 @@ pub struct Decider<T: Transport = Backend> {
     deadline: Duration,
     metrics: Metrics,
     module_errors: ModuleErrorLog,
+    /// The units of local quota held (`local_quota = true`), shared with the tasks that
+    /// refill them and give them back.
+    quotas: Arc<Quotas>,
 }
 
 impl<T: Transport> Decider<T> {
@@ -83,12 +90,21 @@ impl<T: Transport> Decider<T> {
             deadline: redis.deadline,
             metrics: Metrics::default(),
             module_errors: ModuleErrorLog::default(),
+            quotas: Arc::new(Quotas::new(QuotaSettings::default())),
         }
     }
 
-    /// Called when the rules change: a denial under the old rules may not hold any more.
+    /// The same decider with `[local_quota]`'s settings.
+    pub fn with_quota_settings(mut self, settings: QuotaSettings) -> Self {
+        self.quotas = Arc::new(Quotas::new(settings));
+        self
+    }
+
+    /// Called when the rules change: a denial under the old rules may not hold any more,
+    /// and units of local quota held under them go back.
     pub(crate) fn forget_denials(&self) {
         self.deny_cache.clear();
+        self.release_held();
     }
 
     /// The counters: the gateway's, which the decider keeps as it counts its own work.

@@ -4,10 +4,11 @@
 //! or fails on a fail-closed rule, those charged before are given back.
 
 use super::calls::Late;
-use super::commands::group_cmd;
+use super::commands::{group_cmd, hit_cmd};
 use super::groups::{Pending, Shadow};
 use super::lease_guard::new_lease_id;
 use super::local_limits::LocalAnswer;
+use super::quota::{Taken, Takes};
 use super::MIN_RELEASE_DEADLINE;
 use super::{Applied, Decider, End, LeaseAnswer, RuleOutcome, Stacked, Transport};
 use crate::failure::Failure;
@@ -82,9 +83,14 @@ impl<T: Transport> Decider<T> {
             let cached = true;
             return ended(outcomes, End::Denied { binding, cached });
         }
+        let mut takes: Takes = SmallVec::from_elem(0, applying.len());
+        if self.decide_held(applying, &mut outcomes, &mut takes) {
+            return ended(outcomes, End::Allowed);
+        }
         let cluster = self.backend.is_cluster();
         let pending = Pending::new(applying, limited, cluster, Shadow::Apart);
-        self.charge_in_turn(applying, pending, outcomes).await
+        self.charge_in_turn(applying, pending, outcomes, &takes)
+            .await
     }
 
     /// A denial still in force for any enforced key answers for the whole request; the
@@ -107,11 +113,13 @@ impl<T: Transport> Decider<T> {
         applying: &[Applied],
         mut pending: Pending,
         mut outcomes: Outcomes,
+        takes: &Takes,
     ) -> Stacked {
         let deadline = tokio::time::Instant::now() + self.deadline;
         while let Some(group) = pending.next() {
             let mut late = None;
-            let binding = match self.charge(applying, &group, deadline, &mut late).await {
+            let charged = self.charge(applying, &group, takes, deadline, &mut late);
+            let binding = match charged.await {
                 Ok(charged) => self.record(applying, &group, charged, &mut outcomes),
                 Err(Failure::Error) if pending.split(&group) => continue,
                 Err(failure) => {
@@ -132,20 +140,30 @@ impl<T: Transport> Decider<T> {
         ended(outcomes, End::Allowed)
     }
 
-    /// One `RL.HIT` for a group of one, else one `RL.MHIT`: every key's verdict, each
-    /// flagged when it is the binding key. A call unanswered by `deadline` is left in
-    /// `late`, still running.
+    /// One `RL.HIT` for a group of one (an `RL.TAKE` of a batch when `takes` says so),
+    /// else one `RL.MHIT`: every key's verdict, each flagged when it is the binding key. A
+    /// call unanswered by `deadline` is left in `late`, still running.
     async fn charge(
         &self,
         applying: &[Applied],
         group: &[usize],
+        takes: &Takes,
         deadline: tokio::time::Instant,
         late: &mut Option<Late>,
     ) -> Result<Charged, Failure> {
         if let [i] = group {
-            let verdict = self
-                .call("RL.HIT", &applying[*i], deadline, Some(late))
-                .await?;
+            let applied = &applying[*i];
+            let taken = match takes[*i] {
+                0 => None,
+                units => match self.take(applied, units, deadline, late).await? {
+                    Taken::Decided(verdict) => Some(verdict),
+                    Taken::TooFew => None,
+                },
+            };
+            let verdict = match taken {
+                Some(verdict) => verdict,
+                None => self.call("RL.HIT", applied, deadline, Some(late)).await?,
+            };
             return Ok(Charged {
                 allowed: verdict.allowed(),
                 keys: SmallVec::from_elem((verdict, true), 1),
@@ -275,16 +293,31 @@ impl<T: Transport> Decider<T> {
     fn settle_late(&self, late: Late, applying: &[Applied], group: &[usize]) {
         let refund = group_cmd("RL.REFUND", "RL.MREFUND", applying, group);
         let keys = group.len();
-        let route_key = applying[group[0]].key.clone();
+        let first = &applying[group[0]];
+        let (rule, key) = (first.rule.clone(), first.key.clone());
         let backend = self.backend.clone();
         tokio::spawn(async move {
             let Ok(reply) = late.await else { return };
+            // A take (local quota) counted the units it granted, all of which go back.
+            if let Some((_, granted)) = Verdict::from_take_reply(&reply) {
+                if granted > 0 {
+                    let applied = Applied {
+                        rule,
+                        key,
+                        cost: Some(granted),
+                    };
+                    let refund = hit_cmd("RL.REFUND", &applied);
+                    let call = backend.call(&refund, None);
+                    let _ = tokio::time::timeout(MIN_RELEASE_DEADLINE, call).await;
+                }
+                return;
+            }
             let counted = match keys {
                 1 => Verdict::from_reply(&reply).map(|v| v.allowed()),
                 n => MultiVerdict::from_reply(&reply, n).map(|m| m.allowed),
             };
             if counted == Some(true) {
-                let call = backend.call(&refund, Some(&route_key));
+                let call = backend.call(&refund, Some(&key));
                 let _ = tokio::time::timeout(MIN_RELEASE_DEADLINE, call).await;
             }
         });

@@ -57,6 +57,35 @@ pub struct Metrics {
     connections_refused: Counter,
     /// Per rule, the error replies of the module (misconfigurations, not outages).
     module_errors: PerRule<RuleOnly>,
+    /// Local quota's counters, shared with its background tasks.
+    pub(crate) quota: QuotaCounters,
+}
+
+/// What local quota did: requests decided from units held, units taken from Redis and
+/// given back. Clones share the counts (the refills and give-backs run in tasks of their
+/// own).
+#[derive(Clone, Default)]
+pub(crate) struct QuotaCounters {
+    decisions: Counter,
+    taken: Counter,
+    given_back: Counter,
+}
+
+impl QuotaCounters {
+    /// A request decided from units held, without Redis.
+    pub(crate) fn spent(&self) {
+        self.decisions.inc();
+    }
+
+    /// `units` granted by a take.
+    pub(crate) fn taken(&self, units: u64) {
+        self.taken.inc_by(units);
+    }
+
+    /// `units` given back to Redis.
+    pub(crate) fn given_back(&self, units: u64) {
+        self.given_back.inc_by(units);
+    }
 }
 
 impl Default for Metrics {
@@ -79,6 +108,7 @@ impl Default for Metrics {
             broken_bodies: Counter::default(),
             connections_refused: Counter::default(),
             module_errors: PerRule::new(),
+            quota: QuotaCounters::default(),
         };
         metrics.register();
         metrics
@@ -185,6 +215,26 @@ impl Metrics {
              rule), by rule",
             self.module_errors.family(),
         );
+        let quota = [
+            (
+                "rl_gateway_local_quota_decisions",
+                "Requests decided from units of local quota held, without a Redis call",
+                &self.quota.decisions,
+            ),
+            (
+                "rl_gateway_local_quota_units_taken",
+                "Units of local quota taken from Redis (RL.TAKE)",
+                &self.quota.taken,
+            ),
+            (
+                "rl_gateway_local_quota_units_given_back",
+                "Units of local quota given back to Redis unspent (RL.REFUND)",
+                &self.quota.given_back,
+            ),
+        ];
+        for (name, help, counter) in quota {
+            self.registry.register(name, help, counter.clone());
+        }
     }
 
     /// Adds one descriptor's hits to the counts of its limit, named `rule` as in

@@ -35,6 +35,9 @@ fn renders_each_family_once_in_a_fixed_order() {
             "rl_gateway_request_body_errors_total",
             "rl_gateway_connections_refused_total",
             "rl_gateway_module_errors_total",
+            "rl_gateway_local_quota_decisions_total",
+            "rl_gateway_local_quota_units_taken_total",
+            "rl_gateway_local_quota_units_given_back_total",
         ]
     );
     assert_eq!(text.matches("# HELP ").count(), families.len());

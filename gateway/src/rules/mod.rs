@@ -267,6 +267,9 @@ pub struct Rule {
     pub(crate) deny_cache: bool,
     /// `concurrency = N`: the rule takes a lease (with its tiers, if any) instead of a hit.
     pub(crate) concurrency: Option<Concurrency>,
+    /// `local_quota = true`: its budget is taken in batches and spent in the gateway's
+    /// memory ([`crate::decider::quota`]).
+    pub(crate) local_quota: bool,
 }
 
 impl Rule {
@@ -311,7 +314,36 @@ impl Rule {
             call_args,
             deny_cache: true,
             concurrency: None,
+            local_quota: false,
         }
+    }
+
+    /// Why the rule cannot take its budget in batches (`local_quota`), if it cannot: each
+    /// reason is a rule whose meaning needs Redis on every request.
+    pub(crate) fn local_quota_refusal(&self) -> Option<&'static str> {
+        Some(match &self.limit {
+            Limit::Unlimited => "limits = [] counts nothing: there is no budget to hold",
+            Limit::Policy { .. } => {
+                "a policy's windows and mode live in Redis, so the gateway cannot tell when \
+                 units it holds stop counting; write the limits in the rule"
+            }
+            Limit::Tiers { .. } if self.shadow => {
+                "a shadow rule never denies: there is nothing to decide locally"
+            }
+            Limit::Tiers { .. } if self.concurrency.is_some() => {
+                "a concurrency rule takes a lease per request, which cannot be held in advance"
+            }
+            Limit::Tiers { .. } if self.counts_by_status() => {
+                "count = [statuses] charges each request and refunds it by its status in Redis"
+            }
+            Limit::Tiers { .. } => return None,
+        })
+    }
+
+    /// The same rule taking its budget in batches (`local_quota`).
+    pub(crate) fn with_local_quota(mut self, local_quota: bool) -> Self {
+        self.local_quota = local_quota;
+        self
     }
 
     /// The same rule limiting requests in flight too (`concurrency`).

@@ -21,8 +21,9 @@ pub(crate) const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The module's commands the gateway sends, each with its function and whether it takes
 /// `numkeys` first.
-const COMMANDS: [(&str, &str, bool); 10] = [
+const COMMANDS: [(&str, &str, bool); 11] = [
     ("RL.HIT", "rl_hit", false),
+    ("RL.TAKE", "rl_take", false),
     ("RL.PEEK", "rl_peek", false),
     ("RL.REFUND", "rl_refund", false),
     ("RL.RESET", "rl_reset", false),

@@ -13,25 +13,53 @@ use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-/// The rules of the loaded descriptors, each made into one charged apart (a shadow rule to
-/// the decider: charged in a call of its own, its denial counting nothing and denying
-/// nothing else), for `[envoy] quota_mode` and `shadow_mode`, where no descriptor's
-/// denial may keep another from being charged. Made once per rule, on first use.
-#[derive(Default)]
-pub(super) struct ApartRules {
+/// The rules of the loaded descriptors, each made into another once, on first use: one
+/// charged apart (a shadow rule to the decider: charged in a call of its own, its denial
+/// counting nothing and denying nothing else), for `[envoy] quota_mode` and
+/// `shadow_mode`, where no descriptor's denial may keep another from being charged; or one
+/// with local quota, for `[envoy] local_quota`.
+pub(super) struct MadeRules {
     /// By the address of the node's rule, which the entry holds so it stays unique.
     made: RwLock<Made>,
+    making: Making,
+}
+
+/// What a [`MadeRules`] makes of a rule.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Making {
+    Apart,
+    LocalQuota,
 }
 
 /// Each node rule (by its address) with the rule made of it.
 type Made = HashMap<usize, (Arc<Rule>, Arc<Rule>)>;
 
-impl ApartRules {
-    /// The rule to charge `m` under when descriptors are charged apart.
+impl MadeRules {
+    /// Rules charged apart.
+    pub(super) fn apart() -> Self {
+        MadeRules {
+            made: RwLock::default(),
+            making: Making::Apart,
+        }
+    }
+
+    /// Rules with local quota, where a rule can have it.
+    pub(super) fn local_quota() -> Self {
+        MadeRules {
+            made: RwLock::default(),
+            making: Making::LocalQuota,
+        }
+    }
+
+    /// The rule made of `m`'s.
     pub(super) fn rule(&self, m: &Matched<'_>) -> Arc<Rule> {
-        // A request's own limit is a rule made for this request: nothing to keep.
+        // A request's own limit is a rule made for this request: nothing to keep (and no
+        // local quota: units held for one request's rule serve no other).
         if !Arc::ptr_eq(&m.rule, &m.limit.rule) {
-            return apart(&m.rule);
+            return match self.making {
+                Making::Apart => apart(&m.rule),
+                Making::LocalQuota => m.rule.clone(),
+            };
         }
         let at = Arc::as_ptr(&m.rule) as usize;
         let made = self.made.read().unwrap_or_else(|e| e.into_inner());
@@ -40,10 +68,36 @@ impl ApartRules {
         }
         drop(made);
         let mut made = self.made.write().unwrap_or_else(|e| e.into_inner());
-        let (_, rule) = made
-            .entry(at)
-            .or_insert_with(|| (m.rule.clone(), apart(&m.rule)));
+        let (_, rule) = made.entry(at).or_insert_with(|| {
+            let made = match self.making {
+                Making::Apart => apart(&m.rule),
+                Making::LocalQuota => with_local_quota(&m.rule),
+            };
+            (m.rule.clone(), made)
+        });
         rule.clone()
+    }
+}
+
+/// `rule` with local quota, when it can have it (a descriptor with a policy cannot).
+fn with_local_quota(rule: &Rule) -> Arc<Rule> {
+    let mut made = rule.clone();
+    made.local_quota = rule.local_quota_refusal().is_none();
+    Arc::new(made)
+}
+
+/// What is made of the loaded descriptors' rules.
+pub(super) struct DescriptorRules {
+    pub(super) apart: MadeRules,
+    pub(super) local_quota: MadeRules,
+}
+
+impl Default for DescriptorRules {
+    fn default() -> Self {
+        DescriptorRules {
+            apart: MadeRules::apart(),
+            local_quota: MadeRules::local_quota(),
+        }
     }
 }
 
@@ -71,15 +125,18 @@ pub(super) async fn execute(
     decider: &Decider,
     plan: &Plan<'_>,
     settings: &AnswerSettings,
-    apart: &ApartRules,
+    made: &DescriptorRules,
 ) -> Replies {
     let mut replies: SmallVec<[Reply; 4]> = plan.matched.iter().map(|_| Reply::NotAsked).collect();
     let applied = |at: usize, cost: u64| {
         let m = &plan.matched[at];
         Applied {
-            rule: match settings.charges_apart() {
-                true => apart.rule(m),
-                false => m.rule.clone(),
+            rule: if settings.charges_apart() {
+                made.apart.rule(m)
+            } else if settings.local_quota {
+                made.local_quota.rule(m)
+            } else {
+                m.rule.clone()
             },
             key: m.key.clone(),
             cost: Some(cost),

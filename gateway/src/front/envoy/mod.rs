@@ -50,7 +50,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use execute::ApartRules;
+use execute::DescriptorRules;
 use plan::{Early, Event};
 use settings::AnswerSettings;
 use std::path::{Path, PathBuf};
@@ -82,14 +82,14 @@ pub struct EnvoyService {
 /// The descriptors in force, with what is made of their rules on first use.
 struct Loaded {
     domains: Domains,
-    apart: ApartRules,
+    made: DescriptorRules,
 }
 
 impl Loaded {
     fn new(domains: Domains) -> Arc<Loaded> {
         Arc::new(Loaded {
             domains,
-            apart: ApartRules::default(),
+            made: DescriptorRules::default(),
         })
     }
 }
@@ -186,7 +186,7 @@ impl EnvoyService {
             Ok(plan) => {
                 self.record(&plan.events);
                 let decider = self.gateway.decider();
-                let replies = execute::execute(decider, &plan, settings, &loaded.apart).await;
+                let replies = execute::execute(decider, &plan, settings, &loaded.made).await;
                 answer::answer(request, &plan, &replies, settings)
             }
         };

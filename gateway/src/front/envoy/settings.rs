@@ -17,6 +17,9 @@ pub struct AnswerSettings {
     pub shadow_mode: bool,
     /// `quota_mode`: every descriptor is a quota descriptor.
     pub quota_mode: bool,
+    /// `local_quota`: every descriptor limit that can takes its budget in batches
+    /// (`local_quota = true` on a TOML rule).
+    pub local_quota: bool,
     /// `response_dynamic_metadata`: the request and the passing descriptors' `metadata`
     /// in the response's `dynamic_metadata`.
     pub response_dynamic_metadata: bool,
@@ -32,6 +35,7 @@ impl Default for AnswerSettings {
             limit_headers: None,
             shadow_mode: false,
             quota_mode: false,
+            local_quota: false,
             response_dynamic_metadata: false,
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
         }

@@ -1,0 +1,332 @@
+//! Local quota (`local_quota = true`): a key's budget taken from Redis in batches
+//! (`RL.TAKE ... UPTO n`, which never grants more than the limit allows) and spent in the
+//! gateway's memory, so that a busy key costs a Redis call per batch rather than per
+//! request, and a fleet of gateways never admits more than Redis granted.
+//!
+//! The store here is pure bookkeeping (the time passed in, no I/O): which units each key
+//! holds and until when (`allowance`), how busy it is (`rate`), how big its next batch is.
+//! The decider (`decide`) sends the takes, the refills and the give-backs.
+//!
+//! - A batch is the units the key's requests asked for in the last `interval`, at most
+//!   `max_batch_percent` of the rule's smallest limit; under [`MIN_BATCH`] a request takes
+//!   only its own units, so a key seen once costs what it costs without local quota.
+//! - When half of the last grant is spent a refill is taken in the background: a busy key's
+//!   requests do not wait for Redis.
+//! - What is not spent goes back (`RL.REFUND ... COST u`) before its window ends, once
+//!   `hold` has passed since its take, when the key's rule changes and on a reload.
+//!
+//! The most units one gateway holds for a key is about one and a half batches (half of one
+//! and the refill): that bounds the budget another gateway can be denied while this one
+//! holds it.
+
+mod allowance;
+mod decide;
+mod rate;
+
+use self::allowance::{Allowance, Lot, Spend};
+pub(crate) use self::decide::{Taken, Takes};
+use crate::rules::{Limit, Rule};
+use crate::verdict::Verdict;
+use lru::LruCache;
+use std::collections::HashSet;
+use std::num::NonZeroUsize;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The fewest units a batch is worth taking for: below it a request takes its own.
+pub(crate) const MIN_BATCH: u64 = 4;
+
+/// The most keys whose rate and units are kept; the least recently used go first, their
+/// units given back.
+const CAPACITY: usize = 100_000;
+
+/// `[local_quota]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaSettings {
+    /// A batch lasts about this long at the key's rate.
+    pub interval: Duration,
+    /// Units are spent within this long of their take, else given back.
+    pub hold: Duration,
+    /// A batch is at most this share of the rule's smallest limit, in percent.
+    pub max_batch_percent: u64,
+}
+
+impl Default for QuotaSettings {
+    fn default() -> Self {
+        QuotaSettings {
+            interval: Duration::from_millis(20),
+            hold: Duration::from_millis(100),
+            max_batch_percent: 1,
+        }
+    }
+}
+
+/// What a request's rule with local quota is to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// Decided here, with the verdict for its headers; and a refill of this many units to
+    /// take in the background, when one is due.
+    Spent(Verdict, Option<u64>),
+    /// Not enough units held: take this many (the request's own among them) and wait.
+    Take(u64),
+    /// Not enough units held and no batch worth taking: charged in Redis as without local
+    /// quota.
+    Hit,
+}
+
+/// Units to give back to Redis.
+pub(crate) struct GiveBack {
+    pub(crate) rule: Arc<Rule>,
+    pub(crate) key: String,
+    pub(crate) units: u64,
+}
+
+pub(crate) struct Quotas {
+    settings: QuotaSettings,
+    store: Mutex<Store>,
+    /// Whether the give-back task runs (started with the first units held).
+    pub(super) sweeping: AtomicBool,
+}
+
+struct Store {
+    keys: LruCache<String, Allowance>,
+    /// The keys holding units or taking: what the give-back task looks at.
+    holding: HashSet<String>,
+    /// Units of allowances forgotten (evicted, their rule changed), still to go back.
+    orphans: Vec<GiveBack>,
+    /// Everything held goes back at the next look (a reload).
+    release_all: bool,
+}
+
+impl Quotas {
+    pub(crate) fn new(settings: QuotaSettings) -> Quotas {
+        let capacity = NonZeroUsize::new(CAPACITY).unwrap_or(NonZeroUsize::MIN);
+        Quotas {
+            settings,
+            store: Mutex::new(Store {
+                keys: LruCache::new(capacity),
+                holding: HashSet::new(),
+                orphans: Vec::new(),
+                release_all: false,
+            }),
+            sweeping: AtomicBool::new(false),
+        }
+    }
+
+    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A request of `cost` units (at least 1) on `key` under `rule` (which has local
+    /// quota) at `now`: spent from what is held, or the take to make.
+    pub(crate) fn plan(&self, rule: &Arc<Rule>, key: &str, cost: u64, now: Instant) -> Plan {
+        let mut store = self.store();
+        let allowance = store.allowance(rule, key, now);
+        allowance.arrivals.record(cost, now, self.settings.interval);
+        let batch = self.batch(allowance, rule, cost, now);
+        match allowance.spend(cost, now) {
+            Spend::Spent(verdict) => {
+                let refill = allowance.wants_refill(batch, now).then(|| {
+                    allowance.taking = true;
+                    batch
+                });
+                Plan::Spent(verdict, refill)
+            }
+            Spend::Short if batch > cost && !allowance.taking => {
+                allowance.taking = true;
+                Plan::Take(batch)
+            }
+            Spend::Short => Plan::Hit,
+        }
+    }
+
+    /// Every rule of a request that several apply to, all with local quota: spent here
+    /// only if each holds enough units (then all are spent), else nothing is spent. Each
+    /// verdict, in order, with the refill to take for its key.
+    pub(crate) fn plan_all(
+        &self,
+        requests: &[(&Arc<Rule>, &str, u64)],
+        now: Instant,
+    ) -> Option<Vec<(Verdict, Option<u64>)>> {
+        let mut store = self.store();
+        let mut enough = true;
+        for &(rule, key, cost) in requests {
+            let allowance = store.allowance(rule, key, now);
+            allowance.arrivals.record(cost, now, self.settings.interval);
+            enough &= allowance.held(now) >= cost;
+        }
+        // A key named twice by one request (Envoy descriptors) would be checked once for
+        // two spends: such a request goes to Redis.
+        let keys: HashSet<&str> = requests.iter().map(|(_, key, _)| *key).collect();
+        if !enough || keys.len() != requests.len() {
+            return None;
+        }
+        let mut spent = Vec::with_capacity(requests.len());
+        for &(rule, key, cost) in requests {
+            let allowance = store.allowance(rule, key, now);
+            let batch = self.batch(allowance, rule, cost, now);
+            let Spend::Spent(verdict) = allowance.spend(cost, now) else {
+                return None;
+            };
+            let refill = allowance.wants_refill(batch, now).then(|| {
+                allowance.taking = true;
+                batch
+            });
+            spent.push((verdict, refill));
+        }
+        Some(spent)
+    }
+
+    /// A take for `key` answered: `granted` units, of which `leftover` are left after the
+    /// request it was for (all of them for a refill), from a take sent at `asked_at`.
+    pub(crate) fn granted(
+        &self,
+        rule: &Arc<Rule>,
+        key: &str,
+        granted: u64,
+        leftover: u64,
+        verdict: Verdict,
+        asked_at: Instant,
+    ) {
+        let windows = windows(rule);
+        let mut store = self.store();
+        if !windows.is_empty() && verdict.tiers().len() != windows.len() {
+            // The reply names only the binding tier (the Functions library's RESP2): when
+            // the other tiers' windows end is unknown, so nothing is held; the key takes
+            // its own units from now on.
+            let allowance = store.allowance(rule, key, asked_at);
+            allowance.taking = false;
+            allowance.unbatched = true;
+            if leftover > 0 {
+                let (rule, key, units) = (rule.clone(), key.to_owned(), leftover);
+                store.orphans.push(GiveBack { rule, key, units });
+            }
+            return;
+        }
+        let lot = Lot::new(leftover, asked_at, verdict, &windows, &self.settings);
+        let allowance = store.allowance(rule, key, asked_at);
+        allowance.taking = false;
+        allowance.add(lot, granted);
+        store.holding.insert(key.to_owned());
+    }
+
+    /// A take for `key` came to nothing (no answer, an error, a denial): another may go.
+    pub(crate) fn take_ended(&self, key: &str) {
+        if let Some(allowance) = self.store().keys.peek_mut(key) {
+            allowance.taking = false;
+        }
+    }
+
+    /// The units whose time to go back has come, taken out of the store.
+    pub(crate) fn due(&self, now: Instant) -> Vec<GiveBack> {
+        let mut store = self.store();
+        let all = std::mem::take(&mut store.release_all);
+        let mut due = std::mem::take(&mut store.orphans);
+        let holding: Vec<String> = store.holding.iter().cloned().collect();
+        for key in holding {
+            let Some(allowance) = store.keys.peek_mut(&key) else {
+                store.holding.remove(&key);
+                continue;
+            };
+            let units = allowance.due(now, all);
+            if units > 0 {
+                let rule = allowance.rule.clone();
+                due.push(GiveBack {
+                    rule,
+                    key: key.clone(),
+                    units,
+                });
+            }
+            if allowance.is_idle() {
+                store.holding.remove(&key);
+            }
+        }
+        due
+    }
+
+    /// Everything held goes back at the next look: the rules changed.
+    pub(crate) fn release_all(&self) {
+        self.store().release_all = true;
+    }
+
+    /// The units a batch of `rule` on a key this busy is: the units asked for in the last
+    /// interval, at most `max_batch_percent` of the smallest limit; only the request's own
+    /// below [`MIN_BATCH`].
+    fn batch(&self, allowance: &mut Allowance, rule: &Rule, cost: u64, now: Instant) -> u64 {
+        let wanted = allowance.arrivals.per_interval(now, self.settings.interval);
+        let cap = smallest_limit(rule)
+            .saturating_mul(self.settings.max_batch_percent)
+            .checked_div(100)
+            .unwrap_or(0)
+            .max(1);
+        if wanted < MIN_BATCH || cap < MIN_BATCH || allowance.unbatched {
+            return cost;
+        }
+        wanted.min(cap).max(cost)
+    }
+}
+
+impl Store {
+    /// `key`'s allowance under `rule`, made afresh when there is none or it was taken under
+    /// another rule (whose units then go back).
+    fn allowance(&mut self, rule: &Arc<Rule>, key: &str, now: Instant) -> &mut Allowance {
+        let stale = self
+            .keys
+            .peek(key)
+            .is_some_and(|a| !Arc::ptr_eq(&a.rule, rule));
+        if stale {
+            if let Some(mut old) = self.keys.pop(key) {
+                self.orphan(key.to_owned(), &mut old, now);
+            }
+        }
+        if !self.keys.contains(key) {
+            if let Some((evicted_key, mut evicted)) = self
+                .keys
+                .push(key.to_owned(), Allowance::new(rule.clone(), now))
+            {
+                if evicted_key != key {
+                    self.orphan(evicted_key, &mut evicted, now);
+                }
+            }
+        }
+        // There now: the closure runs only if it is not (it is), and the key is not copied.
+        self.keys
+            .get_or_insert_mut_ref(key, || Allowance::new(rule.clone(), now))
+    }
+
+    /// Keeps what a forgotten allowance held, to go back.
+    fn orphan(&mut self, key: String, allowance: &mut Allowance, now: Instant) {
+        let units = allowance.due(now, true);
+        self.holding.remove(&key);
+        if units > 0 {
+            let rule = allowance.rule.clone();
+            self.orphans.push(GiveBack { rule, key, units });
+        }
+    }
+}
+
+/// The smallest limit of the rule's tiers (a rule with local quota has tiers).
+fn smallest_limit(rule: &Rule) -> u64 {
+    match &rule.limit {
+        Limit::Tiers { tiers, .. } => tiers.iter().map(|t| t.limit).min().unwrap_or(1),
+        _ => 1,
+    }
+}
+
+/// The windows that bound a lot of `rule`'s, in tier order: none for the algorithms whose
+/// units are bounded by the hold alone (the buckets and the log).
+fn windows(rule: &Rule) -> Vec<u64> {
+    match &rule.limit {
+        Limit::Tiers {
+            tiers, algorithm, ..
+        } => match algorithm.as_deref() {
+            Some("token" | "gcra" | "log") => Vec::new(),
+            _ => tiers.iter().map(|t| t.window_ms).collect(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests;
