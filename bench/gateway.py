@@ -157,6 +157,10 @@ class Decisions:
     outcomes: Dict[str, int]
     fail_open_reasons: Dict[str, int]
     upstream_errors: int
+    # Local quota: requests decided from units held (no Redis call), units taken, given back.
+    local: int = 0
+    units_taken: int = 0
+    units_given_back: int = 0
 
     @staticmethod
     def between(before: Dict[str, float], after: Dict[str, float],
@@ -168,6 +172,9 @@ class Decisions:
             {o: delta(f'rl_gateway_decisions_total{{rule="{rule}",outcome="{o}"}}') for o in OUTCOMES},
             {r: delta(f'rl_gateway_fail_open_total{{reason="{r}"}}') for r in FAIL_OPEN_REASONS},
             delta("rl_gateway_upstream_errors_total"),
+            delta("rl_gateway_local_quota_decisions_total"),
+            delta("rl_gateway_local_quota_units_taken_total"),
+            delta("rl_gateway_local_quota_units_given_back_total"),
         )
 
     def total(self) -> int:
@@ -189,6 +196,9 @@ class Decisions:
             parts.append(text)
         if self.upstream_errors:
             parts.append(f"upstream errors {self.upstream_errors:,}")
+        if self.local or self.units_taken:
+            parts.append(f"from local quota {100 * self.local / total:.2f}% (units taken "
+                         f"{self.units_taken:,}, given back {self.units_given_back:,})")
         return "; ".join(parts)
 
 
@@ -483,7 +493,7 @@ def check_deny_gateway(gateway: Server, timeout_s: float = 5.0) -> None:
 
 
 def start_servers(processes: Processes, workdir: Path, pinning: Pinning, nginx_binary: str,
-                  baseline_gateway: Optional[Path]) -> Servers:
+                  baseline_gateway: Optional[Path], local_quota: bool = True) -> Servers:
     redis = start_redis(processes, workdir, pinning)
     log(f"redis-server pid {redis.process.pid} on 127.0.0.1:{redis.port}")
     upstream = start_upstream(processes, workdir, pinning)
@@ -506,7 +516,7 @@ def start_servers(processes: Processes, workdir: Path, pinning: Pinning, nginx_b
     rules = start_gateway(processes, workdir, pinning, "rl-gateway-rules", upstream, redis,
                           "rl-bench-rules:", quota.rules_toml(ALLOW_LIMIT, local_quota=False))
     local = start_gateway(processes, workdir, pinning, "rl-gateway-quota", upstream, redis,
-                          "rl-bench-quota:", quota.rules_toml(ALLOW_LIMIT, local_quota=True))
+                          "rl-bench-quota:", quota.rules_toml(ALLOW_LIMIT, local_quota))
     for what, gateway in (("today's hot and cold rules", rules), ("the same with local quota", local)):
         log(f"rl-gateway ({what}) pid {gateway.process.pid} on 127.0.0.1:{gateway.port}, "
             f"admin {gateway.admin_port}")
@@ -599,6 +609,7 @@ class Settings:
     rounds: int
     warmup_s: int
     budget_s: float  # no repeat of a noisy run starts if it, and the rounds left, would end after this
+    local_quota: bool = True  # False: (j) and (l) without it, an A/A run against (i) and (k)
 
 
 @dataclass
@@ -692,6 +703,8 @@ def run_wrk(processes: Processes, pinning: Pinning, servers: Servers, scenario: 
     finally:
         if scenario.redis_stopped:
             send_signal(servers.redis.process, signal.SIGCONT)
+    if scenario.local_quota:
+        time.sleep(quota.SETTLE_S)  # the refunds of the units still held belong to the run
     decisions = None
     if metrics_before is not None:
         decisions = Decisions.between(metrics_before, read_metrics(target.admin_port),
@@ -701,8 +714,6 @@ def run_wrk(processes: Processes, pinning: Pinning, servers: Servers, scenario: 
         wait_for_redis_decisions(servers.allow_gateway)
     redis_calls = None
     if calls_before is not None:
-        if scenario.local_quota:
-            time.sleep(quota.SETTLE_S)  # the refunds of the units still held belong to the run
         redis_calls = calls_between(calls_before, redis_calls_now(servers.redis))
     if wrk.returncode != 0:
         raise RuntimeError(f"wrk exit status {wrk.returncode}: {output.strip()[-600:]}")
@@ -879,7 +890,10 @@ def result_line(measurements: Measurements, settings: Settings, scenario: Scenar
     if results[0].decisions is not None:
         total = Decisions({o: sum(r.decisions.outcomes[o] for r in results) for o in OUTCOMES},
                           {f: sum(r.decisions.fail_open_reasons[f] for r in results) for f in FAIL_OPEN_REASONS},
-                          sum(r.decisions.upstream_errors for r in results))
+                          sum(r.decisions.upstream_errors for r in results),
+                          sum(r.decisions.local for r in results),
+                          sum(r.decisions.units_taken for r in results),
+                          sum(r.decisions.units_given_back for r in results))
         decided = total.describe()
     cells = [scenario.name, str(connections), rps, ratio,
              median_cell([r.p50_ms for r in results], 3), median_cell([r.p99_ms for r in results], 3),
@@ -1043,9 +1057,14 @@ def local_quota_section(measurements: Measurements, settings: Settings) -> List[
 
     results = measurements.results
     counted = [s for s in SCENARIOS if s.counts_redis_commands() and not s.denies]
+    a_a = [] if settings.local_quota else [
+        "**This run is an A/A run (--without-local-quota): (j) and (l) ran WITHOUT local quota, "
+        "on an instance configured as (i)'s and (k)'s.** Their differences from (i) and (k) "
+        "are what two identical instances differ by on this machine.", ""]
     return [
         "## Local quota: a hot key and cold keys",
         "",
+        *a_a,
         "(i) and (j) are the same rule on two rl-gateway instances, (j)'s with local_quota = "
         "true; so are (k) and (l). CPU µs per request with Redis's (for nginx, Redis idles), "
         "the median over rounds of the ratio in the same round, lowest and highest round in "
@@ -1176,7 +1195,7 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
         f"limits = [\"{ALLOW_LIMIT}\"] for (b) and (d), so every request is allowed after one "
         f"RL.HIT, and limits = [\"{DENY_LIMIT}\"] for (c), so every request but the first two "
         "is answered 429 from the deny cache without Redis; for (i) to (l) two more, each with "
-        f"{quota.describe_rules(ALLOW_LIMIT)}. Their limit is (b)'s and (g)'s: nothing is denied, "
+        f"{quota.describe_rules(ALLOW_LIMIT, settings.local_quota)}. Their limit is (b)'s and (g)'s: nothing is denied, "
         f"and a batch may grow to {quota.MAX_BATCH_PERCENT}% of it",
         f"- nginx {context.nginx_version} (Debian's nginx-light), started by the script as one "
         "process (daemon off, master_process off, worker_processes 1), pinned with the servers, "
@@ -1330,6 +1349,10 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--baseline-label", metavar="TEXT",
                         help="what the report calls the --baseline-gateway binary, e.g. the "
                              "commit it was built from (default: its path)")
+    parser.add_argument("--without-local-quota", action="store_true",
+                        help="run (j) and (l) without local_quota: their instance then is "
+                             "(i)'s and (k)'s twin, an A/A run that shows how far two identical "
+                             "instances differ on this machine")
     parser.add_argument("--quick", action="store_true",
                         help="smoke-test the script: 1 round of 2 s runs, 1 s warm-up")
     return parser.parse_args()
@@ -1340,10 +1363,11 @@ def settings_from(arguments: argparse.Namespace, pinning: Pinning) -> Settings:
     # Two wrk threads on one CPU take turns, and a response that arrives while its thread
     # waits for the CPU is timed late: with a CPU of its own, wrk runs one thread.
     threads = arguments.threads or (1 if pinning.wrk else 2)
+    local_quota = not arguments.without_local_quota
     if arguments.quick:
-        return Settings(threads, connections, 2, 1, 1, arguments.budget_minutes * 60)
+        return Settings(threads, connections, 2, 1, 1, arguments.budget_minutes * 60, local_quota)
     return Settings(threads, connections, arguments.duration, arguments.rounds,
-                    arguments.warmup, arguments.budget_minutes * 60)
+                    arguments.warmup, arguments.budget_minutes * 60, local_quota)
 
 
 
@@ -1373,7 +1397,8 @@ def main() -> int:
     processes = Processes()
     workdir = Path(tempfile.mkdtemp(prefix="rl-gateway-bench-"))
     try:
-        servers = start_servers(processes, workdir, pinning, nginx, baseline_gateway)
+        servers = start_servers(processes, workdir, pinning, nginx, baseline_gateway,
+                                settings.local_quota)
         warm_up(processes, pinning, servers, settings)
         measurements = measure(processes, pinning, servers, settings, started)
     except RuntimeError as error:

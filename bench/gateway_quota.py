@@ -80,8 +80,13 @@ def rules_toml(limit: str, local_quota: bool) -> str:
         f'algorithm = "{ALGORITHM}"\n{opt_in}' for name, path, key in rules)
 
 
-def describe_rules(limit: str) -> str:
+def describe_rules(limit: str, local_quota: bool) -> str:
     """The rules and the local quota's settings, as the report's header gives them."""
+    if not local_quota:
+        return (f"two rules on paths {HOT_PATH}** and {COLD_PATH}**, limits = [\"{limit}\"], "
+                f"algorithm = \"{ALGORITHM}\", hot with key = \"global\", cold with key = "
+                f"\"header:{COLD_HEADER}\" (a new value on every request); both instances "
+                "WITHOUT local quota (--without-local-quota, an A/A run)")
     return (f"two rules on paths {HOT_PATH}** and {COLD_PATH}**, limits = [\"{limit}\"], "
             f"algorithm = \"{ALGORITHM}\": hot with key = \"global\" (one key for every "
             f"request), cold with key = \"header:{COLD_HEADER}\" and wrk's Lua setting a new "
@@ -156,6 +161,8 @@ CPU_COMPARISONS = [
     ("(l) local quota + Redis / (m) nginx limit_req, cold keys", "l", "m"),
     ("(k) today's gateway + Redis / (m) nginx limit_req, cold keys", "k", "m"),
     ("(l) local quota / (k) today's gateway, each + Redis, cold keys", "l", "k"),
+    # What local quota can reach at best: the gateway when it makes no Redis call at all.
+    ("(d) the gateway without any Redis call (breaker open) / (g) nginx limit_req", "d", "g"),
 ]
 # The rows of the latency table, and the row each is paired with ("" for none).
 LATENCY_ROWS = [("a", ""), ("i", ""), ("j", "i"), ("k", ""), ("l", "k")]
