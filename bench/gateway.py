@@ -1177,7 +1177,9 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
         f"uncommitted work in the tree); redis-server {context.redis_version}; wrk "
         f"{context.wrk_version} (Debian)",
         f"- Load: `wrk -t {settings.threads} {{{connections}}} -d {settings.duration_s}s --timeout "
-        f"{WRK_TIMEOUT} --latency http://127.0.0.1:PORT/` (closed loop: each connection sends its "
+        f"{WRK_TIMEOUT} --latency http://127.0.0.1:PORT/` (PORT{quota.HOT_PATH} for (i) and (j); "
+        f"`-s cold-key.lua http://127.0.0.1:PORT{quota.COLD_PATH} -- PREFIX` for (k) and (l), "
+        "and to PORT/ for (m); closed loop: each connection sends its "
         "next request when the previous answer is in, keep-alive); "
         f"{settings.rounds} interleaved rounds, every scenario at every connection count once per "
         "round, the order rotated each round, after an unmeasured "
