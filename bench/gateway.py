@@ -16,6 +16,14 @@ free loopback ports, then loads them with wrk in interleaved rounds:
                                 proxy_pass as nginx does by default (a new upstream connection
                                 per request), proxy_pass with upstream keep-alive, limit_req
                                 allowing every request, and limit_req denying (429)
+    (i) to (l) local quota      two more rl-gateway instances with the same two rules (a
+                                fixed window at the limit of (b)), one of them with
+                                local_quota = true: (i) today's gateway and (j) local quota
+                                on a hot key (key = "global", one key for every request),
+                                (k) and (l) the same on cold keys (a new X-User header on
+                                every request, from wrk's Lua); Redis commands per allowed
+                                request from INFO commandstats (gateway_quota.py)
+    (m) nginx, cold keys        limit_req keyed by that header, a new key on every request
 
 With --baseline-gateway PATH a third rl-gateway, built from another commit, runs (b) in the
 same rounds as (b0), so that a change to the gateway is measured against the old binary.
@@ -52,13 +60,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+import gateway_quota as quota
+from lib.commandstats import calls_between, ratelimit_calls
 from lib.cpu import (CpuSnapshot, cpus_for_pinning, process_cpu_seconds, rusage_cpu_seconds,
                      taskset_failure, taskset_prefix)
 from lib.net import free_ports
 from lib.processes import Processes, send_signal, stop_on_signals
 from lib.report import (README_LINK, format_duration, git_commit, log, machine_description,
                         markdown_cell)
-from lib.resp import ping
+from lib.resp import Connection, ping
 from lib.rounds import round_order
 from lib.wrk import parse_wrk
 
@@ -147,16 +157,24 @@ class Decisions:
     outcomes: Dict[str, int]
     fail_open_reasons: Dict[str, int]
     upstream_errors: int
+    # Local quota: requests decided from units held (no Redis call), units taken, given back.
+    local: int = 0
+    units_taken: int = 0
+    units_given_back: int = 0
 
     @staticmethod
-    def between(before: Dict[str, float], after: Dict[str, float]) -> "Decisions":
+    def between(before: Dict[str, float], after: Dict[str, float],
+                rule: str = "default") -> "Decisions":
         def delta(name: str) -> int:
             return int(after.get(name, 0) - before.get(name, 0))
 
         return Decisions(
-            {o: delta(f'rl_gateway_decisions_total{{rule="default",outcome="{o}"}}') for o in OUTCOMES},
+            {o: delta(f'rl_gateway_decisions_total{{rule="{rule}",outcome="{o}"}}') for o in OUTCOMES},
             {r: delta(f'rl_gateway_fail_open_total{{reason="{r}"}}') for r in FAIL_OPEN_REASONS},
             delta("rl_gateway_upstream_errors_total"),
+            delta("rl_gateway_local_quota_decisions_total"),
+            delta("rl_gateway_local_quota_units_taken_total"),
+            delta("rl_gateway_local_quota_units_given_back_total"),
         )
 
     def total(self) -> int:
@@ -178,6 +196,9 @@ class Decisions:
             parts.append(text)
         if self.upstream_errors:
             parts.append(f"upstream errors {self.upstream_errors:,}")
+        if self.local or self.units_taken:
+            parts.append(f"from local quota {100 * self.local / total:.2f}% (units taken "
+                         f"{self.units_taken:,}, given back {self.units_given_back:,})")
         return "; ".join(parts)
 
 
@@ -244,7 +265,10 @@ class Servers:
     upstream: Server
     allow_gateway: Server  # (b) and (d)
     deny_gateway: Server  # (c)
-    nginx: Dict[str, Server]  # (e) to (h) by scenario key; one process
+    rules_gateway: Server  # (i) and (k): the hot and cold rules, today's gateway
+    quota_gateway: Server  # (j) and (l): the same rules with local quota
+    nginx: Dict[str, Server]  # (e) to (h) and (m) by scenario key; one process
+    cold_key_script: Path  # wrk's Lua for the cold keys
     baseline_gateway: Optional[Server] = None  # (b0), with --baseline-gateway
 
 
@@ -307,8 +331,15 @@ def start_upstream(processes: Processes, workdir: Path, pinning: Pinning) -> Ser
     return Server(process, ports[0])
 
 
+def default_rule(limit: str) -> str:
+    return f"""[default]
+key = "ip"
+limits = ["{limit}"]
+"""
+
+
 def gateway_config(listen: int, admin: int, upstream: int, redis: int, key_prefix: str,
-                   limit: str) -> str:
+                   rules: str) -> str:
     return f"""# Written by bench/gateway.py for one run.
 [server]
 listen = "127.0.0.1:{listen}"
@@ -322,20 +353,17 @@ url = "redis://127.0.0.1:{redis}"
 deadline_ms = {DEADLINE_MS}
 key_prefix = "{key_prefix}"
 
-[default]
-key = "ip"
-limits = ["{limit}"]
-"""
+{rules}"""
 
 
 def start_gateway(processes: Processes, workdir: Path, pinning: Pinning, name: str,
-                  upstream: Server, redis: Server, key_prefix: str, limit: str,
+                  upstream: Server, redis: Server, key_prefix: str, rules: str,
                   binary: Path = GATEWAY) -> Server:
     config_path = workdir / f"{name}.toml"
 
     def command(ports: List[int]) -> List[str]:
         config_path.write_text(gateway_config(ports[0], ports[1], upstream.port, redis.port,
-                                              key_prefix, limit))
+                                              key_prefix, rules))
         return pinning.servers + [str(binary), "--config", str(config_path)]
 
     def ready(ports: List[int]) -> Callable[[], bool]:
@@ -346,7 +374,11 @@ def start_gateway(processes: Processes, workdir: Path, pinning: Pinning, name: s
 
 
 # The nginx scenarios' keys, in the order of their ports in nginx's configuration.
-NGINX_KEYS = ("e", "f", "g", "h")
+NGINX_KEYS = ("e", "f", "g", "h", "m")
+# (m)'s zone, keyed by the header that is new on every request: a 10 MB zone holds some
+# 80,000 keys, after which nginx drops the oldest for each new one (as it would in use).
+NGINX_COLD_ZONE = "10m"
+NGINX_COLD_KEY = "$http_" + quota.COLD_HEADER.lower().replace("-", "_")
 
 
 def nginx_config(workdir: Path, ports: List[int], upstream: Server) -> str:
@@ -355,7 +387,7 @@ def nginx_config(workdir: Path, ports: List[int], upstream: Server) -> str:
     logs none). The keep-alive servers use HTTP/1.1 to an upstream block with idle
     connections kept, as nginx's documentation says to; the first one is proxy_pass as it
     comes, HTTP/1.0 and a new connection for every request. X-Forwarded-For is appended, as
-    the gateway does."""
+    the gateway does. The last one is (g) keyed by the cold keys' header."""
     d = workdir
     forward = ("proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; "
                "proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_pass http://api;")
@@ -376,6 +408,7 @@ http {{
   upstream api {{ server 127.0.0.1:{upstream.port}; keepalive 64; }}
   limit_req_zone $binary_remote_addr zone=allow:1m rate={NGINX_ALLOW_RATE};
   limit_req_zone $binary_remote_addr zone=deny:1m rate={NGINX_DENY_RATE};
+  limit_req_zone {NGINX_COLD_KEY} zone=cold:{NGINX_COLD_ZONE} rate={NGINX_ALLOW_RATE};
   limit_req_status 429;
   limit_req_log_level info;
   server {{ listen 127.0.0.1:{ports[0]};
@@ -385,6 +418,8 @@ http {{
   server {{ listen 127.0.0.1:{ports[2]};
     location / {{ limit_req zone=allow burst={NGINX_ALLOW_BURST} nodelay; {forward} }} }}
   server {{ listen 127.0.0.1:{ports[3]}; location / {{ limit_req zone=deny; {forward} }} }}
+  server {{ listen 127.0.0.1:{ports[4]};
+    location / {{ limit_req zone=cold burst={NGINX_ALLOW_BURST} nodelay; {forward} }} }}
 }}
 """
 
@@ -420,15 +455,16 @@ def check_nginx_deny(nginx: Server, timeout_s: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def check_allow_gateway(gateway: Server, timeout_s: float = 5.0) -> None:
-    """Requests through the allowing gateway until Redis decides one: 200 from the upstream
+def check_allow_gateway(gateway: Server, timeout_s: float = 5.0, path: str = "/",
+                        rule: str = "default") -> None:
+    """Requests through an allowing gateway until Redis decides one: 200 from the upstream
     with the RateLimit fields. The gateway connects to Redis on its first decision, which may
     miss the deadline and fail open; so may a decision on a busy machine."""
     deadline = time.monotonic() + timeout_s
     while True:
         before = read_metrics(gateway.admin_port)
-        status, headers, body = http_get(gateway.port)
-        decisions = Decisions.between(before, read_metrics(gateway.admin_port))
+        status, headers, body = http_get(gateway.port, path)
+        decisions = Decisions.between(before, read_metrics(gateway.admin_port), rule)
         if status != 200 or not body.startswith(b"GET /"):
             raise RuntimeError(f"the allowing gateway answered {status} {headers} {body[:200]!r}")
         if decisions.outcomes["allowed"] == 1 and "ratelimit" in headers:
@@ -457,25 +493,33 @@ def check_deny_gateway(gateway: Server, timeout_s: float = 5.0) -> None:
 
 
 def start_servers(processes: Processes, workdir: Path, pinning: Pinning, nginx_binary: str,
-                  baseline_gateway: Optional[Path]) -> Servers:
+                  baseline_gateway: Optional[Path], local_quota: bool = True) -> Servers:
     redis = start_redis(processes, workdir, pinning)
     log(f"redis-server pid {redis.process.pid} on 127.0.0.1:{redis.port}")
     upstream = start_upstream(processes, workdir, pinning)
     log(f"demo-upstream pid {upstream.process.pid} on 127.0.0.1:{upstream.port}")
     allow = start_gateway(processes, workdir, pinning, "rl-gateway-allow", upstream, redis,
-                          "rl-bench-allow:", ALLOW_LIMIT)
+                          "rl-bench-allow:", default_rule(ALLOW_LIMIT))
     log(f"rl-gateway (limit {ALLOW_LIMIT}) pid {allow.process.pid} on 127.0.0.1:{allow.port}, "
         f"admin {allow.admin_port}")
     deny = start_gateway(processes, workdir, pinning, "rl-gateway-deny", upstream, redis,
-                         "rl-bench-deny:", DENY_LIMIT)
+                         "rl-bench-deny:", default_rule(DENY_LIMIT))
     log(f"rl-gateway (limit {DENY_LIMIT}) pid {deny.process.pid} on 127.0.0.1:{deny.port}, "
         f"admin {deny.admin_port}")
     baseline = None
     if baseline_gateway is not None:
         baseline = start_gateway(processes, workdir, pinning, "rl-gateway-baseline", upstream,
-                                 redis, "rl-bench-baseline:", ALLOW_LIMIT, baseline_gateway)
+                                 redis, "rl-bench-baseline:", default_rule(ALLOW_LIMIT),
+                                 baseline_gateway)
         log(f"rl-gateway from {baseline_gateway} (limit {ALLOW_LIMIT}) pid "
             f"{baseline.process.pid} on 127.0.0.1:{baseline.port}, admin {baseline.admin_port}")
+    rules = start_gateway(processes, workdir, pinning, "rl-gateway-rules", upstream, redis,
+                          "rl-bench-rules:", quota.rules_toml(ALLOW_LIMIT, local_quota=False))
+    local = start_gateway(processes, workdir, pinning, "rl-gateway-quota", upstream, redis,
+                          "rl-bench-quota:", quota.rules_toml(ALLOW_LIMIT, local_quota))
+    for what, gateway in (("today's hot and cold rules", rules), ("the same with local quota", local)):
+        log(f"rl-gateway ({what}) pid {gateway.process.pid} on 127.0.0.1:{gateway.port}, "
+            f"admin {gateway.admin_port}")
     nginx = start_nginx(processes, workdir, pinning, nginx_binary, upstream)
     log(f"nginx pid {nginx['e'].process.pid} on 127.0.0.1:"
         + ", ".join(f"{server.port} ({key})" for key, server in nginx.items()))
@@ -483,8 +527,12 @@ def start_servers(processes: Processes, workdir: Path, pinning: Pinning, nginx_b
     check_deny_gateway(deny)
     if baseline is not None:
         check_allow_gateway(baseline)
+    for gateway in (rules, local):
+        check_allow_gateway(gateway, path=quota.HOT_PATH, rule="hot")
+        check_allow_gateway(gateway, path=quota.COLD_PATH, rule="cold")
     check_nginx_deny(nginx["h"])
-    return Servers(redis, upstream, allow, deny, nginx, baseline)
+    return Servers(redis, upstream, allow, deny, rules, local, nginx,
+                   quota.write_cold_key_script(workdir), baseline)
 
 
 # ----------------------------------------------------------------------------------------
@@ -496,10 +544,18 @@ class Scenario:
     key: str
     name: str
     target: Callable[[Servers], Server]  # where wrk sends its requests
-    proxy: Optional[str] = None  # the CPU role in front of the upstream: gateway, baseline, nginx
+    proxy: Optional[str] = None  # the CPU role in front of the upstream: one of CPU_ROLES
     baseline: bool = False  # the upstream alone: what the gateway rows are compared with
     redis_stopped: bool = False  # redis-server frozen with SIGSTOP for the run
     denies: bool = False  # every answer but the first is a 429
+    path: str = "/"
+    rule: str = "default"  # the gateway's rule, as its metrics name it
+    cold_keys: bool = False  # wrk's Lua sends a new X-User on every request
+    local_quota: bool = False  # the gateway gives units back after the run: wait for it
+
+    def counts_redis_commands(self) -> bool:
+        """A gateway row, with Redis running: INFO commandstats before and after it."""
+        return self.proxy in GATEWAY_ROLES and not self.redis_stopped
 
 
 SCENARIOS = [
@@ -518,9 +574,24 @@ SCENARIOS = [
                   "keep-alive", lambda s: s.nginx["g"], proxy="nginx"),
     Scenario("h", f"(h) nginx limit_req {NGINX_DENY_RATE} (429), keep-alive",
              lambda s: s.nginx["h"], proxy="nginx", denies=True),
+    Scenario("i", "(i) gateway today, hot key (key = \"global\"): RL.HIT per request",
+             lambda s: s.rules_gateway, proxy="rules", path=quota.HOT_PATH, rule="hot"),
+    Scenario("j", "(j) gateway, local quota, hot key: RL.TAKE in batches",
+             lambda s: s.quota_gateway, proxy="quota", path=quota.HOT_PATH, rule="hot",
+             local_quota=True),
+    Scenario("k", "(k) gateway today, cold keys (a new X-User per request)",
+             lambda s: s.rules_gateway, proxy="rules", path=quota.COLD_PATH, rule="cold",
+             cold_keys=True),
+    Scenario("l", "(l) gateway, local quota, cold keys (batches of one)",
+             lambda s: s.quota_gateway, proxy="quota", path=quota.COLD_PATH, rule="cold",
+             cold_keys=True, local_quota=True),
+    Scenario("m", f"(m) nginx limit_req as (g), cold keys (keyed by X-User, a new one per "
+                  "request), keep-alive", lambda s: s.nginx["m"], proxy="nginx", cold_keys=True),
 ]
 BASELINE = SCENARIOS[0]
 THROUGH_REDIS = SCENARIOS[1]
+HOT_TODAY, HOT_QUOTA, COLD_TODAY, COLD_QUOTA, COLD_NGINX = SCENARIOS[8:13]
+NGINX_LIMIT_REQ = SCENARIOS[6]
 # With --baseline-gateway: (b) through the gateway built from another commit, inserted after (b).
 BASELINE_GATEWAY = Scenario("b0", "(b0) baseline gateway (--baseline-gateway), as (b)",
                             lambda s: s.baseline_gateway, proxy="baseline")
@@ -537,7 +608,8 @@ class Settings:
     duration_s: int
     rounds: int
     warmup_s: int
-    budget_s: float  # no repeat of a noisy run starts if it would end after this
+    budget_s: float  # no repeat of a noisy run starts if it, and the rounds left, would end after this
+    local_quota: bool = True  # False: (j) and (l) without it, an A/A run against (i) and (k)
 
 
 @dataclass
@@ -551,6 +623,7 @@ class WrkResult:
     decisions: Optional[Decisions]  # the gateway rows
     cpu_us_per_request: Dict[str, float]  # by CPU_ROLES
     other_cpus: float  # CPUs kept busy by processes that are not this benchmark's
+    redis_calls: Optional[Dict[str, int]] = None  # rate-limit commands by name, gateway rows
 
     def errors(self) -> int:
         return sum(self.socket_errors.values())
@@ -570,6 +643,8 @@ def cpu_snapshot(servers: Servers) -> CpuSnapshot:
         + process_cpu_seconds(pid_of(servers.deny_gateway)),
         "baseline": lambda: process_cpu_seconds(pid_of(servers.baseline_gateway))
         if servers.baseline_gateway else 0.0,
+        "rules": lambda: process_cpu_seconds(pid_of(servers.rules_gateway)),
+        "quota": lambda: process_cpu_seconds(pid_of(servers.quota_gateway)),
         "nginx": lambda: process_cpu_seconds(pid_of(servers.nginx["e"])),
         "upstream": lambda: process_cpu_seconds(pid_of(servers.upstream)),
         "redis": lambda: process_cpu_seconds(pid_of(servers.redis)),
@@ -578,26 +653,42 @@ def cpu_snapshot(servers: Servers) -> CpuSnapshot:
     })
 
 
-CPU_ROLES = ("gateway", "baseline", "nginx", "upstream", "redis", "wrk")
+CPU_ROLES = ("gateway", "baseline", "rules", "quota", "nginx", "upstream", "redis", "wrk")
+# The rl-gateway instances: (b) to (d), (b0), (i) and (k), (j) and (l). Each of the last two
+# counts alone, so that the local-quota one's sweeper (awake every 10 ms) is charged to its
+# own rows only.
+GATEWAY_ROLES = ("gateway", "baseline", "rules", "quota")
 
 
 # ----------------------------------------------------------------------------------------
 # Running wrk
 
 
+def wrk_command(pinning: Pinning, servers: Servers, scenario: Scenario, threads: int,
+                connections: int, duration_s: int) -> List[str]:
+    target = scenario.target(servers)
+    command = pinning.wrk + ["wrk", "-t", str(threads), "-c", str(connections),
+                             "-d", f"{duration_s}s", "--timeout", WRK_TIMEOUT, "--latency"]
+    if scenario.cold_keys:
+        command += ["-s", str(servers.cold_key_script)]
+    command.append(f"http://127.0.0.1:{target.port}{scenario.path}")
+    if scenario.cold_keys:
+        # The script's prefix for its keys: new for every run, so no run meets another's.
+        command += ["--", f"{scenario.key}{connections}.{time.time_ns()}"]
+    return command
+
+
+def redis_calls_now(redis: Server) -> Dict[str, int]:
+    with Connection(redis.port, timeout=10.0) as connection:
+        return ratelimit_calls(connection.info("commandstats"))
+
+
 def run_wrk(processes: Processes, pinning: Pinning, servers: Servers, scenario: Scenario,
             threads: int, connections: int, duration_s: int) -> WrkResult:
     target = scenario.target(servers)
-    command = pinning.wrk + [
-        "wrk",
-        "-t", str(threads),
-        "-c", str(connections),
-        "-d", f"{duration_s}s",
-        "--timeout", WRK_TIMEOUT,
-        "--latency",
-        f"http://127.0.0.1:{target.port}/",
-    ]
+    command = wrk_command(pinning, servers, scenario, threads, connections, duration_s)
     metrics_before = read_metrics(target.admin_port) if target.admin_port else None
+    calls_before = redis_calls_now(servers.redis) if scenario.counts_redis_commands() else None
     if scenario.redis_stopped:
         send_signal(servers.redis.process, signal.SIGSTOP)
     try:
@@ -612,19 +703,25 @@ def run_wrk(processes: Processes, pinning: Pinning, servers: Servers, scenario: 
     finally:
         if scenario.redis_stopped:
             send_signal(servers.redis.process, signal.SIGCONT)
+    if scenario.local_quota:
+        time.sleep(quota.SETTLE_S)  # the refunds of the units still held belong to the run
     decisions = None
     if metrics_before is not None:
-        decisions = Decisions.between(metrics_before, read_metrics(target.admin_port))
+        decisions = Decisions.between(metrics_before, read_metrics(target.admin_port),
+                                      scenario.rule)
     if scenario.redis_stopped:
         # Also after a failed run, so that the next scenario finds Redis deciding again.
         wait_for_redis_decisions(servers.allow_gateway)
+    redis_calls = None
+    if calls_before is not None:
+        redis_calls = calls_between(calls_before, redis_calls_now(servers.redis))
     if wrk.returncode != 0:
         raise RuntimeError(f"wrk exit status {wrk.returncode}: {output.strip()[-600:]}")
     rps, p50, p99, requests, non_2xx, socket_errors = parse_wrk(output)
     used = after.used_since(before)
     per_request = {role: used[role] * 1e6 / max(requests, 1) for role in CPU_ROLES}
     return WrkResult(rps, p50, p99, requests, non_2xx, socket_errors, decisions, per_request,
-                     after.other_cpus_since(before))
+                     after.other_cpus_since(before), redis_calls)
 
 
 def wait_for_redis_decisions(gateway: Server, timeout_s: float = 10.0) -> None:
@@ -663,6 +760,7 @@ def measure(processes: Processes, pinning: Pinning, servers: Servers, settings: 
             started: float) -> Measurements:
     units = [(scenario, connections) for connections in settings.connections for scenario in SCENARIOS]
     measurements = Measurements()
+    first_round_started = time.monotonic()
     for round_index in range(settings.rounds):
         noisy = []
         for scenario, connections in round_order(units, round_index, settings.rounds):
@@ -670,8 +768,12 @@ def measure(processes: Processes, pinning: Pinning, servers: Servers, settings: 
                               round_index, measurements)
             if result is not None and result.other_cpus >= NOISY_OTHER_CPUS:
                 noisy.append((scenario, connections))
+        if round_index == 0:
+            run_s = (time.monotonic() - first_round_started) / len(units)
+        # The rounds still to come keep their time: repeats only take what is left over.
+        reserved_s = (settings.rounds - round_index - 1) * len(units) * run_s
         for scenario, connections in noisy:
-            if time.monotonic() - started + settings.duration_s + 2 > settings.budget_s:
+            if time.monotonic() - started + run_s + reserved_s > settings.budget_s:
                 measurements.not_repeated += 1
                 continue
             first = measurements.results[(scenario.key, connections)][round_index]
@@ -788,7 +890,10 @@ def result_line(measurements: Measurements, settings: Settings, scenario: Scenar
     if results[0].decisions is not None:
         total = Decisions({o: sum(r.decisions.outcomes[o] for r in results) for o in OUTCOMES},
                           {f: sum(r.decisions.fail_open_reasons[f] for r in results) for f in FAIL_OPEN_REASONS},
-                          sum(r.decisions.upstream_errors for r in results))
+                          sum(r.decisions.upstream_errors for r in results),
+                          sum(r.decisions.local for r in results),
+                          sum(r.decisions.units_taken for r in results),
+                          sum(r.decisions.units_given_back for r in results))
         decided = total.describe()
     cells = [scenario.name, str(connections), rps, ratio,
              median_cell([r.p50_ms for r in results], 3), median_cell([r.p99_ms for r in results], 3),
@@ -945,6 +1050,47 @@ def queueing_line(measurements: Measurements, settings: Settings) -> str:
             "lowest connection count shows the path itself with the least queueing.")
 
 
+def local_quota_section(measurements: Measurements, settings: Settings) -> List[str]:
+    """(i) to (m): CPU against today's gateway and nginx, Redis commands, latency."""
+    def ratio(mine: str, theirs: str, connections: int) -> List[float]:
+        return comparison_ratios(measurements, CpuComparison("", mine, theirs, True), connections)
+
+    results = measurements.results
+    counted = [s for s in SCENARIOS if s.counts_redis_commands() and not s.denies]
+    a_a = [] if settings.local_quota else [
+        "**This run is an A/A run (--without-local-quota): (j) and (l) ran WITHOUT local quota, "
+        "on an instance configured as (i)'s and (k)'s.** Their differences from (i) and (k) "
+        "are what two identical instances differ by on this machine.", ""]
+    return [
+        "## Local quota: a hot key and cold keys",
+        "",
+        *a_a,
+        "(i) and (j) are the same rule on two rl-gateway instances, (j)'s with local_quota = "
+        "true; so are (k) and (l). CPU µs per request with Redis's (for nginx, Redis idles), "
+        "the median over rounds of the ratio in the same round, lowest and highest round in "
+        "brackets; every request of these rows is allowed (Anything odd says otherwise).",
+        "",
+        *quota.cpu_table(ratio, settings.connections),
+        "",
+        "Redis commands per allowed request: the calls of the rate-limit commands (INFO "
+        "commandstats: every cmdstat_rl.*, and FCALL) from before the run until "
+        f"{quota.SETTLE_S:g} s after it (for local quota: its sweeper's refunds of the units "
+        "still held), over the requests the gateway counted allowed. The median over rounds, "
+        "the lowest and highest in brackets; by command: over every run of the row.",
+        "",
+        *quota.commands_table(results, counted, settings.connections),
+        "",
+        "Latency: medians over rounds, and differences paired by round (the lowest and "
+        "highest in brackets): against (a), and local quota against today's gateway on the "
+        "same keys.",
+        "",
+        *quota.latency_table(results, {s.key: s.name for s in SCENARIOS}, settings.connections),
+        "",
+        quota.targets_line(results, ratio),
+        "",
+    ]
+
+
 def odd_things(measurements: Measurements) -> List[str]:
     """What should not have happened: errors, non-2xx outside (c), fail-opens in (b)."""
     notes = []
@@ -956,9 +1102,9 @@ def odd_things(measurements: Measurements) -> List[str]:
                 notes.append(f"{where}: wrk socket errors {result.socket_errors}")
             if not scenario.denies and result.non_2xx:
                 notes.append(f"{where}: {result.non_2xx:,} non-2xx responses")
-            if key in ("b", "b0") and result.decisions and \
-                    result.decisions.outcomes["allowed"] != result.decisions.total():
-                notes.append(f"{where}: not every request was decided by Redis: "
+            if scenario.counts_redis_commands() and not scenario.denies and result.decisions \
+                    and result.decisions.outcomes["allowed"] != result.decisions.total():
+                notes.append(f"{where}: not every request was allowed: "
                              f"{result.decisions.describe()}")
             if result.decisions and result.decisions.upstream_errors:
                 notes.append(f"{where}: {result.decisions.upstream_errors:,} upstream errors (502)")
@@ -1031,7 +1177,9 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
         f"uncommitted work in the tree); redis-server {context.redis_version}; wrk "
         f"{context.wrk_version} (Debian)",
         f"- Load: `wrk -t {settings.threads} {{{connections}}} -d {settings.duration_s}s --timeout "
-        f"{WRK_TIMEOUT} --latency http://127.0.0.1:PORT/` (closed loop: each connection sends its "
+        f"{WRK_TIMEOUT} --latency http://127.0.0.1:PORT/` (PORT{quota.HOT_PATH} for (i) and (j); "
+        f"`-s cold-key.lua http://127.0.0.1:PORT{quota.COLD_PATH} -- PREFIX` for (k) and (l), "
+        "and to PORT/ for (m); closed loop: each connection sends its "
         "next request when the previous answer is in, keep-alive); "
         f"{settings.rounds} interleaved rounds, every scenario at every connection count once per "
         "round, the order rotated each round, after an unmeasured "
@@ -1043,12 +1191,14 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
         f"its round and the quieter of the two counts: {repeats_summary(measurements)}",
         "- Servers, all on loopback and started by the script: redis-server --save '' --appendonly "
         f"no --loadmodule libredis_ratelimit.so; demo-upstream (answers 200 with an echo of the "
-        "request, about 100 bytes); two rl-gateway instances in mode = \"proxy\", "
+        "request, about 100 bytes); rl-gateway instances in mode = \"proxy\", "
         f"trusted_proxies = [], deadline_ms = {DEADLINE_MS}, the breaker's defaults (5 failures, "
         "1000 ms open) and one [default] rule keyed by the client IP: "
         f"limits = [\"{ALLOW_LIMIT}\"] for (b) and (d), so every request is allowed after one "
         f"RL.HIT, and limits = [\"{DENY_LIMIT}\"] for (c), so every request but the first two "
-        "is answered 429 from the deny cache without Redis",
+        "is answered 429 from the deny cache without Redis; for (i) to (l) two more, each with "
+        f"{quota.describe_rules(ALLOW_LIMIT, settings.local_quota)}. Their limit is (b)'s and (g)'s: nothing is denied, "
+        f"and a batch may grow to {quota.MAX_BATCH_PERCENT}% of it",
         f"- nginx {context.nginx_version} (Debian's nginx-light), started by the script as one "
         "process (daemon off, master_process off, worker_processes 1), pinned with the servers, "
         "no access log, refusals not logged, X-Forwarded-For appended as the gateway does; "
@@ -1059,7 +1209,10 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
         f"connections. (g): rate={NGINX_ALLOW_RATE} burst={NGINX_ALLOW_BURST} nodelay, "
         f"{ALLOW_LIMIT} in nginx's units (it counts time in ms, so without a burst the second "
         f"request of a ms is refused). (h): rate={NGINX_DENY_RATE}, nginx's lowest rate, for "
-        f"the gateway's {DENY_LIMIT}: every request after the first is a 429"
+        f"the gateway's {DENY_LIMIT}: every request after the first is a 429. (m): (g)'s "
+        f"limit_req keyed by {NGINX_COLD_KEY} in a "
+        f"{NGINX_COLD_ZONE} zone, with wrk's Lua sending a new {quota.COLD_HEADER} on every "
+        "request as for (k) and (l)"
         + (f"\n- (b0): a third rl-gateway, {context.baseline_label}, with (b)'s "
            "configuration "
            "(its own key prefix), in the same rounds" if context.baseline_gateway else ""),
@@ -1115,12 +1268,13 @@ def report(measurements: Measurements, settings: Settings, context: Context) -> 
         "",
     ]
     lines += comparison_table(measurements, settings)
-    lines += ["", cpu_target_line(measurements, settings)]
+    lines += ["", cpu_target_line(measurements, settings), ""]
+    lines += local_quota_section(measurements, settings)
     notes = odd_things(measurements)
     lines += ["", "## Anything odd", ""]
     lines += [f"- {note}" for note in notes] or [
         "- Nothing: no wrk socket errors or timeouts, no non-2xx answer outside (c), no upstream "
-        "error, and in (b) Redis decided every request."]
+        "error, and in (b) and (i) to (l) every request was allowed (in (b) and (i), by Redis)."]
     return "\n".join(lines) + "\n"
 
 
@@ -1185,8 +1339,9 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--duration", type=int, default=6, help="seconds per measured run (default 6)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per scenario (default 2)")
-    parser.add_argument("--budget-minutes", type=float, default=12.0,
-                        help="no repeat of a noisy run starts if it would end later than this")
+    parser.add_argument("--budget-minutes", type=float, default=18.0,
+                        help="no repeat of a noisy run starts if it, and the rounds still to "
+                             "come, would end later than this after the start (default 18)")
     parser.add_argument("--pin", choices=PINNINGS, default="split",
                         help="split (default): wrk on the last CPU, the servers on the first; "
                              "wrk: only wrk pinned; none: nothing pinned")
@@ -1196,6 +1351,10 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--baseline-label", metavar="TEXT",
                         help="what the report calls the --baseline-gateway binary, e.g. the "
                              "commit it was built from (default: its path)")
+    parser.add_argument("--without-local-quota", action="store_true",
+                        help="run (j) and (l) without local_quota: their instance then is "
+                             "(i)'s and (k)'s twin, an A/A run that shows how far two identical "
+                             "instances differ on this machine")
     parser.add_argument("--quick", action="store_true",
                         help="smoke-test the script: 1 round of 2 s runs, 1 s warm-up")
     return parser.parse_args()
@@ -1206,10 +1365,11 @@ def settings_from(arguments: argparse.Namespace, pinning: Pinning) -> Settings:
     # Two wrk threads on one CPU take turns, and a response that arrives while its thread
     # waits for the CPU is timed late: with a CPU of its own, wrk runs one thread.
     threads = arguments.threads or (1 if pinning.wrk else 2)
+    local_quota = not arguments.without_local_quota
     if arguments.quick:
-        return Settings(threads, connections, 2, 1, 1, arguments.budget_minutes * 60)
+        return Settings(threads, connections, 2, 1, 1, arguments.budget_minutes * 60, local_quota)
     return Settings(threads, connections, arguments.duration, arguments.rounds,
-                    arguments.warmup, arguments.budget_minutes * 60)
+                    arguments.warmup, arguments.budget_minutes * 60, local_quota)
 
 
 
@@ -1239,7 +1399,8 @@ def main() -> int:
     processes = Processes()
     workdir = Path(tempfile.mkdtemp(prefix="rl-gateway-bench-"))
     try:
-        servers = start_servers(processes, workdir, pinning, nginx, baseline_gateway)
+        servers = start_servers(processes, workdir, pinning, nginx, baseline_gateway,
+                                settings.local_quota)
         warm_up(processes, pinning, servers, settings)
         measurements = measure(processes, pinning, servers, settings, started)
     except RuntimeError as error:
