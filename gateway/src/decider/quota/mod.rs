@@ -149,6 +149,13 @@ impl Quotas {
         requests: &[(&Arc<Rule>, &str, u64)],
         now: Instant,
     ) -> Option<Vec<(Verdict, Option<u64>)>> {
+        // A key named twice by one request (Envoy descriptors) would be checked once for
+        // two spends, perhaps under two rules: such a request goes to Redis, its keys'
+        // allowances untouched.
+        let keys: HashSet<&str> = requests.iter().map(|(_, key, _)| *key).collect();
+        if keys.len() != requests.len() {
+            return None;
+        }
         let mut store = self.store();
         let mut enough = true;
         for &(rule, key, cost) in requests {
@@ -156,10 +163,7 @@ impl Quotas {
             allowance.arrivals.record(cost, now, self.settings.interval);
             enough &= allowance.held(now) >= cost;
         }
-        // A key named twice by one request (Envoy descriptors) would be checked once for
-        // two spends: such a request goes to Redis.
-        let keys: HashSet<&str> = requests.iter().map(|(_, key, _)| *key).collect();
-        if !enough || keys.len() != requests.len() {
+        if !enough {
             return None;
         }
         let mut spent = Vec::with_capacity(requests.len());
@@ -193,15 +197,13 @@ impl Quotas {
         let mut store = self.store();
         if !windows.is_empty() && verdict.tiers().len() != windows.len() {
             // The reply names only the binding tier (the Functions library's RESP2): when
-            // the other tiers' windows end is unknown, so nothing is held; the key takes
-            // its own units from now on.
+            // the other tiers' windows end is unknown, so nothing is held, and the key takes
+            // its own units from now on. What this one take granted beyond its request is
+            // left to end with its windows: a give-back could land after one of them ended
+            // and be taken off the next.
             let allowance = store.allowance(rule, key, asked_at);
             allowance.taking = false;
             allowance.unbatched = true;
-            if leftover > 0 {
-                let (rule, key, units) = (rule.clone(), key.to_owned(), leftover);
-                store.orphans.push(GiveBack { rule, key, units });
-            }
             return;
         }
         let allowance = store.allowance(rule, key, asked_at);
