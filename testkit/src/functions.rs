@@ -256,6 +256,22 @@ pub fn assert_same_from(
     replies
 }
 
+/// Two keys no rate-limit command can read, for the wrong-type cases: `text`, a string
+/// that is no state of ours, and `hash`, a hash.
+pub fn foreign_keys(con: &mut Connection) {
+    redis::cmd("SET")
+        .arg("text")
+        .arg("hello")
+        .exec(con)
+        .expect("SET");
+    redis::cmd("HSET")
+        .arg("hash")
+        .arg("f")
+        .arg("v")
+        .exec(con)
+        .expect("HSET");
+}
+
 /// A server with the module and the library: what the comparisons below run on.
 pub fn with_module_and_library(flavor: Flavor) -> Server {
     let server = ServerConfig::new(flavor).start();

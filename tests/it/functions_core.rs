@@ -44,22 +44,12 @@ fn bad_input_gets_the_module_errors() {
     each_flavor(|flavor| {
         let server = with_module_and_library(flavor);
         let mut con = server.conn();
-        redis::cmd("SET")
-            .arg("text")
-            .arg("hello")
-            .exec(&mut con)
-            .expect("SET");
+        foreign_keys(&mut con);
         redis::cmd("SET")
             .arg("zero")
             .arg("07")
             .exec(&mut con)
             .expect("SET");
-        redis::cmd("HSET")
-            .arg("hash")
-            .arg("f")
-            .arg("v")
-            .exec(&mut con)
-            .expect("HSET");
         let cases: &[(&str, &str, &str)] = &[
             ("hit", "k", ""),
             ("hit", "k", "5"),
@@ -401,17 +391,7 @@ fn several_keys_bad_input_gets_the_module_errors() {
     each_flavor(|flavor| {
         let server = with_module_and_library(flavor);
         let mut con = server.conn();
-        redis::cmd("SET")
-            .arg("text")
-            .arg("hello")
-            .exec(&mut con)
-            .expect("SET");
-        redis::cmd("HSET")
-            .arg("hash")
-            .arg("f")
-            .arg("v")
-            .exec(&mut con)
-            .expect("HSET");
+        foreign_keys(&mut con);
         let cases: &[(&[&str], &str)] = &[
             (&["a", "b"], "SPEC 1 1s"),
             (&["a", "b"], "1 1s"),

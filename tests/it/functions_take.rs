@@ -255,17 +255,7 @@ fn bad_input_gets_the_module_errors() {
     each_flavor(|flavor| {
         let server = with_module_and_library(flavor);
         let mut con = server.conn();
-        redis::cmd("SET")
-            .arg("text")
-            .arg("hello")
-            .exec(&mut con)
-            .expect("SET");
-        redis::cmd("HSET")
-            .arg("hash")
-            .arg("f")
-            .arg("v")
-            .exec(&mut con)
-            .expect("HSET");
+        foreign_keys(&mut con);
         redis::cmd("RL.ACQUIRE")
             .arg(&["leases", "3", "1h"])
             .exec(&mut con)
