@@ -50,7 +50,7 @@ pub(crate) fn spec(limit: &str, algorithm: &str) -> String {
 }
 
 /// The key of rule `name` with `key = "global"`.
-fn global(name: &str) -> String {
+pub(crate) fn global(name: &str) -> String {
     format!("rl:{{global}}:{name}")
 }
 
@@ -77,7 +77,7 @@ fn assert_decided(resp: &Resp, limit: i64, window_s: u64, what: &str) {
 /// request that finds its key's units short while their refill is on its way is charged
 /// by `RL.HIT`, whose answer cannot count the units this gateway holds or is taking: it
 /// shows less, by at most `slack`. Never more (see [`OVERSTATED`]).
-fn allowed_in_a_row(
+pub(crate) fn allowed_in_a_row(
     gateway: &Gateway,
     path: &str,
     n: i64,
@@ -257,7 +257,7 @@ fn two_gateways(flavor: Flavor) -> (Server, Upstream, [Arc<Gateway>; 2]) {
 }
 
 /// What `key` counts once no take is on its way any more (two reads in a row agree).
-fn settled_count(redis: &Server, key: &str, words: &str) -> i64 {
+pub(crate) fn settled_count(redis: &Server, key: &str, words: &str) -> i64 {
     let mut last = -1;
     wait_until(GIVE_BACK, "no take on its way", || {
         let counted = units_counted(redis, key, words);

@@ -54,6 +54,7 @@ mod proxy;
 mod redis_acl;
 mod redis_hiccups;
 mod redis_sentinel;
+mod redis_slow_answers;
 mod redis_tls;
 mod redis_tls_cluster;
 mod redis_tls_sentinel;

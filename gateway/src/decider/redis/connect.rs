@@ -5,6 +5,7 @@
 use super::located::{Located, Locator, ResolveTo};
 use super::{ConnectError, CONNECT_TIMEOUT};
 use crate::config::{host_port, RedisConnection, RedisSettings, TlsSettings};
+use crate::decider::MIN_RELEASE_DEADLINE;
 use base64::Engine;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -14,6 +15,38 @@ use redis::{
     TlsCertificates, TlsMode,
 };
 use std::time::Duration;
+
+/// How long the redis crate lets a call wait for its answer before failing it itself (its
+/// own default: 500 ms on one server or a primary, none in a Cluster). It must never be
+/// what decides: the gateway bounds its own waits, and a `deadline_ms` above the crate's
+/// would otherwise be cut short (the call failed open or closed while the user allowed
+/// longer, a local-quota refill counted in Redis and held by nobody). So it is longer than
+/// the longest of them, with a second to spare so that the gateway's timer always fires
+/// first:
+/// - a decision's call: two deadlines at most (a second one when Redis answered other calls
+///   meanwhile, see `calls.rs`);
+/// - the calls off the request path: the deadline or 1 s, whichever is longer (refills,
+///   releases, renewals) or 1 s (give-backs, write-backs, the heartbeat with its probe and
+///   `FUNCTION LOAD`, the rules key, the check of a located server).
+///
+/// What it bounds alone: a charge that missed its deadline, awaited in the background to
+/// give it back if Redis ran it (and a refund's task, each attempt). It thus stays finite,
+/// so that a server that never answers does not keep them forever. `deadline_ms` changes
+/// take effect at a restart only (`reload.rs`), the connection with them.
+pub(super) fn response_timeout(deadline: Duration) -> Duration {
+    const SPARE: Duration = Duration::from_secs(1);
+    deadline
+        .saturating_mul(2)
+        .max(MIN_RELEASE_DEADLINE)
+        .saturating_add(SPARE)
+}
+
+/// The settings of a connection to one server found by a [`Locator`].
+fn server_config(settings: &RedisSettings) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(response_timeout(settings.deadline)))
+}
 
 /// The user and password for the servers (or the sentinels), read now.
 struct Credentials {
@@ -106,13 +139,15 @@ pub(super) fn single(url: &str, settings: &RedisSettings) -> Result<super::Link,
         Some(tls) => {
             install_crypto_provider();
             if let Some(name) = &tls.server_name {
-                return named_server(info, name, certificates(tls), bad_url);
+                let config = server_config(settings);
+                return named_server(info, name, certificates(tls), config, bad_url);
             }
             redis::Client::build_with_tls(info, certificates(tls)).map_err(bad_url)?
         }
     };
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(response_timeout(settings.deadline)))
         .set_number_of_retries(1)
         .set_max_delay(Duration::from_millis(200));
     let manager =
@@ -127,6 +162,7 @@ fn named_server(
     info: redis::ConnectionInfo,
     name: &str,
     certificates: TlsCertificates,
+    config: AsyncConnectionConfig,
     bad_url: impl Fn(redis::RedisError) -> ConnectError,
 ) -> Result<super::Link, ConnectError> {
     let ConnectionAddr::TcpTls { host, port, .. } = info.addr().clone() else {
@@ -142,9 +178,7 @@ fn named_server(
         tls_params: None,
     });
     let client = redis::Client::build_with_tls(named, certificates).map_err(bad_url)?;
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_dns_resolver(ResolveTo { host, port });
+    let config = config.set_dns_resolver(ResolveTo { host, port });
     // The address shows its port already.
     let place = format!("{} as {name}", info.addr());
     Ok(super::Link::Located(Located::start(Locator::Fixed {
@@ -162,7 +196,11 @@ pub(super) fn cluster(
     let creds = credentials(connection, false)?;
     let mut builder = ClusterClientBuilder::new(urls.to_vec())
         .use_protocol(ProtocolVersion::RESP3)
-        .connection_timeout(CONNECT_TIMEOUT);
+        .connection_timeout(CONNECT_TIMEOUT)
+        // The whole call's bound alone, not each attempt's (`response_timeout`): the
+        // cluster client sends a call again once an attempt times out, and a hit sent twice
+        // would count twice.
+        .overall_response_timeout(Some(response_timeout(settings.deadline)));
     if let Some(user) = creds.username {
         builder = builder.username(user);
     }
@@ -222,10 +260,33 @@ pub(super) fn sentinel(
             .set_client_to_sentinel_certificates(certificates(tls));
     }
     let client = builder.build().map_err(ConnectError::Sentinel)?;
-    let config = AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
+    let config = server_config(settings);
     Ok(super::Link::Located(Located::start(Locator::Sentinel {
         client: Box::new(client),
         config,
         master_name: master_name.to_string(),
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_crate_waits_longer_than_the_gateway_ever_does() {
+        for ms in [1, 5, 499, 500, 1500, 60_000] {
+            let deadline = Duration::from_millis(ms);
+            let waited = response_timeout(deadline);
+            assert!(waited > deadline * 2, "{ms}: {waited:?}");
+            assert!(
+                waited > deadline.max(MIN_RELEASE_DEADLINE),
+                "{ms}: {waited:?}"
+            );
+        }
+        assert_eq!(
+            response_timeout(Duration::MAX),
+            Duration::MAX,
+            "no overflow"
+        );
+    }
 }
