@@ -1,8 +1,9 @@
 //! A Redis that answers slowly but within `deadline_ms`: the gateway's deadline is the one
-//! that decides, never the redis crate's own wait for an answer (500 ms by default on one
-//! server). A decision Redis answers late but in time is Redis's, on a fail-open and on a
-//! fail-closed rule alike; a local-quota refill answered as late is held; a stall past the
-//! deadline still decides as `on_redis_failure` says.
+//! that decides, never the redis crate's own wait for an answer (500 ms by default, on one
+//! server and on a Sentinel's primary). A decision Redis answers late but in time is
+//! Redis's, on a fail-open and on a fail-closed rule alike, on either kind; a local-quota
+//! refill answered as late is held; a stall past the deadline still decides as
+//! `on_redis_failure` says.
 //!
 //! Redis is stalled by SIGSTOP while the requests wait, and resumed: no assertion here is
 //! on how long anything took.
@@ -10,6 +11,7 @@
 use crate::local_quota::{allowed_in_a_row, global, quota, rule, settled_count, spec};
 use std::time::Duration;
 use testkit::gateway::*;
+use testkit::sentinel::Sentinels;
 
 /// Far above the redis crate's own 500 ms, and above [`STALL`] with room for a busy machine.
 const DEADLINE_MS: u64 = 2500;
@@ -31,19 +33,24 @@ limits = ["100/1h"]
 on_redis_failure = "closed"
 "#;
 
-/// Redis or Valkey, the upstream, and a gateway with [`RULES`] under [`DEADLINE_MS`],
-/// once Redis has decided for both rules.
+/// Redis or Valkey, the upstream, and a gateway with [`RULES`] under [`DEADLINE_MS`].
 fn slow_stack(flavor: Flavor) -> (Server, Upstream, Gateway) {
     let redis = ServerConfig::new(flavor).start();
     let upstream = Upstream::start();
     let redis_section = redis_section_with(redis.port(), &format!("deadline_ms = {DEADLINE_MS}"));
+    let gateway = started(&upstream, &redis_section);
+    (redis, upstream, gateway)
+}
+
+/// A gateway with `redis_section` and [`RULES`], once Redis has decided for both rules.
+fn started(upstream: &Upstream, redis_section: &str) -> Gateway {
     let gateway = Gateway::start(&upstream.server_line(), &format!("{redis_section}{RULES}"));
     for path in ["/open/warm", "/strict/warm"] {
         wait_until(Duration::from_secs(20), "a decision by Redis", || {
             gateway.get(path).has_ratelimit_headers()
         });
     }
-    (redis, upstream, gateway)
+    gateway
 }
 
 /// `GET` of each of `paths`, all sent while Redis is stopped; Redis is resumed after
@@ -88,35 +95,60 @@ fn more_decisions(before: &Metrics, after: &Metrics, of: &[(&str, &str)]) -> Vec
 fn a_stall_within_the_deadline_is_waited_out_and_redis_decides() {
     each_flavor(|flavor| {
         let (redis, _upstream, gateway) = slow_stack(flavor);
-        let paths = ["/open/a", "/strict/a"];
-        let left_before: Vec<i64> = paths.iter().map(|p| gateway.get(p).remaining()).collect();
-        let before = gateway.metrics();
-        let answers = during_a_stall(&gateway, &redis, &paths, Some(STALL));
-        for ((path, resp), left) in paths.iter().zip(&answers).zip(left_before) {
-            let what = format!("{flavor:?}: {path} while Redis stalled");
-            assert_eq!(resp.status, 200, "{what}: {resp:?}\n{}", gateway.log());
-            assert!(resp.has_ratelimit_headers(), "{what}: Redis's: {resp:?}");
-            assert_eq!(resp.fail_open_reason(), None, "{what}: {resp:?}");
-            assert_eq!(resp.remaining(), left - 1, "{what}: counted by Redis");
-        }
-        let after = gateway.metrics();
-        let of = [
-            ("lenient", "allowed"),
-            ("strict", "allowed"),
-            ("lenient", "fail_open"),
-            ("strict", "fail_closed"),
-        ];
-        assert_eq!(
-            more_decisions(&before, &after, &of),
-            [1.0, 1.0, 0.0, 0.0],
-            "{flavor:?}: {of:?}"
-        );
-        assert_eq!(
-            after.fail_open("timeout"),
-            before.fail_open("timeout"),
-            "{flavor:?}"
-        );
+        waits_out_a_stall(&gateway, &redis, &format!("{flavor:?}"));
     });
+}
+
+/// The primary a sentinel names is reached by a connection of another kind than one
+/// server's: it waits as long.
+#[test]
+fn a_stall_of_a_sentinels_primary_is_waited_out_too() {
+    each_flavor(|flavor| {
+        // No replica, and one sentinel short of its quorum of two: never a failover.
+        let redis = ServerConfig::new(flavor).start();
+        let sentinels = Sentinels::start(flavor, redis.port(), 1, "");
+        let upstream = Upstream::start();
+        let redis_section = format!(
+            "[redis]\nsentinels = {}\nmaster_name = \"{}\"\ndeadline_ms = {DEADLINE_MS}\n",
+            sentinels.toml_list(),
+            Sentinels::MASTER_NAME
+        );
+        let gateway = started(&upstream, &redis_section);
+        waits_out_a_stall(&gateway, &redis, &format!("{flavor:?} through a sentinel"));
+    });
+}
+
+/// A request of each rule sent while `redis` stalls for [`STALL`] is decided by Redis:
+/// counted there, neither failed open nor closed.
+fn waits_out_a_stall(gateway: &Gateway, redis: &Server, what: &str) {
+    let paths = ["/open/a", "/strict/a"];
+    let left_before: Vec<i64> = paths.iter().map(|p| gateway.get(p).remaining()).collect();
+    let before = gateway.metrics();
+    let answers = during_a_stall(gateway, redis, &paths, Some(STALL));
+    for ((path, resp), left) in paths.iter().zip(&answers).zip(left_before) {
+        let what = format!("{what}: {path} while Redis stalled");
+        assert_eq!(resp.status, 200, "{what}: {resp:?}\n{}", gateway.log());
+        assert!(resp.has_ratelimit_headers(), "{what}: Redis's: {resp:?}");
+        assert_eq!(resp.fail_open_reason(), None, "{what}: {resp:?}");
+        assert_eq!(resp.remaining(), left - 1, "{what}: counted by Redis");
+    }
+    let after = gateway.metrics();
+    let of = [
+        ("lenient", "allowed"),
+        ("strict", "allowed"),
+        ("lenient", "fail_open"),
+        ("strict", "fail_closed"),
+    ];
+    assert_eq!(
+        more_decisions(&before, &after, &of),
+        [1.0, 1.0, 0.0, 0.0],
+        "{what}: {of:?}"
+    );
+    assert_eq!(
+        after.fail_open("timeout"),
+        before.fail_open("timeout"),
+        "{what}"
+    );
 }
 
 #[test]
