@@ -3,13 +3,15 @@
 //! server and on a Sentinel's primary). A decision Redis answers late but in time is
 //! Redis's, on a fail-open and on a fail-closed rule alike, on either kind; a local-quota
 //! refill answered as late is held; a stall past the deadline still decides as
-//! `on_redis_failure` says.
+//! `on_redis_failure` says. A Cluster's client, whose wait bounds a whole call, waits as
+//! long.
 //!
 //! Redis is stalled by SIGSTOP while the requests wait, and resumed: no assertion here is
 //! on how long anything took.
 
 use crate::local_quota::{allowed_in_a_row, global, quota, rule, settled_count, spec};
 use std::time::Duration;
+use testkit::cluster::Cluster;
 use testkit::gateway::*;
 use testkit::sentinel::Sentinels;
 
@@ -53,15 +55,15 @@ fn started(upstream: &Upstream, redis_section: &str) -> Gateway {
     gateway
 }
 
-/// `GET` of each of `paths`, all sent while Redis is stopped; Redis is resumed after
+/// `GET` of each of `paths`, all sent while `servers` are stopped; they are resumed after
 /// `stall`, or with `None` once every answer is in.
 fn during_a_stall(
     gateway: &Gateway,
-    redis: &Server,
+    servers: &[&Server],
     paths: &[&str],
     stall: Option<Duration>,
 ) -> Vec<Resp> {
-    let stopped = Stopped::new(redis.pid());
+    let stopped: Vec<Stopped> = servers.iter().map(|s| Stopped::new(s.pid())).collect();
     std::thread::scope(|scope| {
         let requests: Vec<_> = paths
             .iter()
@@ -70,10 +72,10 @@ fn during_a_stall(
         let stopped = match stall {
             Some(stall) => {
                 std::thread::sleep(stall);
-                stopped.resume();
-                None
+                stopped.into_iter().for_each(Stopped::resume);
+                Vec::new()
             }
-            None => Some(stopped),
+            None => stopped,
         };
         let answers = requests
             .into_iter()
@@ -95,7 +97,7 @@ fn more_decisions(before: &Metrics, after: &Metrics, of: &[(&str, &str)]) -> Vec
 fn a_stall_within_the_deadline_is_waited_out_and_redis_decides() {
     each_flavor(|flavor| {
         let (redis, _upstream, gateway) = slow_stack(flavor);
-        waits_out_a_stall(&gateway, &redis, &format!("{flavor:?}"));
+        waits_out_a_stall(&gateway, &[&redis], &format!("{flavor:?}"));
     });
 }
 
@@ -114,17 +116,40 @@ fn a_stall_of_a_sentinels_primary_is_waited_out_too() {
             Sentinels::MASTER_NAME
         );
         let gateway = started(&upstream, &redis_section);
-        waits_out_a_stall(&gateway, &redis, &format!("{flavor:?} through a sentinel"));
+        waits_out_a_stall(
+            &gateway,
+            &[&redis],
+            &format!("{flavor:?} through a sentinel"),
+        );
     });
 }
 
-/// A request of each rule sent while `redis` stalls for [`STALL`] is decided by Redis:
+/// A Cluster's client has a wait of its own too (for the whole call, retries and all): a
+/// stall of every primary within the deadline is waited out there as well.
+#[test]
+fn a_stall_of_a_clusters_primaries_is_waited_out_too() {
+    each_flavor(|flavor| {
+        // No replicas: nothing is failed over, and the stall is far shorter than the nodes'
+        // own timeout.
+        let cluster = Cluster::start(flavor, 3, 0);
+        let upstream = Upstream::start();
+        let redis_section = format!(
+            "[redis]\ncluster = [{}]\ndeadline_ms = {DEADLINE_MS}\n",
+            cluster.gateway_seeds()
+        );
+        let gateway = started(&upstream, &redis_section);
+        let primaries = cluster.primaries();
+        waits_out_a_stall(&gateway, &primaries, &format!("{flavor:?} on a Cluster"));
+    });
+}
+
+/// A request of each rule sent while `servers` stall for [`STALL`] is decided by Redis:
 /// counted there, neither failed open nor closed.
-fn waits_out_a_stall(gateway: &Gateway, redis: &Server, what: &str) {
+fn waits_out_a_stall(gateway: &Gateway, servers: &[&Server], what: &str) {
     let paths = ["/open/a", "/strict/a"];
     let left_before: Vec<i64> = paths.iter().map(|p| gateway.get(p).remaining()).collect();
     let before = gateway.metrics();
-    let answers = during_a_stall(gateway, redis, &paths, Some(STALL));
+    let answers = during_a_stall(gateway, servers, &paths, Some(STALL));
     for ((path, resp), left) in paths.iter().zip(&answers).zip(left_before) {
         let what = format!("{what}: {path} while Redis stalled");
         assert_eq!(resp.status, 200, "{what}: {resp:?}\n{}", gateway.log());
@@ -156,7 +181,7 @@ fn a_stall_past_the_deadline_decides_as_on_redis_failure_says() {
     each_flavor(|flavor| {
         let (redis, upstream, gateway) = slow_stack(flavor);
         let (forwarded, before) = (upstream.requests(), gateway.metrics());
-        let answers = during_a_stall(&gateway, &redis, &["/open/b", "/strict/b"], None);
+        let answers = during_a_stall(&gateway, &[&redis], &["/open/b", "/strict/b"], None);
         let (open, strict) = (&answers[0], &answers[1]);
         assert_eq!(open.status, 200, "{flavor:?}: {open:?}");
         assert!(!open.has_ratelimit_headers(), "{flavor:?}: {open:?}");

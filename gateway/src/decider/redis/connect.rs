@@ -33,7 +33,7 @@ use std::time::Duration;
 /// give it back if Redis ran it (and a refund's task, each attempt). It thus stays finite,
 /// so that a server that never answers does not keep them forever. `deadline_ms` changes
 /// take effect at a restart only (`reload.rs`), the connection with them.
-pub(super) fn response_timeout(deadline: Duration) -> Duration {
+fn response_timeout(deadline: Duration) -> Duration {
     const SPARE: Duration = Duration::from_secs(1);
     deadline
         .saturating_mul(2)
