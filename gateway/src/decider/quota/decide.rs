@@ -123,30 +123,45 @@ impl<T: Transport> Decider<T> {
                 }
                 Plan::Hit => return false,
             }
-        } else {
-            let requests: Vec<_> = limited
-                .iter()
-                .map(|&i| {
-                    let a = &applying[i];
-                    (&a.rule, a.key.as_str(), request_cost(a))
-                })
-                .collect();
-            let spent = match self.quotas.plan_all(&requests, now) {
-                PlanAll::Spent(spent) => spent,
-                PlanAll::Take(units) => {
-                    for (&i, units) in limited.iter().zip(units) {
-                        takes[i] = units;
-                    }
-                    return false;
-                }
-                PlanAll::Hit => return false,
-            };
-            for (&i, (verdict, refill)) in limited.iter().zip(spent) {
-                self.after_spending(&applying[i], refill);
-                outcomes[i] = RuleOutcome::Allowed(verdict);
-            }
+        } else if !self.decide_all_held(applying, &limited, outcomes, takes, now) {
+            return false;
         }
         self.metrics.quota.spent();
+        true
+    }
+
+    /// [`Decider::decide_held`] for a request several rules with local quota (`limited`)
+    /// apply to: all spent here (`true`), or none, with the takes the busy rules short of
+    /// units are to make set in `takes`.
+    fn decide_all_held(
+        &self,
+        applying: &[Applied],
+        limited: &[usize],
+        outcomes: &mut [RuleOutcome],
+        takes: &mut Takes,
+        now: Instant,
+    ) -> bool {
+        let requests: Vec<_> = limited
+            .iter()
+            .map(|&i| {
+                let a = &applying[i];
+                (&a.rule, a.key.as_str(), request_cost(a))
+            })
+            .collect();
+        let spent = match self.quotas.plan_all(&requests, now) {
+            PlanAll::Spent(spent) => spent,
+            PlanAll::Take(units) => {
+                for (&i, units) in limited.iter().zip(units) {
+                    takes[i] = units;
+                }
+                return false;
+            }
+            PlanAll::Hit => return false,
+        };
+        for (&i, (verdict, refill)) in limited.iter().zip(spent) {
+            self.after_spending(&applying[i], refill);
+            outcomes[i] = RuleOutcome::Allowed(verdict);
+        }
         true
     }
 

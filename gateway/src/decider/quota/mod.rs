@@ -12,6 +12,9 @@
 //!   only its own units, so a key seen once costs what it costs without local quota.
 //! - When half of the last grant is spent a refill is taken in the background: a busy key's
 //!   requests do not wait for Redis.
+//! - A request that several rules with local quota apply to is decided here when each
+//!   holds enough; else each busy one short of units takes its own batch, the others are
+//!   charged by a hit, and a quiet one sends the whole request to Redis ([`PlanAll`]).
 //! - What is not spent goes back (`RL.REFUND ... COST u`) before its window ends, once
 //!   `hold` has passed since its take, when the key's rule changes and on a reload.
 //!
