@@ -41,7 +41,19 @@ impl Pending {
         cluster: bool,
         shadow: Shadow,
     ) -> Self {
-        let apart = |i: usize| shadow == Shadow::Apart && applying[i].rule.shadow;
+        Pending::with_alone(applying, indices, cluster, shadow, |_| false)
+    }
+
+    /// As [`Pending::new`], and each rule for which `alone` says so is a call of its own
+    /// (a take of local quota: `RL.TAKE` is for one key).
+    pub(super) fn with_alone(
+        applying: &[Applied],
+        indices: impl Iterator<Item = usize>,
+        cluster: bool,
+        shadow: Shadow,
+        alone: impl Fn(usize) -> bool,
+    ) -> Self {
+        let apart = |i: usize| alone(i) || (shadow == Shadow::Apart && applying[i].rule.shadow);
         let mut groups: SmallVec<[Group; 2]> = SmallVec::new();
         for i in indices {
             let joins = match apart(i) {

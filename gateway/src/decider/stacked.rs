@@ -8,7 +8,7 @@ use super::commands::{group_cmd, hit_cmd};
 use super::groups::{Pending, Shadow};
 use super::lease_guard::new_lease_id;
 use super::local_limits::LocalAnswer;
-use super::quota::{Taken, Takes};
+use super::quota::{PlannedTakes, Taken, Takes};
 use super::MIN_RELEASE_DEADLINE;
 use super::{Applied, Decider, End, LeaseAnswer, RuleOutcome, Stacked, Transport};
 use crate::failure::Failure;
@@ -24,6 +24,9 @@ type Outcomes = SmallVec<[RuleOutcome; 2]>;
 struct Charged {
     allowed: bool,
     keys: SmallVec<[(Verdict, bool); 2]>,
+    /// For a take of local quota that left units held: when it was sent (see
+    /// [`Decider::put_back_taken`]).
+    taken_at: Option<Instant>,
 }
 
 /// What a group that Redis could not decide came to.
@@ -88,7 +91,8 @@ impl<T: Transport> Decider<T> {
             return ended(outcomes, End::Allowed);
         }
         let cluster = self.backend.is_cluster();
-        let pending = Pending::new(applying, limited, cluster, Shadow::Apart);
+        let alone = |i: usize| takes[i] > 0;
+        let pending = Pending::with_alone(applying, limited, cluster, Shadow::Apart, alone);
         self.charge_in_turn(applying, pending, outcomes, &takes)
             .await
     }
@@ -107,7 +111,8 @@ impl<T: Transport> Decider<T> {
     }
 
     /// Charges the groups of `pending` one after the other, under one deadline, until one
-    /// denies or closes.
+    /// denies or closes. The units a take of local quota granted a request that is then
+    /// denied or refused stay held for the key's next requests.
     async fn charge_in_turn(
         &self,
         applying: &[Applied],
@@ -116,17 +121,24 @@ impl<T: Transport> Decider<T> {
         takes: &Takes,
     ) -> Stacked {
         let deadline = tokio::time::Instant::now() + self.deadline;
+        let mut planned = PlannedTakes::new(&self.quotas, applying, takes);
+        let mut taken: SmallVec<[(usize, Instant); 2]> = SmallVec::new();
         while let Some(group) = pending.next() {
+            planned.going(&group);
             let mut late = None;
             let charged = self.charge(applying, &group, takes, deadline, &mut late);
             let binding = match charged.await {
-                Ok(charged) => self.record(applying, &group, charged, &mut outcomes),
+                Ok(charged) => {
+                    taken.extend(charged.taken_at.map(|at| (group[0], at)));
+                    self.record(applying, &group, charged, &mut outcomes)
+                }
                 Err(Failure::Error) if pending.split(&group) => continue,
                 Err(failure) => {
                     let late = late.take();
                     match self.undecided(applying, &group, failure, late, &mut outcomes) {
                         Undecided::Decided(binding) => binding,
                         Undecided::Closed(rule) => {
+                            self.put_back_taken(applying, &taken, &mut outcomes);
                             self.give_back(applying, &mut outcomes).await;
                             return ended(outcomes, End::Closed { rule, failure });
                         }
@@ -134,6 +146,7 @@ impl<T: Transport> Decider<T> {
                 }
             };
             if let Some(binding) = binding {
+                self.put_back_taken(applying, &taken, &mut outcomes);
                 return self.denied(applying, outcomes, binding).await;
             }
         }
@@ -153,23 +166,11 @@ impl<T: Transport> Decider<T> {
     ) -> Result<Charged, Failure> {
         if let [i] = group {
             let applied = &applying[*i];
-            let taken = match takes[*i] {
-                0 => None,
-                units => match self.take(applied, units, deadline, late).await? {
-                    Taken::Decided(verdict) => Some(verdict),
-                    Taken::TooFew => None,
-                },
-            };
-            let verdict = match taken {
-                Some(verdict) => verdict,
-                None => self.call("RL.HIT", applied, deadline, Some(late)).await?,
-            };
-            if applied.rule.local_quota {
-                self.quotas.hit_answered(&applied.key, &verdict);
-            }
+            let (verdict, taken_at) = self.charge_one(applied, takes[*i], deadline, late).await?;
             return Ok(Charged {
                 allowed: verdict.allowed(),
                 keys: SmallVec::from_elem((verdict, true), 1),
+                taken_at,
             });
         }
         let multi = self
@@ -184,7 +185,38 @@ impl<T: Transport> Decider<T> {
                 .enumerate()
                 .map(|(k, v)| (v, k == binding))
                 .collect(),
+            taken_at: None,
         })
+    }
+
+    /// One rule charged alone: an `RL.TAKE` of `units` when it takes a batch (and when it
+    /// left units held, when it was sent), else (or when it granted too few) an `RL.HIT`.
+    async fn charge_one(
+        &self,
+        applied: &Applied,
+        units: u64,
+        deadline: tokio::time::Instant,
+        late: &mut Option<Late>,
+    ) -> Result<(Verdict, Option<Instant>), Failure> {
+        let taken = match units {
+            0 => None,
+            units => match self.take(applied, units, deadline, late).await? {
+                Taken::Decided(verdict) => Some((verdict, None)),
+                Taken::Held(verdict, at) => Some((verdict, Some(at))),
+                Taken::TooFew => None,
+            },
+        };
+        let (verdict, taken_at) = match taken {
+            Some(taken) => taken,
+            None => (
+                self.call("RL.HIT", applied, deadline, Some(late)).await?,
+                None,
+            ),
+        };
+        if applied.rule.local_quota {
+            self.quotas.hit_answered(&applied.key, &verdict);
+        }
+        Ok((verdict, taken_at))
     }
 
     /// What Redis answered for `group`, as each rule's outcome; the binding denial, if any.

@@ -8,6 +8,7 @@ mod deny_cache_tests;
 mod failure_tests;
 mod lease_tests;
 mod look_tests;
+mod quota_stacked_tests;
 mod quota_tests;
 mod refund_tests;
 mod stacking_tests;

@@ -95,3 +95,49 @@ fn each_primary_grants_its_own_keys_batches_and_their_limits_hold() {
         assert_eq!(upstream.requests(), 90 + 3 * 20, "{flavor:?}");
     });
 }
+
+#[test]
+fn a_global_cap_and_a_user_budget_in_two_slots_take_batches_on_their_own_primaries() {
+    each_flavor(|flavor| {
+        let cluster = Cluster::start(flavor, 3, 0);
+        let upstream = Upstream::start();
+        let rules = format!(
+            "{}{}stack = true\n{}",
+            quota(1000, 1000, 1),
+            rule("global", "/api/**", "global", "100000/1d", "fixed"),
+            rule("user", "/api/**", "header:X-User", "100000/1d", "fixed"),
+        );
+        let gateway = gateway_on(&cluster, &upstream, &rules);
+        let global_key = "rl:{global}:global";
+        let global_on = cluster.owner_of(global_key);
+        // A user whose key another primary serves.
+        let primaries = cluster.primaries();
+        let user_on = primaries
+            .iter()
+            .find(|p| p.port() != global_on.port())
+            .expect("another primary");
+        let tag = cluster.tag_on(user_on, "h:user");
+        let user = tag.trim_start_matches("h:");
+        let what = format!("{flavor:?} {user}");
+        for _ in 0..200 {
+            let resp = gateway.send("GET", "/api/x", &[("X-User", user)]);
+            assert_eq!(resp.status, 200, "{what}: {resp:?}");
+        }
+        let calls: i64 = calls(&primaries).iter().sum();
+        assert!(calls < 100, "{what}: {calls} calls for 200 requests");
+        assert!(
+            take_calls(global_on) > 0,
+            "{what}: the global cap's batches"
+        );
+        assert!(take_calls(user_on) > 0, "{what}: the user's batches");
+        // Once the held units go back, each primary counts the 200 exactly.
+        let words = spec("100000/1d", "fixed");
+        let user_key = format!("rl:{{{tag}}}:user");
+        for (primary, key) in [(global_on, global_key), (*user_on, user_key.as_str())] {
+            wait_until(Duration::from_secs(20), "the units given back", || {
+                units_counted(primary, key, &words) == 200
+            });
+        }
+        assert_eq!(upstream.requests(), 200, "{what}");
+    });
+}

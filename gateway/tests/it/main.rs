@@ -44,6 +44,7 @@ mod lifecycle;
 mod local_quota;
 mod local_quota_accuracy;
 mod local_quota_cluster;
+mod local_quota_stacked;
 mod log_flood;
 mod methods;
 mod misconfig;

@@ -196,6 +196,23 @@ impl Allowance {
         }
     }
 
+    /// Puts `units` back into the lot of the take sent at `taken_at`, while it may still
+    /// be spent (its time to go back has not come): they were taken in it and spent for a
+    /// request that another rule denied.
+    pub(super) fn put_back(&mut self, taken_at: Instant, units: u64, now: Instant) -> bool {
+        let lot = self
+            .lots
+            .iter_mut()
+            .find(|lot| lot.asked_at == taken_at && now < lot.give_back_at);
+        match lot {
+            Some(lot) => {
+                lot.units = lot.units.saturating_add(units);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Adds what a take granted beyond the request it was for.
     pub(super) fn add(&mut self, lot: Lot, granted: u64) {
         self.last_grant = granted;

@@ -2,7 +2,7 @@
 //! for a request that found too few (and what it granted beyond the request kept), the
 //! refills in the background, and the task that gives unused units back.
 
-use super::{Plan, Quotas};
+use super::{Plan, PlanAll, Quotas};
 use crate::decider::calls::Late;
 use crate::decider::commands::{hit_cmd, take_cmd};
 use crate::decider::MIN_RELEASE_DEADLINE;
@@ -24,8 +24,11 @@ pub(crate) type Takes = SmallVec<[u64; 2]>;
 
 /// What one take answered, for the request that sent it.
 pub(crate) enum Taken {
-    /// Redis decided: its verdict (the units held now shown in it when it allowed).
+    /// Redis decided: its verdict (a denial, or a grant of the request's units alone).
     Decided(Verdict),
+    /// Granted the request's units and more, held for the key's next requests from the
+    /// take sent at this instant (shown in the verdict).
+    Held(Verdict, Instant),
     /// Fewer units than the request's cost: given back, and the request is to be charged
     /// as a plain hit, whose answer is exact for its cost.
     TooFew,
@@ -43,6 +46,39 @@ impl Drop for TakeEnded<'_> {
     }
 }
 
+/// The rules of a request whose takes [`Decider::decide_held`] planned and that have not
+/// gone out yet: when the request ends before they do (an earlier rule denied or refused
+/// it, or the request was dropped), their keys may take again.
+pub(crate) struct PlannedTakes<'a> {
+    quotas: &'a Quotas,
+    applying: &'a [Applied],
+    waiting: SmallVec<[usize; 2]>,
+}
+
+impl<'a> PlannedTakes<'a> {
+    pub(crate) fn new(quotas: &'a Quotas, applying: &'a [Applied], takes: &Takes) -> Self {
+        let waiting = (0..takes.len()).filter(|&i| takes[i] > 0).collect();
+        PlannedTakes {
+            quotas,
+            applying,
+            waiting,
+        }
+    }
+
+    /// The rules of `group` are being charged: a take among them ends on its own.
+    pub(crate) fn going(&mut self, group: &[usize]) {
+        self.waiting.retain(|i| !group.contains(i));
+    }
+}
+
+impl Drop for PlannedTakes<'_> {
+    fn drop(&mut self) {
+        for &i in &self.waiting {
+            self.quotas.take_ended(&self.applying[i].key);
+        }
+    }
+}
+
 /// The units one request of `applied` spends: its own cost, else its rule's.
 fn request_cost(applied: &Applied) -> u64 {
     applied.cost.unwrap_or(match &applied.rule.limit {
@@ -54,8 +90,9 @@ fn request_cost(applied: &Applied) -> u64 {
 impl<T: Transport> Decider<T> {
     /// Decides the request from the units this gateway holds (`true`, each limited rule's
     /// outcome set) when every limited rule that applies has local quota and holds enough.
-    /// Otherwise (`false`) `takes` says what each rule is to take: a batch for the one
-    /// limited rule of a request that holds too few, 0 (a plain hit) for the rest.
+    /// Otherwise (`false`) `takes` says what each rule is to take: a batch for each busy
+    /// rule that holds too few (when every limited rule has local quota and none of those
+    /// short is a quiet key, see [`Quotas::plan_all`]), 0 (a plain hit) for the rest.
     pub(crate) fn decide_held(
         &self,
         applying: &[Applied],
@@ -86,23 +123,45 @@ impl<T: Transport> Decider<T> {
                 }
                 Plan::Hit => return false,
             }
-        } else {
-            let requests: Vec<_> = limited
-                .iter()
-                .map(|&i| {
-                    let a = &applying[i];
-                    (&a.rule, a.key.as_str(), request_cost(a))
-                })
-                .collect();
-            let Some(spent) = self.quotas.plan_all(&requests, now) else {
-                return false;
-            };
-            for (&i, (verdict, refill)) in limited.iter().zip(spent) {
-                self.after_spending(&applying[i], refill);
-                outcomes[i] = RuleOutcome::Allowed(verdict);
-            }
+        } else if !self.decide_all_held(applying, &limited, outcomes, takes, now) {
+            return false;
         }
         self.metrics.quota.spent();
+        true
+    }
+
+    /// [`Decider::decide_held`] for a request several rules with local quota (`limited`)
+    /// apply to: all spent here (`true`), or none, with the takes the busy rules short of
+    /// units are to make set in `takes`.
+    fn decide_all_held(
+        &self,
+        applying: &[Applied],
+        limited: &[usize],
+        outcomes: &mut [RuleOutcome],
+        takes: &mut Takes,
+        now: Instant,
+    ) -> bool {
+        let requests: Vec<_> = limited
+            .iter()
+            .map(|&i| {
+                let a = &applying[i];
+                (&a.rule, a.key.as_str(), request_cost(a))
+            })
+            .collect();
+        let spent = match self.quotas.plan_all(&requests, now) {
+            PlanAll::Spent(spent) => spent,
+            PlanAll::Take(units) => {
+                for (&i, units) in limited.iter().zip(units) {
+                    takes[i] = units;
+                }
+                return false;
+            }
+            PlanAll::Hit => return false,
+        };
+        for (&i, (verdict, refill)) in limited.iter().zip(spent) {
+            self.after_spending(&applying[i], refill);
+            outcomes[i] = RuleOutcome::Allowed(verdict);
+        }
         true
     }
 
@@ -156,7 +215,31 @@ impl<T: Transport> Decider<T> {
         self.quotas
             .granted(rule, key, granted, leftover, verdict, asked_at);
         self.start_sweeping();
-        Ok(Taken::Decided(shown))
+        Ok(Taken::Held(shown, asked_at))
+    }
+
+    /// Another rule denied (or refused) the request after the takes `taken` (each rule's
+    /// index and when its take was sent) granted it units: those units go back into the
+    /// lot they were taken in, for the key's next requests, and the rule counts nothing
+    /// for this one. A lot that may no longer be spent leaves the rule's outcome allowed,
+    /// for the request's give-back to refund in Redis.
+    pub(crate) fn put_back_taken(
+        &self,
+        applying: &[Applied],
+        taken: &[(usize, Instant)],
+        outcomes: &mut [RuleOutcome],
+    ) {
+        let now = Instant::now();
+        for &(i, taken_at) in taken {
+            let RuleOutcome::Allowed(verdict) = &outcomes[i] else {
+                continue;
+            };
+            let a = &applying[i];
+            let units = request_cost(a);
+            if self.quotas.put_back(&a.rule, &a.key, taken_at, units, now) {
+                outcomes[i] = RuleOutcome::Uncounted(verdict.clone());
+            }
+        }
     }
 
     /// After units were spent here: the refill, when one is due, taken in the background.

@@ -12,6 +12,9 @@
 //!   only its own units, so a key seen once costs what it costs without local quota.
 //! - When half of the last grant is spent a refill is taken in the background: a busy key's
 //!   requests do not wait for Redis.
+//! - A request that several rules with local quota apply to is decided here when each
+//!   holds enough; else each busy one short of units takes its own batch, the others are
+//!   charged by a hit, and a quiet one sends the whole request to Redis ([`PlanAll`]).
 //! - What is not spent goes back (`RL.REFUND ... COST u`) before its window ends, once
 //!   `hold` has passed since its take, when the key's rule changes and on a reload.
 //!
@@ -24,10 +27,11 @@ mod decide;
 mod rate;
 
 use self::allowance::{Allowance, Lot, Spend};
-pub(crate) use self::decide::{Taken, Takes};
+pub(crate) use self::decide::{PlannedTakes, Taken, Takes};
 use crate::rules::{Limit, Rule};
 use crate::verdict::Verdict;
 use lru::LruCache;
+use smallvec::SmallVec;
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::sync::atomic::AtomicBool;
@@ -72,6 +76,20 @@ pub(crate) enum Plan {
     Take(u64),
     /// Not enough units held and no batch worth taking: charged in Redis as without local
     /// quota.
+    Hit,
+}
+
+/// What the rules of a request that several apply to, all with local quota, are to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PlanAll {
+    /// Each held enough: all spent here, each verdict in order with the refill to take
+    /// for its key.
+    Spent(Vec<(Verdict, Option<u64>)>),
+    /// Some held too few, and each of those is busy: the units each rule takes, in order
+    /// (0: charged by a hit, with the others that take none). Each that takes is a call
+    /// of its own; the next requests find them all holding units.
+    Take(SmallVec<[u64; 2]>),
+    /// Charged in Redis as without local quota.
     Hit,
 }
 
@@ -142,36 +160,32 @@ impl Quotas {
     }
 
     /// Every rule of a request that several apply to, all with local quota: spent here
-    /// only if each holds enough units (then all are spent), else nothing is spent. Each
-    /// verdict, in order, with the refill to take for its key.
-    pub(crate) fn plan_all(
-        &self,
-        requests: &[(&Arc<Rule>, &str, u64)],
-        now: Instant,
-    ) -> Option<Vec<(Verdict, Option<u64>)>> {
+    /// only if each holds enough units (then all are spent), else nothing is spent and
+    /// each rule short of units that is busy takes a batch (see [`PlanAll`]).
+    pub(crate) fn plan_all(&self, requests: &[(&Arc<Rule>, &str, u64)], now: Instant) -> PlanAll {
         // A key named twice by one request (Envoy descriptors) would be checked once for
         // two spends, perhaps under two rules: such a request goes to Redis, its keys'
         // allowances untouched.
         let keys: HashSet<&str> = requests.iter().map(|(_, key, _)| *key).collect();
         if keys.len() != requests.len() {
-            return None;
+            return PlanAll::Hit;
         }
         let mut store = self.store();
-        let mut enough = true;
+        let mut short: SmallVec<[bool; 2]> = SmallVec::new();
         for &(rule, key, cost) in requests {
             let allowance = store.allowance(rule, key, now);
             allowance.arrivals.record(cost, now, self.settings.interval);
-            enough &= allowance.held(now) >= cost;
+            short.push(allowance.held(now) < cost);
         }
-        if !enough {
-            return None;
+        if short.contains(&true) {
+            return self.takes(&mut store, requests, &short, now);
         }
         let mut spent = Vec::with_capacity(requests.len());
         for &(rule, key, cost) in requests {
             let allowance = store.allowance(rule, key, now);
             let batch = self.batch(allowance, rule, cost, now);
             let Spend::Spent(verdict) = allowance.spend(cost, now) else {
-                return None;
+                return PlanAll::Hit;
             };
             let refill = allowance.wants_refill(batch, now).then(|| {
                 allowance.taking = true;
@@ -179,7 +193,64 @@ impl Quotas {
             });
             spent.push((verdict, refill));
         }
-        Some(spent)
+        PlanAll::Spent(spent)
+    }
+
+    /// The takes of a request whose rules `short` of units cannot all be spent here: a
+    /// batch for each short one that is busy and takes none yet. A short key that is not
+    /// busy (a batch would be no more than the request's own units) sends the whole
+    /// request to Redis as without local quota: no rule's batch is taken, as the next
+    /// requests could not be decided from held units anyway.
+    fn takes(
+        &self,
+        store: &mut Store,
+        requests: &[(&Arc<Rule>, &str, u64)],
+        short: &[bool],
+        now: Instant,
+    ) -> PlanAll {
+        let mut takes: SmallVec<[u64; 2]> = SmallVec::new();
+        for (&(rule, key, cost), &short) in requests.iter().zip(short) {
+            let allowance = store.allowance(rule, key, now);
+            let batch = self.batch(allowance, rule, cost, now);
+            takes.push(match (short, allowance.taking) {
+                // Holds enough, or its units are on their way: charged by a hit.
+                (false, _) | (true, true) => 0,
+                (true, false) if batch > cost => batch,
+                (true, false) => return PlanAll::Hit,
+            });
+        }
+        if takes.iter().all(|&units| units == 0) {
+            return PlanAll::Hit;
+        }
+        for (&(rule, key, _), &units) in requests.iter().zip(&takes) {
+            if units > 0 {
+                store.allowance(rule, key, now).taking = true;
+            }
+        }
+        PlanAll::Take(takes)
+    }
+
+    /// Units spent for a request that was then denied (or refused) by another rule, put
+    /// back into the lot of `key`'s take sent at `taken_at` while that lot may still be
+    /// spent: `false` when it may not (it went back, or its time is over), and the units
+    /// are then to be given back to Redis.
+    pub(crate) fn put_back(
+        &self,
+        rule: &Arc<Rule>,
+        key: &str,
+        taken_at: Instant,
+        units: u64,
+        now: Instant,
+    ) -> bool {
+        let mut store = self.store();
+        let Some(allowance) = store.keys.peek_mut(key) else {
+            return false;
+        };
+        if !Arc::ptr_eq(&allowance.rule, rule) || !allowance.put_back(taken_at, units, now) {
+            return false;
+        }
+        store.holding.insert(key.to_owned());
+        true
     }
 
     /// A take for `key` answered: `granted` units, of which `leftover` are left after the

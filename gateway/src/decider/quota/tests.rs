@@ -262,20 +262,65 @@ fn several_rules_are_spent_here_all_or_none() {
     let t0 = Instant::now();
     requests(&q, &a, "a", 4, t0);
     q.granted(&a, "a", 4, 3, granted_verdict(100_000, 10, 1_800_000), t0);
-    // `b` holds nothing: nothing is spent, `a` keeps its three.
-    assert!(q.plan_all(&[(&a, "a", 1), (&b, "b", 1)], t0 + MS).is_none());
+    // `b` holds nothing and is quiet: nothing is spent or taken, `a` keeps its three.
+    let both = [(&a, "a", 1), (&b, "b", 1)];
+    assert_eq!(q.plan_all(&both, t0 + MS), PlanAll::Hit);
     requests(&q, &b, "b", 4, t0);
     q.granted(&b, "b", 4, 1, granted_verdict(100_000, 10, 1_800_000), t0);
-    let spent = q.plan_all(&[(&a, "a", 1), (&b, "b", 1)], t0 + 2 * MS);
-    let spent = spent.expect("both hold units");
+    let PlanAll::Spent(spent) = q.plan_all(&both, t0 + 2 * MS) else {
+        panic!("both hold units");
+    };
     assert_eq!(spent[0].0.binding().remaining, 12);
     assert_eq!(spent[1].0.binding().remaining, 10);
-    // `b` is spent out; `a` keeps two, which go back with the hold.
-    assert!(q
-        .plan_all(&[(&a, "a", 1), (&b, "b", 1)], t0 + 3 * MS)
-        .is_none());
+    // `b` is spent out, its refill on its way: `b` takes nothing more, and the request
+    // goes to Redis whole.
+    assert!(spent[1].1.is_some(), "b's refill");
+    assert_eq!(q.plan_all(&both, t0 + 3 * MS), PlanAll::Hit);
+    // The refill came to nothing, and `b` is busy (eight asked for in the interval): it
+    // takes a batch of them, `a` is charged by a hit and keeps its two, which go back with
+    // the hold.
+    q.take_ended("b");
+    assert_eq!(
+        q.plan_all(&both, t0 + 4 * MS),
+        PlanAll::Take(smallvec::smallvec![0, 8])
+    );
     let due = q.due(t0 + 100 * MS);
     assert_eq!(due.iter().map(|g| g.units).sum::<u64>(), 2);
+}
+
+#[test]
+fn several_busy_rules_short_of_units_each_take_a_batch() {
+    let q = quotas();
+    let a = rule(100_000, 3_600_000, Some("fixed"));
+    let b = rule(100_000, 3_600_000, Some("fixed"));
+    let cold = rule(100_000, 3_600_000, Some("fixed"));
+    let t0 = Instant::now();
+    let both = [(&a, "a", 1), (&b, "b", 1)];
+    for n in 0..3 {
+        assert_eq!(q.plan_all(&both, t0 + n * MS), PlanAll::Hit, "quiet");
+    }
+    // The fourth request of each: a batch of four for both, each a take of its own.
+    let four = PlanAll::Take(smallvec::smallvec![4, 4]);
+    assert_eq!(q.plan_all(&both, t0 + 3 * MS), four);
+    q.granted(&a, "a", 4, 3, granted_verdict(100_000, 10, 1_800_000), t0);
+    q.granted(&b, "b", 4, 3, granted_verdict(100_000, 10, 1_800_000), t0);
+    assert!(matches!(q.plan_all(&both, t0 + 4 * MS), PlanAll::Spent(_)));
+    // Beside a quiet key nothing is taken (its next requests go to Redis anyway), and
+    // nothing of `a` is spent.
+    let with_cold = [(&a, "a", 1), (&cold, "cold", 1)];
+    assert_eq!(q.plan_all(&with_cold, t0 + 5 * MS), PlanAll::Hit);
+    // Units spent for a request another rule denied go back into their lot, while it
+    // may be spent.
+    assert!(q.put_back(&a, "a", t0, 1, t0 + 6 * MS));
+    assert!(!q.put_back(&b, "a", t0, 1, t0 + 6 * MS), "another rule's");
+    assert!(
+        !q.put_back(&a, "a", t0 + MS, 1, t0 + 6 * MS),
+        "another take's"
+    );
+    assert!(!q.put_back(&a, "a", t0, 1, t0 + 100 * MS), "past its hold");
+    let due = q.due(t0 + 100 * MS);
+    let a_units: u64 = due.iter().filter(|g| g.key == "a").map(|g| g.units).sum();
+    assert_eq!(a_units, 3, "two left of three, and the one put back");
 }
 
 #[test]

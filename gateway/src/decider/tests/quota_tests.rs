@@ -6,7 +6,7 @@ use super::*;
 use crate::decider::quota::QuotaSettings;
 
 /// RL.TAKE's RESP2 reply: RL.HIT's five fields and the units granted.
-fn take_reply(limit: i64, remaining: i64, reset_after_ms: i64, granted: i64) -> Value {
+pub(super) fn take_reply(limit: i64, remaining: i64, reset_after_ms: i64, granted: i64) -> Value {
     let allowed = i64::from(granted > 0);
     let retry = if granted > 0 { 0 } else { reset_after_ms };
     let fields = [allowed, limit, remaining, reset_after_ms, retry, granted];
@@ -14,7 +14,7 @@ fn take_reply(limit: i64, remaining: i64, reset_after_ms: i64, granted: i64) -> 
 }
 
 /// The `UPTO` of a sent RL.TAKE.
-fn upto(words: &[String]) -> i64 {
+pub(super) fn upto(words: &[String]) -> i64 {
     let at = words.iter().position(|w| w == "UPTO").expect("UPTO");
     words[at + 1].parse().expect("a count")
 }
@@ -30,7 +30,7 @@ fn granting() -> Scripted {
 }
 
 /// A decider whose intervals are long enough that a test's requests are all in one.
-fn quota_decider(redis: &Scripted, hold: Duration) -> Decider<Scripted> {
+pub(super) fn quota_decider(redis: &Scripted, hold: Duration) -> Decider<Scripted> {
     Decider::new(redis.clone(), &settings(5), 100).with_quota_settings(QuotaSettings {
         interval: Duration::from_secs(1),
         hold,
@@ -38,7 +38,7 @@ fn quota_decider(redis: &Scripted, hold: Duration) -> Decider<Scripted> {
     })
 }
 
-fn quota_rule(name: &str, limit: u64, algorithm: &str) -> Arc<Rule> {
+pub(super) fn quota_rule(name: &str, limit: u64, algorithm: &str) -> Arc<Rule> {
     let rule = test_rule(
         name,
         limit,
