@@ -81,10 +81,11 @@ pub(crate) fn add_all(
         let (rule, verdict) = shown[i];
         push_items(&mut policy, &mut state, rule, verdict);
     }
-    // Names are checked to be token characters, so these values are always valid.
+    // Names are checked to be token characters, so these values are always valid. The
+    // strings' buffers become the values as they are, not copied.
     if let (Ok(policy), Ok(state)) = (
-        HeaderValue::from_str(&policy),
-        HeaderValue::from_str(&state),
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(policy)),
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(state)),
     ) {
         headers.insert(RATELIMIT_POLICY.clone(), policy);
         headers.insert(RATELIMIT.clone(), state);

@@ -87,6 +87,22 @@ pub(crate) fn get_all<'a>(
     values
 }
 
+/// Whether any value of any of `names`, under any of their spellings (see [`get_all`]),
+/// satisfies `test`. One look at each header, where asking [`get_all`] for each name would
+/// hash every name and look at each header once per name: this is asked of every request.
+pub(crate) fn any_value_of(
+    headers: &HeaderMap,
+    names: &[HeaderName],
+    mut test: impl FnMut(&HeaderValue) -> bool,
+) -> bool {
+    headers.iter().any(|(name, value)| {
+        names
+            .iter()
+            .any(|wanted| same_folded(name.as_str(), wanted.as_str()))
+            && test(value)
+    })
+}
+
 /// The first value of `name` under any of its spellings (see [`get_all`]).
 pub(crate) fn get<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
     get_all(headers, name).first().copied()
@@ -172,5 +188,24 @@ mod tests {
             &HeaderName::from_static("x-ratelimit-fail-open"),
         );
         assert_eq!(headers, map(&[("other", "y")]));
+    }
+
+    #[test]
+    fn any_value_of_sees_every_value_of_every_spelling() {
+        let names = [
+            HeaderName::from_static("x-one"),
+            HeaderName::from_static("x-two"),
+        ];
+        let headers = map(&[
+            ("x-one", "a"),
+            ("x-one", "b"),
+            ("x_two", "c"),
+            ("x-three", "d"),
+        ]);
+        let is = |wanted: &'static str| move |v: &HeaderValue| v == wanted;
+        assert!(any_value_of(&headers, &names, is("b")), "a second value");
+        assert!(any_value_of(&headers, &names, is("c")), "another spelling");
+        assert!(!any_value_of(&headers, &names, is("d")), "another name");
+        assert!(!any_value_of(&HeaderMap::new(), &names, |_| true));
     }
 }

@@ -137,15 +137,12 @@ pub(crate) fn check_overrides(
     }
     // Every spelling of each name: with `headers_with_underscores_action = "allow"`,
     // `X_HTTP_Method_Override` reaches a CGI-style upstream as this header.
-    let other = OVERRIDE_HEADERS
-        .iter()
-        .flat_map(|name| header_names::get_all(headers, name))
-        .any(|value| {
-            !value
-                .as_bytes()
-                .trim_ascii()
-                .eq_ignore_ascii_case(method.as_str().as_bytes())
-        });
+    let other = header_names::any_value_of(headers, &OVERRIDE_HEADERS, |value| {
+        !value
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(method.as_str().as_bytes())
+    });
     match other {
         true => Err(MethodRefusal::Overridden),
         false => Ok(()),
