@@ -63,7 +63,7 @@ impl Outcome {
 
 /// The error a [`TimedBody`] ends in.
 #[derive(Debug)]
-pub(crate) enum BodyError {
+pub enum BodyError {
     TimedOut(Duration),
     Broken(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -91,7 +91,7 @@ impl std::error::Error for BodyError {
 }
 
 /// A request body that ends in an error once the gateway has waited `limit` for it.
-pub(crate) struct TimedBody<B> {
+pub struct TimedBody<B> {
     body: B,
     limit: Duration,
     /// What is left of `limit`, as of the end of the last wait.

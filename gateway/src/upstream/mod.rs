@@ -9,20 +9,28 @@
 //! check use the upstream's name (`upstream_server_name`, else the URL's host), never the
 //! client's `Host`.
 
+mod pool;
 mod transport;
 
 use crate::logging::{log, log_warn};
 use crate::request_body::{BodyError, Fault, TimedBody};
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, HOST};
+use hyper::http::uri::{Parts, PathAndQuery};
 use hyper::{Request, Response, Uri};
 use std::net::IpAddr;
 use std::time::Duration;
 use transport::{SendError, Transport};
 
+/// A response body from the upstream, streamed to the client; its connection is reused
+/// once it has been read to its end.
+pub type UpstreamBody = pool::ResponseBody<TimedBody<Incoming>>;
+
 pub(crate) struct Upstream {
     transport: Transport<TimedBody<Incoming>>,
-    base: Uri,
+    /// The `Host` a request without one (HTTP/1.0) is sent with: the upstream's
+    /// `host[:port]`.
+    host: Option<HeaderValue>,
     /// How long the upstream may take to start its answer.
     timeout: Duration,
     /// How long the client's body may keep the upstream connection waiting.
@@ -69,7 +77,10 @@ impl Upstream {
         announce_resolution(&target.base);
         Upstream {
             transport: Transport::new(&target),
-            base: target.base,
+            host: target
+                .base
+                .authority()
+                .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok()),
             timeout,
             body_timeout,
         }
@@ -83,17 +94,19 @@ impl Upstream {
         peer: IpAddr,
         mark_name: &HeaderName,
         mark: Option<HeaderValue>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        let path_and_query = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
-        let mut parts = self.base.clone().into_parts();
-        parts.path_and_query = Some(
-            path_and_query
-                .parse()
-                .map_err(|e| UpstreamError::Failed(format!("{e}")))?,
-        );
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        // Origin form (`/path?query`): the connection is the upstream's already.
+        let mut parts = Parts::default();
+        parts.path_and_query = Some(match request.uri().path_and_query() {
+            Some(path_and_query) => path_and_query.clone(),
+            None => PathAndQuery::from_static("/"),
+        });
         *request.uri_mut() =
             Uri::from_parts(parts).map_err(|e| UpstreamError::Failed(e.to_string()))?;
         let headers = request.headers_mut();
+        if let (false, Some(host)) = (headers.contains_key(HOST), &self.host) {
+            headers.insert(HOST, host.clone());
+        }
         append_forwarded_for(headers, peer);
         // The mark is the gateway's to set: one the client sent is dropped, under every
         // spelling a CGI-style upstream reads as it (`X_RateLimit_Fail_Open`), so that an
@@ -116,11 +129,11 @@ impl Upstream {
                     return Err(match (body.fault(), error) {
                         (Some(Fault::TimedOut), _) => UpstreamError::BodyTimeout,
                         (Some(Fault::Broken), SendError::Http(error)) => {
-                            UpstreamError::BrokenBody(body_error(&error))
+                            UpstreamError::BrokenBody(body_error(&*error))
                         }
                         (_, SendError::Tls) => UpstreamError::Tls,
                         (_, SendError::Http(error)) => {
-                            UpstreamError::Failed(crate::logging::with_sources(&error))
+                            UpstreamError::Failed(crate::logging::with_sources(&*error))
                         }
                         (_, SendError::Broken(why)) => UpstreamError::Failed(why),
                     });

@@ -1,24 +1,24 @@
-//! How the upstream is reached: hyper's pooled HTTP/1.1 client over TCP, or over rustls
-//! (hyper-rustls) for an `https://` upstream.
+//! How the upstream is reached: HTTP/1.1 over TCP, or over rustls (hyper-rustls's
+//! connector) for an `https://` upstream, on connections kept open between requests
+//! (`pool`).
 //!
 //! A host name in the URL is resolved by hyper-util's `GaiResolver` (getaddrinfo, on a
 //! blocking thread) for each new connection, never cached by the gateway: a DNS change is
 //! followed as soon as a new connection is made, while the pooled connections to the old
-//! address are reused until they close (idle for 90 s, hyper-util's default, or closed by
-//! the upstream). A name that does not resolve fails only the requests that need a new
-//! connection (502), for as long as it does not.
+//! address are reused until they close (idle for 90 s, or closed by the upstream). A name
+//! that does not resolve fails only the requests that need a new connection (502), for as
+//! long as it does not.
 //!
 //! A TLS failure (a certificate not trusted or not naming the server, a client
 //! certificate refused, a server that does not speak TLS) is logged once per cause, not
 //! once per request nor once a second: it lasts until someone fixes a certificate, and
 //! every request meets it. When the upstream answers over TLS again, that is logged too.
 
-use hyper::body::{Body, Incoming};
-use hyper::{Request, Response};
+use super::pool::{Pool, PoolError, ResponseBody};
+use hyper::body::Body;
+use hyper::{Request, Response, Uri};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
-use hyper_util::client::legacy::connect::{Connect, HttpConnector};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::client::legacy::connect::HttpConnector;
 use std::error::Error as StdError;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -26,16 +26,13 @@ use std::sync::{Arc, Mutex};
 use crate::config::{Roots, UpstreamTarget, UpstreamTls};
 use crate::logging::{log, log_error, log_warn};
 
-/// Idle connections kept per upstream address, for the next requests.
-const POOL_IDLE_PER_HOST: usize = 256;
-
 /// The client the requests are sent with.
 pub(super) enum Transport<B> {
     /// `http://`.
-    Plain(Client<HttpConnector, B>),
+    Plain(Pool<HttpConnector, B>),
     /// `https://`.
     Tls {
-        client: Client<HttpsConnector<HttpConnector>, B>,
+        client: Pool<HttpsConnector<HttpConnector>, B>,
         failures: TlsFailures,
     },
     /// `https://` whose TLS configuration could not be made (only for settings parsed
@@ -46,8 +43,9 @@ pub(super) enum Transport<B> {
 
 /// Why a request got no response from the upstream.
 pub(super) enum SendError {
-    /// hyper's error: connecting (DNS, TCP, TLS), writing or reading.
-    Http(hyper_util::client::legacy::Error),
+    /// Connecting (DNS, TCP, TLS), writing or reading failed: the connector's or hyper's
+    /// error.
+    Http(PoolError),
     /// The TLS handshake or a TLS record failed, which has been logged; the cause.
     Tls,
     /// [`Transport::Broken`]'s reason.
@@ -64,18 +62,6 @@ pub(super) fn http_connector<R>(resolver: R) -> HttpConnector<R> {
     connector
 }
 
-/// The pooled HTTP/1.1 client over `connector`.
-pub(super) fn pooled<C, B>(connector: C) -> Client<C, B>
-where
-    C: Connect + Clone,
-    B: Body + Send,
-    B::Data: Send,
-{
-    Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(POOL_IDLE_PER_HOST)
-        .build(connector)
-}
-
 impl<B> Transport<B>
 where
     B: Body + Send + Unpin + 'static,
@@ -85,8 +71,9 @@ where
     /// The transport `target` needs.
     pub(super) fn new(target: &UpstreamTarget) -> Self {
         let tcp = http_connector(hyper_util::client::legacy::connect::dns::GaiResolver::new());
+        let destination = destination(&target.base);
         let Some(tls) = &target.tls else {
-            return Transport::Plain(pooled(tcp));
+            return Transport::Plain(Pool::new(tcp, destination));
         };
         let (config, roots) = match tls.client_config() {
             Ok(made) => made,
@@ -105,21 +92,25 @@ where
         // `true`: https only, the scheme was checked at load.
         let connector = HttpsConnector::new(tcp, config, true, Arc::new(name));
         Transport::Tls {
-            client: pooled(connector),
+            client: Pool::new(connector, destination),
             failures: TlsFailures::new(tls),
         }
     }
 
-    /// Sends `request` and waits for the head of the response.
-    pub(super) async fn send(&self, request: Request<B>) -> Result<Response<Incoming>, SendError> {
+    /// Sends `request` (its target in origin form, with a `Host` header) and waits for the
+    /// head of the response.
+    pub(super) async fn send(
+        &self,
+        request: Request<B>,
+    ) -> Result<Response<ResponseBody<B>>, SendError> {
         match self {
-            Transport::Plain(client) => client.request(request).await.map_err(SendError::Http),
-            Transport::Tls { client, failures } => match client.request(request).await {
+            Transport::Plain(client) => client.send(request).await.map_err(SendError::Http),
+            Transport::Tls { client, failures } => match client.send(request).await {
                 Ok(response) => {
                     failures.succeeded();
                     Ok(response)
                 }
-                Err(error) => match tls_cause(&error) {
+                Err(error) => match tls_cause(&*error) {
                     Some(cause) => {
                         failures.failed(&cause);
                         Err(SendError::Tls)
@@ -130,6 +121,16 @@ where
             Transport::Broken(why) => Err(SendError::Broken(why.clone())),
         }
     }
+}
+
+/// The upstream's scheme and authority, what a new connection is made to; the base URL's
+/// path is the requests' business.
+fn destination(base: &Uri) -> Uri {
+    let mut parts = hyper::http::uri::Parts::default();
+    parts.scheme = base.scheme().cloned();
+    parts.authority = base.authority().cloned();
+    parts.path_and_query = Some(hyper::http::uri::PathAndQuery::from_static("/"));
+    Uri::from_parts(parts).unwrap_or_else(|_| base.clone())
 }
 
 fn roots_said(roots: Roots, tls: &UpstreamTls) -> String {

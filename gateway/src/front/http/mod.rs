@@ -16,6 +16,7 @@ mod target;
 use crate::app::Gateway;
 use crate::config::Mode;
 use crate::decider::lease_guard::Leased;
+use crate::upstream::UpstreamBody;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -24,7 +25,7 @@ use std::net::IpAddr;
 
 /// A response body: the upstream's, streamed (with the request's lease, if it holds one),
 /// or one the gateway wrote.
-pub(crate) type Body = Either<Leased<Incoming>, Full<Bytes>>;
+pub(crate) type Body = Either<Leased<UpstreamBody>, Full<Bytes>>;
 
 impl Gateway {
     /// Answers one HTTP request in the configured mode.
