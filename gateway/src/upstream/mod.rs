@@ -77,10 +77,7 @@ impl Upstream {
         announce_resolution(&target.base);
         Upstream {
             transport: Transport::new(&target),
-            host: target
-                .base
-                .authority()
-                .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok()),
+            host: host_header(&target.base),
             timeout,
             body_timeout,
         }
@@ -145,6 +142,25 @@ impl Upstream {
     }
 }
 
+/// The port `base`'s scheme implies.
+fn scheme_port(base: &Uri) -> u16 {
+    match base.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    }
+}
+
+/// The `Host` of a request that came without one: the upstream's host, with its port
+/// unless it is the scheme's own (`http://api:80` is `api`).
+fn host_header(base: &Uri) -> Option<HeaderValue> {
+    let host = base.host()?;
+    let value = match base.port_u16().filter(|&port| port != scheme_port(base)) {
+        Some(port) => HeaderValue::from_str(&format!("{host}:{port}")),
+        None => HeaderValue::from_str(host),
+    };
+    value.ok()
+}
+
 /// Looks the upstream's host name up once at start, to say in the log whether it resolves:
 /// a name that does not is no reason to refuse the start (the upstream may come later),
 /// but its requests answer 502 until it does. Nothing is kept: each new connection looks
@@ -158,10 +174,7 @@ fn announce_resolution(base: &Uri) {
         return;
     };
     let host = host.to_owned();
-    let port = base.port_u16().unwrap_or(match base.scheme_str() {
-        Some("https") => 443,
-        _ => 80,
-    });
+    let port = base.port_u16().unwrap_or(scheme_port(base));
     runtime.spawn(async move {
         match tokio::net::lookup_host((host.as_str(), port)).await {
             Ok(found) => {
@@ -251,5 +264,21 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
     let chain = chain.join(", ");
     if let Ok(value) = HeaderValue::from_str(&chain) {
         headers.insert(X_FORWARDED_FOR.clone(), value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_of_a_request_without_one_has_the_port_only_when_not_the_schemes() {
+        let host = |url: &str| host_header(&url.parse().unwrap()).unwrap();
+        assert_eq!(host("http://api.test"), "api.test");
+        assert_eq!(host("http://api.test:80"), "api.test");
+        assert_eq!(host("https://api.test:443"), "api.test");
+        assert_eq!(host("http://api.test:443"), "api.test:443");
+        assert_eq!(host("https://127.0.0.1:8443"), "127.0.0.1:8443");
+        assert_eq!(host("http://[::1]:9000"), "[::1]:9000");
     }
 }

@@ -225,7 +225,7 @@ fn correct_logins_answered_during_an_outage_are_given_back() {
             );
             // The local limit's 1-minute windows the flood fell in: two when it crossed
             // the clock's minute.
-            let minutes = minute_of(SystemTime::now()) - minute_of(began) + 1;
+            let minutes = window_of(SystemTime::now(), 60) - window_of(began, 60) + 1;
             assert!(
                 gateway.metrics().value("rl_gateway_breaker_open", &[]) == Some(1.0),
                 "{flavor:?}: the breaker is open before the logins are answered:\n{}",
@@ -252,14 +252,10 @@ fn correct_logins_answered_during_an_outage_are_given_back() {
     });
 }
 
-/// The minute of the epoch an instant falls in: a 1-minute fixed window, locally.
-fn minute_of(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() / 60
-}
-
-/// The second of the epoch an instant falls in: a 1 s fixed window, in Redis and locally.
-fn window_of(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+/// The window of `seconds` since the epoch an instant falls in: a fixed window aligned to
+/// the clock, in Redis and locally.
+fn window_of(at: SystemTime, seconds: u64) -> u64 {
+    at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() / seconds
 }
 
 #[test]
@@ -319,10 +315,10 @@ fn four_gateways_cut_off_from_redis_admit_the_limit_in_all_and_no_burst_after() 
         });
         let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
         for at in admitted.lock().expect("admitted").iter() {
-            *per_window.entry(window_of(*at)).or_default() += 1;
+            *per_window.entry(window_of(*at, 1)).or_default() += 1;
         }
-        let first_frozen = window_of(frozen_from) + 1;
-        let resumed = window_of(frozen_to);
+        let first_frozen = window_of(frozen_from, 1) + 1;
+        let resumed = window_of(frozen_to, 1);
         let ceiling = LIMIT + LIMIT / 10;
         for (&window, &count) in &per_window {
             let what = if window < first_frozen {
