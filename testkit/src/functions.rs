@@ -155,9 +155,10 @@ fn in_one_ms(replies: &[Value], first: usize, probe_after: usize, last: usize) -
 /// `l` by the library, and `x` by the module or the library as `library_on_x` says.
 /// Returns each key's reply and what it held right after, read in the transaction.
 ///
-/// Every attempt first puts the three keys back as they were before the step (`before`:
-/// the value and absolute expiry, -1 for none), so an attempt whose clock moved leaves
-/// nothing behind.
+/// Every attempt puts the three keys back as they were before the step (`before`: the
+/// value and absolute expiry, -1 for none), so an attempt whose clock moved leaves nothing
+/// behind; it does so after the first clock reads, so that the restores too run in the ms
+/// the calls see (an expiry at that ms drops the key on every one of them alike).
 ///
 /// Valkey answers `TIME` inside a transaction (and a function's `TIME`) with the time the
 /// transaction started, while the module reads the running clock: the transaction is
@@ -174,11 +175,11 @@ pub fn same_ms(
     for _ in 0..1_000 {
         let mut pipe = redis::pipe();
         pipe.atomic().ignore_errors();
+        pipe.cmd("TIME");
+        probe(&mut pipe);
         for key in keys {
             restore(&mut pipe, key, before);
         }
-        pipe.cmd("TIME");
-        probe(&mut pipe);
         pipe.cmd(&module).arg(keys[0]).arg(&args);
         pipe.cmd("FCALL")
             .arg(&library)
@@ -297,11 +298,11 @@ pub fn same_ms_several(
     for _ in 0..1_000 {
         let mut pipe = redis::pipe();
         pipe.atomic();
+        pipe.cmd("TIME");
+        probe(&mut pipe);
         for (n, key) in keys.iter().enumerate() {
             restore(&mut pipe, key, &before[n % 2]);
         }
-        pipe.cmd("TIME");
-        probe(&mut pipe);
         pipe.cmd(&module).arg(2).arg(&keys[..2]).arg(&args);
         pipe.cmd("FCALL")
             .arg(&library)
