@@ -21,7 +21,7 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -229,8 +229,6 @@ impl Connection {
         });
         // A client that goes away mid-request is not the gateway's error.
         let connection = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.head_timeout + limits.idle_timeout)
             .max_header_size(max_header_bytes)
             .serve_connection(TokioIo::new(WatchedIo::new(stream, watch.clone())), service);
         tokio::pin!(connection);

@@ -162,6 +162,46 @@ fn idle_connections_are_closed_after_the_idle_timeout_and_heads_get_the_head_tim
     });
 }
 
+/// The gateway's own watch is the only head timeout (hyper's is not set): a head that
+/// follows an answered request on the same connection, sent with it and then a byte at a
+/// time, never finished, is cut after `head_timeout_ms` though the idle timeout is long
+/// and bytes keep arriving.
+#[test]
+fn a_trickled_head_after_an_answered_request_gets_the_head_timeout() {
+    each_flavor(|flavor| {
+        let (_redis, _upstream, gateway) = stack(
+            flavor,
+            &format!("[connections]\nidle_timeout_ms = 60000\nhead_timeout_ms = 1000\n{RULES}"),
+        );
+        let mut stream = TcpStream::connect(("127.0.0.1", gateway.port)).expect("connect");
+        let pipelined = [
+            b"GET /one HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".as_slice(),
+            STALLED,
+        ];
+        stream.write_all(&pipelined.concat()).expect("send");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("read timeout");
+        let mut first = [0u8; 12];
+        stream
+            .read_exact(&mut first)
+            .expect("the first answer starts");
+        assert_eq!(&first, b"HTTP/1.1 200", "{flavor:?}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            // A write may still succeed once after the close; a read then tells.
+            if stream.write_all(b"x").is_err() || closed(&mut stream) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{flavor:?}: a head trickled for 20 s is still open (head_timeout_ms = 1000)"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+}
+
 #[test]
 fn connections_over_max_connections_are_refused_at_once() {
     each_flavor(|flavor| {
