@@ -365,6 +365,28 @@ fn a_client_that_stops_reading_its_response_lets_go_of_its_connection() {
     });
 }
 
+/// A connection whose request was answered 200 (its answer left unread), so that the
+/// gateway holds it. `stack` proves the listener up with a connection of its own, whose
+/// place the gateway may not yet have given back: a connection refused for it (503, or
+/// closed) is made again.
+fn answered_connection(port: u16) -> TcpStream {
+    for _ in 0..100 {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("read timeout");
+        let mut status = [0u8; 12];
+        let answered = stream
+            .write_all(b"GET /held HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .and_then(|()| stream.read_exact(&mut status));
+        if answered.is_ok() && &status == b"HTTP/1.1 200" {
+            return stream;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("no connection was answered 200 in 100 tries");
+}
+
 #[test]
 fn one_client_cannot_take_every_connection() {
     each_flavor(|flavor| {
@@ -373,9 +395,9 @@ fn one_client_cannot_take_every_connection() {
             "[connections]\nmax_connections_per_client = 2\nidle_timeout_ms = 60000\n\
              [default]\nlimits = [\"100/1m\"]\n",
         );
-        // Two connections that say nothing, kept open by a long idle timeout.
-        let first = std::net::TcpStream::connect(("127.0.0.1", gateway.port)).expect("first");
-        let _second = std::net::TcpStream::connect(("127.0.0.1", gateway.port)).expect("second");
+        // Two connections, each answered once and then kept open by a long idle timeout.
+        let first = answered_connection(gateway.port);
+        let _second = answered_connection(gateway.port);
         // The status of one more request, 0 when the connection was reset instead (the
         // gateway closes a refused connection without reading it).
         let third = || {
