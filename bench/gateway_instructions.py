@@ -10,7 +10,13 @@ by Redis as one RL.HIT. An idle interval as long as the requests took is counted
 subtracted: the heartbeat and the timers run whatever the load.
 
     python3 bench/gateway_instructions.py [--baseline-gateway PATH] [--requests N]
-        [--output FILE] [--keep-profiles DIR]
+        [--local-quota] [--output FILE] [--keep-profiles DIR]
+
+--local-quota measures a rule with local_quota = true on one hot key instead (the rules
+and [local_quota] settings of bench/gateway_quota.py): most requests are decided in the
+gateway's memory, and the Redis calls per request (RL.TAKE, RL.HIT, RL.REFUND) are
+reported beside the instructions; they follow the requests' rate, which valgrind slows,
+so they are more than at full speed. Writes bench/GATEWAY-INSTRUCTIONS-LOCAL-QUOTA-RESULTS.md.
 
 --keep-profiles DIR copies each gateway's callgrind dumps (the requests' and the idle
 interval's) into DIR before they are removed, for `callgrind_annotate --inclusive=yes`.
@@ -25,8 +31,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
+import gateway_quota as quota
 from lib import REPO_DIR
 from lib.net import free_ports, wait_port
 from lib.processes import Processes
@@ -36,6 +43,7 @@ from lib.resp import call_once, parse_info
 BENCH_DIR = Path(__file__).resolve().parent
 RELEASE = REPO_DIR / "target" / "release"
 DEFAULT_OUTPUT = BENCH_DIR / "GATEWAY-INSTRUCTIONS-RESULTS.md"
+LOCAL_QUOTA_OUTPUT = BENCH_DIR / "GATEWAY-INSTRUCTIONS-LOCAL-QUOTA-RESULTS.md"
 WARMUP = 300
 DEFAULT_REQUESTS = 3000
 
@@ -50,10 +58,16 @@ url = "redis://127.0.0.1:{redis}"
 deadline_ms = 1000
 key_prefix = "bench:"
 
-[default]
+{rules}"""
+
+# A limit every request passes, as bench/gateway.py's.
+ALLOW_LIMIT = "1000000000/1m"
+RLHIT_RULES = f"""[default]
 key = "ip"
-limits = ["1000000000/1m"]
+limits = ["{ALLOW_LIMIT}"]
 """
+# The commands a gateway with local quota sends for its decisions.
+QUOTA_COMMANDS = ("RL.HIT", "RL.TAKE", "RL.REFUND")
 
 
 def callgrind(pid: int, option: str) -> None:
@@ -76,25 +90,31 @@ def total_instructions(workdir: Path, keep: Optional[Path] = None) -> int:
     return total
 
 
-def hit_calls(port: int) -> int:
+def calls(port: int, command: str) -> int:
     stats = parse_info(call_once(port, "INFO", "commandstats"))
-    fields = stats.get("cmdstat_RL.HIT", "")
+    fields = stats.get(f"cmdstat_{command}", "")
     return int(dict(part.split("=", 1) for part in fields.split(",") if "=" in part)
                .get("calls", 0))
 
 
-def send(connection: http.client.HTTPConnection, count: int) -> None:
+def decision_calls(port: int) -> int:
+    return sum(calls(port, command) for command in QUOTA_COMMANDS)
+
+
+def send(connection: http.client.HTTPConnection, count: int, path: str) -> None:
     for _ in range(count):
-        connection.request("GET", "/api/x")
+        connection.request("GET", path)
         response = connection.getresponse()
         response.read()
         if response.status != 200:
             raise RuntimeError(f"the gateway answered {response.status}, not 200")
 
 
-def measure(gateway: Path, requests: int, keep: Optional[Path] = None) -> float:
-    """Instructions per allowed request of `gateway`, the idle interval's subtracted; with
-    `keep` (a directory and a file name prefix), its dumps are copied there."""
+def measure(gateway: Path, requests: int, local_quota: bool,
+            keep: Optional[Path] = None) -> Tuple[float, float]:
+    """Instructions per allowed request of `gateway`, the idle interval's subtracted, and
+    Redis calls per request; with `keep` (a directory and a file name prefix), its dumps
+    are copied there. Without local quota every request must be one RL.HIT."""
     processes = Processes()
     workdir = Path(tempfile.mkdtemp(prefix="rl-gw-instr-"))
     try:
@@ -108,7 +128,10 @@ def measure(gateway: Path, requests: int, keep: Optional[Path] = None) -> float:
         wait_port(redis, "redis-server")
         wait_port(upstream, "the demo upstream")
         config = workdir / "gateway.toml"
-        config.write_text(CONFIG.format(http=http, admin=admin, upstream=upstream, redis=redis))
+        rules = quota.rules_toml(ALLOW_LIMIT, True) if local_quota else RLHIT_RULES
+        path = quota.HOT_PATH + "x" if local_quota else "/api/x"
+        config.write_text(CONFIG.format(http=http, admin=admin, upstream=upstream, redis=redis,
+                                        rules=rules))
         server = processes.start(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no",
              f"--callgrind-out-file={workdir}/callgrind.out", str(gateway),
@@ -116,14 +139,15 @@ def measure(gateway: Path, requests: int, keep: Optional[Path] = None) -> float:
             stdout=subprocess.DEVNULL, stderr=open(workdir / "valgrind.log", "w"))
         wait_port(http, "rl-gateway under valgrind", limit=120)
         connection = http_connection(http)
-        send(connection, WARMUP)
-        before = hit_calls(redis)
+        send(connection, WARMUP, path)
+        before = decision_calls(redis)
         callgrind(server.pid, "--instr=on")
         started = time.monotonic()
-        send(connection, requests)
+        send(connection, requests, path)
         busy = time.monotonic() - started
         callgrind(server.pid, "--instr=off")
-        if hit_calls(redis) - before != requests:
+        redis_calls = decision_calls(redis) - before
+        if not local_quota and redis_calls != requests:
             raise RuntimeError("a request was not decided by one RL.HIT")
         callgrind(server.pid, "--dump")
         loaded = total_instructions(workdir, keep and keep.with_name(keep.name + "-requests"))
@@ -132,7 +156,7 @@ def measure(gateway: Path, requests: int, keep: Optional[Path] = None) -> float:
         callgrind(server.pid, "--instr=off")
         callgrind(server.pid, "--dump")
         idle = total_instructions(workdir, keep and keep.with_name(keep.name + "-idle"))
-        return (loaded - idle) / requests
+        return (loaded - idle) / requests, redis_calls / requests
     finally:
         processes.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -142,23 +166,27 @@ def http_connection(port: int) -> http.client.HTTPConnection:
     return http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
 
-def report(results: Dict[str, float], requests: int) -> List[str]:
+def report(results: Dict[str, Tuple[float, float]], requests: int,
+           local_quota: bool) -> List[str]:
+    decided = ("a rule with local_quota = true on one key (bench/gateway_quota.py's hot rule "
+               "and settings), each a 200, most decided in memory" if local_quota
+               else "one rule, each a 200 decided by one RL.HIT")
     lines = [
         "# rl-gateway: instructions per allowed request (callgrind)",
         "",
         f"Commit {git_commit()}; {machine_description()}. Generated by "
         f"`python3 bench/gateway_instructions.py`. {README_LINK}",
         "",
-        f"Proxy mode, one rule, {requests:,} requests one after another on one keep-alive "
-        "connection, each a 200 decided by one RL.HIT; the gateway's own instructions (every "
-        "thread), an idle interval of the same length subtracted.",
+        f"Proxy mode, {requests:,} requests one after another on one keep-alive connection, "
+        f"{decided}; the gateway's own instructions (every thread), an idle interval of the "
+        "same length subtracted. Redis calls: RL.HIT, RL.TAKE and RL.REFUND per request.",
         "",
-        "| gateway | instructions per request | this checkout over it |",
-        "|---|---:|---:|",
+        "| gateway | instructions per request | this checkout over it | Redis calls per request |",
+        "|---|---:|---:|---:|",
     ]
-    first = next(iter(results.values()))
-    for name, value in results.items():
-        lines.append(f"| {name} | {value:,.0f} | {first / value:.3f} |")
+    first = next(iter(results.values()))[0]
+    for name, (value, redis_calls) in results.items():
+        lines.append(f"| {name} | {value:,.0f} | {first / value:.3f} | {redis_calls:.4f} |")
     return lines + [""]
 
 
@@ -167,14 +195,17 @@ def main() -> int:
     parser.add_argument("--baseline-gateway", type=Path,
                         help="an rl-gateway release binary of another commit")
     parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS)
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--local-quota", action="store_true",
+                        help="a rule with local_quota = true on one hot key")
+    parser.add_argument("--output", type=Path)
     parser.add_argument("--keep-profiles", type=Path, metavar="DIR",
                         help="copy the callgrind dumps into DIR (for callgrind_annotate)")
     options = parser.parse_args()
     gateways = {"this checkout": RELEASE / "rl-gateway"}
     if options.baseline_gateway is not None:
         gateways["baseline (--baseline-gateway)"] = options.baseline_gateway.resolve()
-    results: Dict[str, float] = {}
+    output = options.output or (LOCAL_QUOTA_OUTPUT if options.local_quota else DEFAULT_OUTPUT)
+    results: Dict[str, Tuple[float, float]] = {}
     for name, binary in gateways.items():
         if not binary.is_file():
             log(f"{binary} is missing: run `make build` first")
@@ -182,10 +213,11 @@ def main() -> int:
         keep = None
         if options.keep_profiles is not None:
             keep = options.keep_profiles / ("baseline" if "baseline" in name else "this")
-        results[name] = measure(binary, options.requests, keep)
-        log(f"{name}: {results[name]:,.0f} instructions per request")
-    options.output.write_text("\n".join(report(results, options.requests)))
-    log(f"wrote {options.output}")
+        results[name] = measure(binary, options.requests, options.local_quota, keep)
+        log(f"{name}: {results[name][0]:,.0f} instructions per request, "
+            f"{results[name][1]:.4f} Redis calls per request")
+    output.write_text("\n".join(report(results, options.requests, options.local_quota)))
+    log(f"wrote {output}")
     return 0
 
 
