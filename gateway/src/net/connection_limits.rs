@@ -57,7 +57,8 @@ pub(crate) struct ConnectionSection {
     /// Connections one client (its `[client_ip]` network) may hold at once; `0`: no cap;
     /// trusted proxies are not capped.
     max_connections_per_client: usize,
-    /// 1 to 86400000: from the first byte of a request head to its end, else the connection is closed.
+    /// 1 to 86400000: from the first byte of a request head to its end, else the connection
+    /// is closed.
     head_timeout_ms: u64,
     /// 1 to 86400000: with no request in progress, from the connection's start or the end
     /// of the last response to the first byte of the next request.
