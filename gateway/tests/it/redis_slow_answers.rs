@@ -4,7 +4,7 @@
 //! Redis's, on a fail-open and on a fail-closed rule alike, on either kind; a local-quota
 //! refill answered as late is held; a stall past the deadline still decides as
 //! `on_redis_failure` says. A Cluster's client, whose wait bounds a whole call, waits as
-//! long.
+//! long, and so does a server reached over TLS under `tls_server_name`.
 //!
 //! Redis is stalled by SIGSTOP while the requests wait, and resumed: no assertion here is
 //! on how long anything took.
@@ -14,6 +14,7 @@ use std::time::Duration;
 use testkit::cluster::Cluster;
 use testkit::gateway::*;
 use testkit::sentinel::Sentinels;
+use testkit::tls::{each_tls_flavor, tls_server, Pki};
 
 /// Far above the redis crate's own 500 ms, and above [`STALL`] with room for a busy machine.
 const DEADLINE_MS: u64 = 2500;
@@ -121,6 +122,26 @@ fn a_stall_of_a_sentinels_primary_is_waited_out_too() {
             &[&redis],
             &format!("{flavor:?} through a sentinel"),
         );
+    });
+}
+
+/// A server reached under `tls_server_name` is connected another way than by its URL alone
+/// (the name the certificate is checked against is not the address): it waits as long.
+#[test]
+fn a_stall_of_a_server_reached_under_tls_server_name_is_waited_out_too() {
+    each_tls_flavor(|flavor| {
+        let pki = Pki::new();
+        // The certificate names redis.test only; the gateway reaches it at 127.0.0.1.
+        let (redis, tls_port) = tls_server(flavor, &pki, "named", false);
+        let upstream = Upstream::start();
+        let redis_section = format!(
+            "[redis]\nurl = \"rediss://127.0.0.1:{tls_port}\"\ntls_ca_file = \"{}\"\n\
+             tls_server_name = \"redis.test\"\ndeadline_ms = {DEADLINE_MS}\n",
+            pki.toml_path("ca.pem")
+        );
+        let gateway = started(&upstream, &redis_section);
+        let what = format!("{flavor:?} under tls_server_name");
+        waits_out_a_stall(&gateway, &[&redis], &what);
     });
 }
 
