@@ -92,14 +92,18 @@ impl Upstream {
         mark_name: &HeaderName,
         mark: Option<HeaderValue>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        // Origin form (`/path?query`): the connection is the upstream's already.
-        let mut parts = Parts::default();
-        parts.path_and_query = Some(match request.uri().path_and_query() {
-            Some(path_and_query) => path_and_query.clone(),
-            None => PathAndQuery::from_static("/"),
-        });
-        *request.uri_mut() =
-            Uri::from_parts(parts).map_err(|e| UpstreamError::Failed(e.to_string()))?;
+        // Origin form (`/path?query`): the connection is the upstream's already. The front
+        // end has made nearly every target so (`rewrite_target`); only another is rebuilt.
+        let uri = request.uri();
+        if uri.scheme().is_some() || uri.authority().is_some() {
+            let mut parts = Parts::default();
+            parts.path_and_query = Some(match uri.path_and_query() {
+                Some(path_and_query) => path_and_query.clone(),
+                None => PathAndQuery::from_static("/"),
+            });
+            *request.uri_mut() =
+                Uri::from_parts(parts).map_err(|e| UpstreamError::Failed(e.to_string()))?;
+        }
         let headers = request.headers_mut();
         if let (false, Some(host)) = (headers.contains_key(HOST), &self.host) {
             headers.insert(HOST, host.clone());

@@ -191,6 +191,9 @@ fn the_upstream_receives_the_canonical_path_and_the_query_as_sent() {
                 "/x/../auth/./login?status=401",
                 "POST /auth/login?status=401",
             ),
+            // Absolute form (the default rule's fifth and last request a minute): the
+            // upstream gets origin form, the client's authority gone.
+            ("GET", "HTTP://other.test:8080/x/../a?q=1", "GET /a?q=1"),
         ];
         for (method, sent, received) in cases {
             let answer = raw_http::request(gateway.port, method.as_bytes(), sent.as_bytes(), b"");
